@@ -1,0 +1,189 @@
+"""The ``kvref`` command.
+
+``kvref backends``       every registered backend: usable here or why not, device, capabilities
+``kvref demo``           the built-in demo workload through the selected backend, all policies
+``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
+
+``--backend`` and the other settings follow the precedence of :mod:`kvref.config` (CONF-903).
+Errors print as one line naming the rule and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvref.errors import KVRefError
+
+__all__ = ["main"]
+
+
+def _console() -> object:
+    from rich.console import Console
+
+    return Console()
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from kvref.registry import backend_statuses
+
+    statuses = backend_statuses()
+    if args.json:
+        print(json.dumps([
+            {"name": s.name, "usable": s.usable, "reason": s.reason, "version": s.version,
+             "device": s.device, "capabilities": sorted(s.capabilities)}
+            for s in statuses
+        ], indent=2))
+        return 0
+    table = Table(title="kvref backends")
+    for column in ("backend", "usable", "version", "device", "capabilities / reason"):
+        table.add_column(column)
+    for s in statuses:
+        detail = ", ".join(sorted(s.capabilities)) if s.usable else s.reason
+        table.add_row(s.name, "yes" if s.usable else "no", s.version, s.device, detail)
+    _console().print(table)  # type: ignore[attr-defined]
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from kvref.config import load_settings
+    from kvref.demo import demo_requests, run_demo
+    from kvref.policies import EvictionPolicy
+    from kvref.registry import create_pool
+
+    settings = load_settings({"backend": args.backend, "hash": args.hash, "block-size": args.block_size})
+    requests = demo_requests(seed=args.seed, block_size=settings.block_size)
+    policies = [args.policy] if args.policy else [p.value for p in EvictionPolicy]
+    largest = max(len(r) for r in requests) // settings.block_size
+    capacity = max(args.capacity, largest + 1)
+    results = []
+    for policy in policies:
+        pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+        results.append(run_demo(pool, requests, block_size=settings.block_size, hash_algorithm=settings.hash))
+    if args.json:
+        print(json.dumps([
+            {"policy": r.policy, "capacity": r.capacity, "requests": r.requests, "blocks": r.blocks,
+             "hits": r.hits, "hit_rate": r.hit_rate, "evictions": r.evictions,
+             "block_ops_per_second": r.block_ops_per_second}
+            for r in results
+        ], indent=2))
+        return 0
+    table = Table(
+        title=f"kvref demo: {results[0].requests} chat requests, backend {settings.backend}, "
+        f"capacity {capacity} blocks of {settings.block_size} tokens, hash {settings.hash}"
+    )
+    for column in ("policy", "block hit rate", "hits / blocks", "evictions", "block ops/s"):
+        table.add_column(column, justify="right")
+    for r in results:
+        table.add_row(
+            r.policy, f"{r.hit_rate:.1%}", f"{r.hits} / {r.blocks}", str(r.evictions),
+            f"{r.block_ops_per_second:,.0f}",
+        )
+    _console().print(table)  # type: ignore[attr-defined]
+    return 0
+
+
+def _cmd_spec(args: argparse.Namespace) -> int:
+    from kvref.speclint import (
+        build_index,
+        code_rule_refs,
+        collect_rule_citations,
+        coverage,
+        lint,
+        parse_spec,
+    )
+
+    spec_dir = Path(args.spec)
+    if not spec_dir.is_dir():
+        raise SystemExit(f"kvref spec: no spec directory at {spec_dir}")
+    index_path = spec_dir / "rules.json"
+    chapters = parse_spec(spec_dir)
+    problems = lint(chapters, index_path)
+    rules = sum(len(c.rules) for c in chapters)
+    print(f"spec: {len(chapters)} chapters, {rules} rules")
+    for problem in problems:
+        print(f"  lint: {problem}")
+    if args.action in ("index", "check") and not problems:
+        index_path.write_text(json.dumps(build_index(chapters), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {index_path}")
+    failing: list[str] = []
+    if args.action == "check":
+        cited = collect_rule_citations([Path(p) for p in args.tests if Path(p).exists()])
+        report = coverage(chapters, cited)
+        for level in ("MUST", "MUST NOT", "SHOULD", "SHOULD NOT", "MAY"):
+            ids = report.untested.get(level, [])
+            if ids:
+                print(f"  untested {level} rules ({len(ids)}): {', '.join(ids)}")
+        for rid, where in sorted(report.unknown.items()):
+            print(f"  tests cite unknown rule {rid}: {', '.join(where[:3])}")
+        bad_code = code_rule_refs([Path(p) for p in args.code if Path(p).exists()], chapters)
+        for rid, where in sorted(bad_code.items()):
+            print(f"  code cites unknown rule {rid}: {', '.join(where[:3])}")
+        failing = report.failing() + sorted(bad_code)
+        tested = len({r.id for c in chapters for r in c.rules} & set(cited))
+        print(f"coverage: {tested}/{rules} rules cited by a test")
+    if problems or failing:
+        print("spec check FAILED")
+        return 1
+    print("spec check passed")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="store_true", help="print kvref's version and exit")
+    sub = parser.add_subparsers(dest="command")
+
+    backends = sub.add_parser("backends", help="list registered backends and whether they run here")
+    backends.add_argument("--json", action="store_true", help="machine-readable output")
+    backends.set_defaults(func=_cmd_backends)
+
+    demo = sub.add_parser("demo", help="run the built-in demo workload through a backend")
+    demo.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
+    demo.add_argument("--device", help="device for device backends")
+    demo.add_argument("--policy", help="one eviction policy (default: all four)")
+    demo.add_argument("--capacity", type=int, default=256, help="usable blocks in the pool")
+    demo.add_argument("--block-size", type=int, help="tokens per block (default 16)")
+    demo.add_argument("--hash", help="hash function: sha256 or xxh3_64")
+    demo.add_argument("--seed", type=int, default=0, help="workload seed")
+    demo.add_argument("--json", action="store_true", help="machine-readable output")
+    demo.set_defaults(func=_cmd_demo)
+
+    spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")
+    spec.add_argument("action", choices=["lint", "index", "check"], nargs="?", default="check")
+    spec.add_argument("--spec", default="spec", help="spec directory (default: ./spec)")
+    spec.add_argument("--tests", nargs="*", default=["tests", "conformance"], help="where tests live")
+    spec.add_argument("--code", nargs="*", default=["kvref", "backends", "conformance"],
+                      help="source whose cited rule ids must exist")
+    spec.set_defaults(func=_cmd_spec)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvref`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from kvref import __version__
+
+        print(f"kvref {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args))
+    except KVRefError as exc:
+        print(f"kvref {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

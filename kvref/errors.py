@@ -1,0 +1,110 @@
+"""The one exception tree of kvref.
+
+Every error an implementation raises for bad input or an impossible request is a subclass of
+:class:`KVRefError`, carries the id of the spec rule it enforces in :attr:`KVRefError.rule`, and
+starts its message with that id (``"[POOL-104] ..."``). Raising one leaves the state exactly as it
+was before the call (ERR-501). Where a Python built-in exception has the same meaning
+(``TypeError``, ``ValueError``, ``LookupError``), the kvref class also derives from it, so callers
+that catch the built-in keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendUnavailableError",
+    "BlockIdError",
+    "BlockStateError",
+    "CacheInUseError",
+    "ConfigError",
+    "HashConflictError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "InvariantViolation",
+    "KVRefError",
+    "NotHeldError",
+    "OutOfBlocksError",
+    "PausedHolderError",
+    "ReservedBlockError",
+    "SpecError",
+    "StaleBlockError",
+    "UnknownHashError",
+]
+
+
+class KVRefError(Exception):
+    """Base of every kvref error; ``rule`` names the spec rule that was enforced (ERR-502)."""
+
+    rule: str
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"[{rule}] {message}")
+
+
+class InvalidArgumentError(KVRefError):
+    """An argument has the wrong type or value for the operation (ERR-503)."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument is not of an accepted type: a float, bool, str or None where an int is due."""
+
+
+class InvalidValueError(InvalidArgumentError, ValueError):
+    """An argument has an accepted type but a value outside its domain (negative count, ...)."""
+
+
+class BlockIdError(InvalidArgumentError, IndexError):
+    """A block id lies outside ``[0, num_blocks)`` (POOL-103)."""
+
+
+class ReservedBlockError(InvalidArgumentError):
+    """A reserved block (the null/dummy block) was passed where a usable block is due (POOL-118)."""
+
+
+class BlockStateError(KVRefError):
+    """A block is in the wrong state for the operation (free where in use is due, ...)."""
+
+
+class NotHeldError(BlockStateError):
+    """A holder released a reference it does not hold (POOL-108)."""
+
+
+class StaleBlockError(BlockStateError):
+    """A block reference carries a generation older than the block's current one (POOL-111)."""
+
+
+class OutOfBlocksError(KVRefError):
+    """``allocate`` asked for more blocks than are free or evictable; nothing was taken (POOL-105)."""
+
+
+class PausedHolderError(KVRefError):
+    """A paused holder asked for new blocks, or a pause/resume call was out of turn (POOL-114)."""
+
+
+class HashConflictError(KVRefError):
+    """A registration contradicts the cache: a block hashed twice, or a hash with two parents."""
+
+
+class UnknownHashError(KVRefError, LookupError):
+    """A registration names a parent hash that is not resident in the cache (PFX-304)."""
+
+
+class CacheInUseError(KVRefError):
+    """``reset`` was called while some block is in use (PFX-313)."""
+
+
+class InvariantViolation(KVRefError):
+    """``check_invariants`` found a state the spec forbids; ``rule`` names the invariant broken."""
+
+
+class ConfigError(KVRefError, ValueError):
+    """A configuration value (file, environment or argument) is invalid; names key and source."""
+
+
+class BackendUnavailableError(KVRefError, LookupError):
+    """A backend name is unknown or its package cannot load here; the message says how to fix it."""
+
+
+class SpecError(KVRefError):
+    """The spec text breaks one of its own form rules (SPEC-001, SPEC-002)."""

@@ -1,0 +1,237 @@
+"""Block hashing: chained, canonical, tagged (spec chapter 02, HASH-2xx).
+
+A block's hash is ``H(encode(parent, tokens, extra_keys))``: ``parent`` is the previous block's
+hash or :data:`ROOT_HASH` for the first block (HASH-202), ``encode`` is canonical CBOR of a fixed
+shape (HASH-203), and the extra keys are a map from fixed integer tags to values, so an adapter
+name can never be read as a cache salt or a multimodal identifier (HASH-205). Only full blocks
+are hashed (HASH-201). The default ``sha256`` is stable across processes, machines and Python
+versions (HASH-206); ``xxh3_64`` is a faster non-cryptographic option (HASH-208). Hash values are
+63-bit non-negative integers (HASH-207).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import cbor2
+import xxhash
+
+from kvref.errors import InvalidTypeError, InvalidValueError
+from kvref.validate import HASH_MAX, as_count, as_hash, as_int
+
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_ALGORITHM",
+    "EXTRA_KEY_TAGS",
+    "ROOT_HASH",
+    "BlockExtraKeys",
+    "BlockHasher",
+    "MultimodalItem",
+    "block_extra_keys",
+    "encode_block",
+    "hash_block",
+    "hash_token_blocks",
+]
+
+_MASK63 = HASH_MAX - 1
+
+#: CBOR map tags of the extra keys (HASH-205). Never renumbered: a new field gets a new tag.
+EXTRA_KEY_TAGS = {"adapter": 1, "cache_salt": 2, "multimodal": 3}
+
+
+def _sha256(data: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big") & _MASK63
+
+
+def _xxh3_64(data: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(data) & _MASK63
+
+
+#: Digest functions by name. Each maps bytes to an int in ``[0, 2**63)``.
+ALGORITHMS: dict[str, Callable[[bytes], int]] = {"sha256": _sha256, "xxh3_64": _xxh3_64}
+DEFAULT_ALGORITHM = "sha256"
+
+#: The fixed root of every hash chain (HASH-202): SHA-256 of a constant, never random.
+ROOT_HASH: int = _sha256(b"kvref/root-hash/v1")
+
+
+@dataclass(frozen=True, slots=True)
+class MultimodalItem:
+    """A multimodal input occupying ``length`` token positions from ``start`` in a request.
+
+    ``identifier`` is the item's content hash or any string that names its content.
+    """
+
+    identifier: str
+    start: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.identifier, str) or not self.identifier:
+            raise InvalidTypeError("HASH-205", "MultimodalItem.identifier must be a non-empty str")
+        as_count(self.start, op="MultimodalItem", arg="start")
+        if as_count(self.length, op="MultimodalItem", arg="length") == 0:
+            raise InvalidValueError("HASH-205", "MultimodalItem.length must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockExtraKeys:
+    """The extra keys of one block (HASH-204, HASH-205).
+
+    ``adapter``: the adapter (LoRA) identity, on every block of an adapted request.
+    ``cache_salt``: isolates tenants; only the first block of a request carries it.
+    ``multimodal``: ``(identifier, offset)`` for each multimodal item that overlaps the block,
+    ``offset`` being the item's start relative to the block's first token (may be negative).
+    """
+
+    adapter: str | int | None = None
+    cache_salt: str | None = None
+    multimodal: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    def is_empty(self) -> bool:
+        """True when the block has no extra key at all."""
+        return self.adapter is None and self.cache_salt is None and not self.multimodal
+
+    def to_cbor_map(self) -> dict[int, object]:
+        """The tagged map that enters the canonical encoding; absent fields are left out."""
+        out: dict[int, object] = {}
+        if self.adapter is not None:
+            out[EXTRA_KEY_TAGS["adapter"]] = self.adapter
+        if self.cache_salt is not None:
+            out[EXTRA_KEY_TAGS["cache_salt"]] = self.cache_salt
+        if self.multimodal:
+            out[EXTRA_KEY_TAGS["multimodal"]] = [[ident, off] for ident, off in self.multimodal]
+        return out
+
+
+def _check_tokens(tokens: Sequence[int], op: str) -> list[int]:
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+        raise InvalidTypeError("HASH-203", f"{op}: tokens must be a sequence of ints")
+    out = [as_int(t, op=op, arg="token") if type(t) is not int else t for t in tokens]
+    for t in out:
+        if t < 0:
+            raise InvalidValueError("HASH-203", f"{op}: token ids must be >= 0, got {t}")
+    return out
+
+
+def encode_block(parent: int, tokens: Sequence[int], extra: BlockExtraKeys | None = None) -> bytes:
+    """Canonical bytes of one block: CBOR ``[parent, [tokens...], {tag: value}]`` (HASH-203)."""
+    parent = as_hash(parent, op="encode_block", arg="parent")
+    toks = _check_tokens(tokens, "encode_block")
+    if not toks:
+        raise InvalidValueError("HASH-201", "encode_block: a block has at least one token")
+    extras = extra.to_cbor_map() if extra is not None else {}
+    return cbor2.dumps([parent, toks, extras], canonical=True)
+
+
+def hash_block(
+    parent: int,
+    tokens: Sequence[int],
+    extra: BlockExtraKeys | None = None,
+    *,
+    algorithm: str = DEFAULT_ALGORITHM,
+) -> int:
+    """Hash one full block chained on ``parent`` (:data:`ROOT_HASH` for the first block)."""
+    digest = ALGORITHMS.get(algorithm)
+    if digest is None:
+        raise InvalidValueError(
+            "HASH-209", f"hash_block: unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}"
+        )
+    return digest(encode_block(parent, tokens, extra))
+
+
+def block_extra_keys(
+    block_index: int,
+    block_size: int,
+    *,
+    adapter: str | int | None = None,
+    cache_salt: str | None = None,
+    multimodal: Sequence[MultimodalItem] = (),
+) -> BlockExtraKeys:
+    """The extra keys of block ``block_index`` of a request (HASH-204, HASH-205)."""
+    start = block_index * block_size
+    end = start + block_size
+    mm = tuple(
+        (item.identifier, item.start - start)
+        for item in multimodal
+        if item.start < end and item.start + item.length > start
+    )
+    return BlockExtraKeys(
+        adapter=adapter, cache_salt=cache_salt if block_index == 0 else None, multimodal=mm
+    )
+
+
+def hash_token_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    *,
+    adapter: str | int | None = None,
+    cache_salt: str | None = None,
+    multimodal: Sequence[MultimodalItem] = (),
+    algorithm: str = DEFAULT_ALGORITHM,
+) -> list[int]:
+    """Hashes of the full blocks of a request's tokens; a trailing partial block gets none."""
+    hasher = BlockHasher(
+        block_size, adapter=adapter, cache_salt=cache_salt, multimodal=multimodal,
+        algorithm=algorithm,
+    )
+    return hasher.extend(token_ids)
+
+
+class BlockHasher:
+    """Incremental hashing of one request whose tokens arrive over time (decode, chat turns).
+
+    ``extend(tokens)`` appends tokens and returns the hashes of the blocks that became full;
+    ``hashes`` holds every full block's hash so far. Equal inputs give equal hashes to
+    :func:`hash_token_blocks`, however the tokens were split across calls.
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        *,
+        adapter: str | int | None = None,
+        cache_salt: str | None = None,
+        multimodal: Sequence[MultimodalItem] = (),
+        algorithm: str = DEFAULT_ALGORITHM,
+    ) -> None:
+        size = as_count(block_size, op="BlockHasher", arg="block_size")
+        if size == 0:
+            raise InvalidValueError("HASH-201", "BlockHasher: block_size must be >= 1")
+        if algorithm not in ALGORITHMS:
+            raise InvalidValueError(
+                "HASH-209", f"BlockHasher: unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}"
+            )
+        if adapter is not None and (isinstance(adapter, bool) or not isinstance(adapter, (str, int))):
+            raise InvalidTypeError("HASH-205", "BlockHasher: adapter must be a str or int")
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidTypeError("HASH-205", "BlockHasher: cache_salt must be a str")
+        for item in multimodal:
+            if not isinstance(item, MultimodalItem):
+                raise InvalidTypeError("HASH-205", "BlockHasher: multimodal items must be MultimodalItem")
+        self.block_size = size
+        self.algorithm = algorithm
+        self._adapter = adapter
+        self._salt = cache_salt
+        self._mm = tuple(multimodal)
+        self._pending: list[int] = []
+        self.hashes: list[int] = []
+
+    def extend(self, tokens: Sequence[int]) -> list[int]:
+        """Append tokens; return the hashes of the blocks they completed (HASH-201)."""
+        self._pending.extend(_check_tokens(tokens, "BlockHasher.extend"))
+        new: list[int] = []
+        size = self.block_size
+        while len(self._pending) >= size:
+            block, self._pending = self._pending[:size], self._pending[size:]
+            index = len(self.hashes)
+            parent = self.hashes[-1] if self.hashes else ROOT_HASH
+            extra = block_extra_keys(
+                index, size, adapter=self._adapter, cache_salt=self._salt, multimodal=self._mm
+            )
+            h = hash_block(parent, block, None if extra.is_empty() else extra, algorithm=self.algorithm)
+            self.hashes.append(h)
+            new.append(h)
+        return new

@@ -1,0 +1,61 @@
+"""The oracle as a backend, registered under the ``kvref.backends`` entry point ``oracle``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvref import __version__
+from kvref.errors import ConfigError
+from kvref.oracle.pool import OracleBlockPool
+
+__all__ = ["OracleBackend", "backend"]
+
+
+class OracleBackend:
+    """Factory of :class:`OracleBlockPool`; pure Python, always usable, host memory only."""
+
+    name = "oracle"
+
+    def version(self) -> str:
+        """kvref's own version: the oracle ships with it."""
+        return __version__
+
+    def availability(self) -> str | None:
+        """Always usable: the oracle needs nothing but the standard library and kvref."""
+        return None
+
+    def device(self, requested: str | None = None) -> str:
+        """The oracle lives in host memory; it accepts ``None``, ``"host"`` or ``"cpu"``."""
+        if requested not in (None, "host", "cpu"):
+            raise ConfigError(
+                "CONF-907", f"backend 'oracle' runs in host memory only; device {requested!r} is not possible"
+            )
+        return "host"
+
+    def capabilities(self) -> frozenset[str]:
+        """Everything the spec defines."""
+        return OracleBlockPool(2).capabilities()
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> OracleBlockPool:
+        """A new :class:`OracleBlockPool`."""
+        self.device(device)
+        return OracleBlockPool(
+            num_blocks,
+            policy=policy,
+            reserved_ids=reserved_ids,
+            paused_limit=paused_limit,
+            enable_events=enable_events,
+        )
+
+
+#: The object the entry point names.
+backend = OracleBackend()

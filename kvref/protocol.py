@@ -1,0 +1,299 @@
+"""The abstract protocol every implementation speaks (spec chapters 00-05).
+
+:class:`BlockPool` is the block allocator with reference counts (chapter 01); :class:`PrefixCache`
+adds hash registration, lookup, eviction, events and statistics (chapters 03-04). Optional
+features are separate runtime-checkable protocols (:class:`SupportsBatching`,
+:class:`SupportsPause`, :class:`SupportsInvariants`, :class:`SupportsSnapshot`), and an
+implementation declares what it has in :data:`CAPABILITIES` terms, so a test suite can skip by
+capability, never by implementation name.
+
+Block ids are ints in ``[0, num_blocks)``; which free id ``allocate`` returns is
+implementation-defined (POOL-115). A *holder* is any hashable value naming who holds a reference
+(a request id); ``None`` is a holder like any other, so callers that do not care about holders
+still get strict reference counting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from kvref.events import KVEvent, PrefixCacheStats
+from kvref.policies import EvictionPolicy
+
+__all__ = [
+    "Backend",
+    "CAPABILITIES",
+    "BlockPool",
+    "BlockState",
+    "Holder",
+    "PrefixCache",
+    "SupportsBatching",
+    "SupportsInvariants",
+    "SupportsPause",
+    "SupportsSnapshot",
+]
+
+Holder = Hashable
+
+#: Capability names an implementation may declare, with the one-line description a test suite
+#: prints when it skips a test for want of the capability.
+CAPABILITIES: dict[str, str] = {
+    "prefix-cache": "registers full blocks under their hash and serves longest-prefix hits",
+    "events": "reports KV events (stored, removed, all cleared)",
+    "batching": "offers allocate_many, free_many and match_many over a whole scheduler step",
+    "pause": "tracks paused holders against a soft limit",
+    "invariants": "can verify its own invariants (check_invariants)",
+    "snapshot": "can return its whole observable state for before/after comparison",
+    "policy-lru": "evicts by release order (lru)",
+    "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
+    "policy-ref-zero": "drops a hashed block when its last reference goes (ref-zero)",
+    "policy-fifo": "evicts by registration order (fifo)",
+}
+
+
+class BlockState(str, Enum):
+    """The state of one block (STATE-001): exactly one of these at any time."""
+
+    RESERVED = "reserved"
+    FREE = "free"
+    IN_USE = "in-use"
+    CACHED = "cached"
+
+
+@runtime_checkable
+class BlockPool(Protocol):
+    """A pool of ``num_blocks`` KV blocks with per-holder reference counts (chapter 01)."""
+
+    @property
+    def num_blocks(self) -> int:
+        """All blocks, reserved ones included."""
+        ...
+
+    @property
+    def reserved_ids(self) -> tuple[int, ...]:
+        """Blocks that are never handed out (POOL-102)."""
+        ...
+
+    @property
+    def num_usable(self) -> int:
+        """``num_blocks - len(reserved_ids)`` (STATE-003)."""
+        ...
+
+    @property
+    def num_free(self) -> int:
+        """Blocks neither in use nor cached."""
+        ...
+
+    @property
+    def num_in_use(self) -> int:
+        """Blocks with at least one reference."""
+        ...
+
+    @property
+    def num_available(self) -> int:
+        """The largest ``n`` for which ``allocate(n)`` succeeds now (POOL-106)."""
+        ...
+
+    def allocate(self, count: int, *, holder: Holder = None) -> list[int]:
+        """Take ``count`` blocks for ``holder``, all or none (POOL-104, POOL-105)."""
+        ...
+
+    def free(
+        self,
+        block_ids: Sequence[int],
+        *,
+        holder: Holder = None,
+        generations: Sequence[int] | None = None,
+    ) -> None:
+        """Drop one of ``holder``'s references per occurrence in ``block_ids`` (POOL-107..109)."""
+        ...
+
+    def acquire(
+        self,
+        block_ids: Sequence[int],
+        *,
+        holder: Holder = None,
+        generations: Sequence[int] | None = None,
+    ) -> None:
+        """Add one reference per occurrence for ``holder`` to blocks in use or cached (POOL-110)."""
+        ...
+
+    def ref_count(self, block_id: int) -> int:
+        """References on ``block_id`` from all holders."""
+        ...
+
+    def holders(self, block_id: int) -> dict[Holder, int]:
+        """References on ``block_id`` per holder (STATE-004)."""
+        ...
+
+    def generation(self, block_id: int) -> int:
+        """How many times ``block_id`` has been allocated (POOL-111)."""
+        ...
+
+    def block_state(self, block_id: int) -> BlockState:
+        """The state of ``block_id`` (STATE-001)."""
+        ...
+
+    def capabilities(self) -> frozenset[str]:
+        """The capability names (keys of :data:`CAPABILITIES`) this implementation has."""
+        ...
+
+
+@runtime_checkable
+class PrefixCache(BlockPool, Protocol):
+    """A block pool whose full blocks can be found again by their hash (chapters 03-04)."""
+
+    @property
+    def policy(self) -> EvictionPolicy:
+        """The eviction policy (chapter 04)."""
+        ...
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that are hashed, unreferenced and evictable."""
+        ...
+
+    def register(
+        self, block_ids: Sequence[int], block_hashes: Sequence[int], *, parent_hash: int | None = None
+    ) -> None:
+        """Cache in-use blocks under a chain of hashes starting after ``parent_hash`` (PFX-301..)."""
+        ...
+
+    def lookup(self, block_hashes: Sequence[int]) -> list[int]:
+        """Blocks of the longest resident prefix of a hash chain; changes nothing (PFX-307)."""
+        ...
+
+    def match(self, block_hashes: Sequence[int], *, holder: Holder = None) -> list[int]:
+        """``lookup``, then acquire the hit for ``holder`` and count it in the stats (PFX-309)."""
+        ...
+
+    def block_hash(self, block_id: int) -> int | None:
+        """The hash ``block_id`` is registered under, or None."""
+        ...
+
+    def resident_hashes(self) -> frozenset[int]:
+        """Hashes with at least one cached copy (PFX-305)."""
+        ...
+
+    def reset(self) -> None:
+        """Drop every cached block; only when no block is in use (PFX-313)."""
+        ...
+
+    def take_events(self) -> list[KVEvent]:
+        """Events since the last call, oldest first; empty when events are off (PFX-315)."""
+        ...
+
+    @property
+    def stats(self) -> PrefixCacheStats:
+        """Cumulative hit statistics (PFX-318)."""
+        ...
+
+
+@runtime_checkable
+class SupportsBatching(Protocol):
+    """A whole scheduler step in one call; meaning = the single operations in order (POOL-116)."""
+
+    def allocate_many(self, counts: Sequence[int], *, holders: Sequence[Holder]) -> list[list[int]]:
+        """Admit the longest prefix of the batch that fits; return one id list per admitted entry."""
+        ...
+
+    def free_many(
+        self, block_lists: Sequence[Sequence[int]], *, holders: Sequence[Holder]
+    ) -> None:
+        """Free each list for its holder, atomically as a whole (POOL-117)."""
+        ...
+
+    def match_many(
+        self, hash_lists: Sequence[Sequence[int]], *, holders: Sequence[Holder]
+    ) -> list[list[int]]:
+        """``match`` each hash chain for its holder, in order (PFX-320)."""
+        ...
+
+
+@runtime_checkable
+class SupportsPause(Protocol):
+    """Paused holders and their soft limit (POOL-112..POOL-114)."""
+
+    @property
+    def paused_limit(self) -> int:
+        """The soft limit on references held by paused holders."""
+        ...
+
+    @property
+    def paused_used(self) -> int:
+        """References held by paused holders."""
+        ...
+
+    @property
+    def paused_excess(self) -> int:
+        """``max(0, paused_used - paused_limit)``: what the caller must give back."""
+        ...
+
+    def pause(self, holder: Holder) -> None:
+        """Mark ``holder`` paused."""
+        ...
+
+    def resume(self, holder: Holder) -> None:
+        """Mark a paused ``holder`` active again."""
+        ...
+
+
+@runtime_checkable
+class SupportsInvariants(Protocol):
+    """Self-check of every invariant the spec states (STATE-001..STATE-007)."""
+
+    def check_invariants(self) -> None:
+        """Raise :class:`~kvref.errors.InvariantViolation` naming the first broken rule."""
+        ...
+
+
+@runtime_checkable
+class SupportsSnapshot(Protocol):
+    """Whole observable state, for checking that a failed call changed nothing (ERR-501)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep, comparable copy of every observable part of the state."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A named implementation, found through the ``kvref.backends`` entry points (chapter 09).
+
+    ``availability()`` returns None when the backend can run here, else the reason it cannot;
+    ``create`` builds a pool. Loading the entry point must be cheap: heavy imports happen in
+    ``availability`` or ``create``.
+    """
+
+    name: str
+
+    def version(self) -> str:
+        """The implementation's version string."""
+        ...
+
+    def availability(self) -> str | None:
+        """None if usable here, else why not (missing package, no device, ...)."""
+        ...
+
+    def device(self, requested: str | None = None) -> str:
+        """The device a pool would live on for ``requested`` (None: the backend's default)."""
+        ...
+
+    def capabilities(self) -> frozenset[str]:
+        """Capability names (keys of :data:`CAPABILITIES`)."""
+        ...
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> PrefixCache:
+        """A new pool with ``num_blocks`` blocks under ``policy`` on ``device``."""
+        ...

@@ -1,0 +1,133 @@
+"""Argument checks shared by every implementation: integers, counts, id lists, hashes, holders.
+
+Integers are accepted as Python ``int`` or anything with an integer ``__index__`` (NumPy integer
+scalars, 0-d integer tensors); ``bool`` in every spelling, floats, strings and ``None`` are refused
+with :class:`~kvref.errors.InvalidTypeError` (ERR-503). Each helper names the operation and the
+argument in its message, so the error reads like a bug report.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+from kvref.errors import InvalidTypeError, InvalidValueError
+
+__all__ = [
+    "HASH_MAX",
+    "as_block_id_list",
+    "as_count",
+    "as_hash",
+    "as_hash_list",
+    "as_holder",
+    "as_int",
+]
+
+#: Block hashes are integers in ``[0, HASH_MAX)``: they fit a signed 64-bit slot and leave the
+#: negative values free as sentinels for tensor hash tables (HASH-207).
+HASH_MAX = 1 << 63
+
+
+def _is_boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and "bool" in str(dtype)
+
+
+def as_int(value: object, *, op: str, arg: str, rule: str = "ERR-503") -> int:
+    """Return ``value`` as a Python int, or raise InvalidTypeError naming ``op`` and ``arg``."""
+    if type(value) is int:
+        return value
+    if _is_boolean(value):
+        raise InvalidTypeError(rule, f"{op}: {arg} must be an integer, got a boolean {value!r}")
+    try:
+        result = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidTypeError(
+            rule, f"{op}: {arg} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
+    if type(result) is not int:
+        raise InvalidTypeError(rule, f"{op}: {arg} must be an integer, got {value!r}")
+    return result
+
+
+def as_count(value: object, *, op: str, arg: str = "count") -> int:
+    """Return a non-negative block count; negative values raise InvalidValueError (ERR-504)."""
+    count = as_int(value, op=op, arg=arg)
+    if count < 0:
+        raise InvalidValueError("ERR-504", f"{op}: {arg} must be >= 0, got {count}")
+    return count
+
+
+def _as_list(values: object, *, op: str, arg: str) -> list[Any]:
+    if type(values) is list:
+        return values
+    if isinstance(values, (tuple, range)):
+        return list(values)
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or values is None:
+        raise InvalidTypeError(
+            "ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}"
+        )
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None:
+        if getattr(values, "ndim", 1) != 1:
+            raise InvalidTypeError(
+                "ERR-503", f"{op}: {arg} must be one-dimensional, got shape {getattr(values, 'shape', None)}"
+            )
+        result = tolist()
+        if not isinstance(result, list):  # pragma: no cover - defensive for exotic arrays
+            raise InvalidTypeError("ERR-503", f"{op}: {arg} must be one-dimensional")
+        return result
+    if not isinstance(values, Iterable):
+        raise InvalidTypeError(
+            "ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}"
+        )
+    return list(values)
+
+
+def as_block_id_list(values: object, *, op: str, arg: str = "block_ids") -> list[int]:
+    """Return ``values`` as a list of Python ints (not range-checked: that is the pool's job).
+
+    Accepts lists, tuples, ranges, 1-d NumPy arrays and tensors. The returned list may be the
+    caller's own list object when it already holds only ints; callers must not mutate it.
+    """
+    items = _as_list(values, op=op, arg=arg)
+    for item in items:
+        if type(item) is not int:
+            return [as_int(x, op=op, arg=f"{arg}[{i}]") for i, x in enumerate(items)]
+    return items
+
+
+def as_hash(value: object, *, op: str, arg: str = "block_hash") -> int:
+    """Return a block hash: an int in ``[0, 2**63)`` (HASH-207)."""
+    result = as_int(value, op=op, arg=arg)
+    if not 0 <= result < HASH_MAX:
+        raise InvalidValueError(
+            "HASH-207", f"{op}: {arg} must lie in [0, 2**63), got {result}"
+        )
+    return result
+
+
+def as_hash_list(values: object, *, op: str, arg: str = "block_hashes") -> list[int]:
+    """Return a list of block hashes, each checked as by :func:`as_hash`."""
+    items = _as_list(values, op=op, arg=arg)
+    out = items
+    for i, item in enumerate(items):
+        if type(item) is not int or not 0 <= item < HASH_MAX:
+            out = [as_hash(x, op=op, arg=f"{arg}[{j}]") for j, x in enumerate(items)]
+            break
+        del i
+    return out
+
+
+def as_holder(value: object, *, op: str) -> Hashable:
+    """Return ``value`` if it can name a holder (any hashable value, ``None`` included)."""
+    try:
+        hash(value)
+    except TypeError:
+        raise InvalidTypeError(
+            "ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}"
+        ) from None
+    return value  # type: ignore[return-value]
