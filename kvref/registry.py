@@ -54,7 +54,12 @@ def backend_names() -> list[str]:
 
 def _instantiate(obj: Any, name: str) -> Backend:
     if isinstance(obj, type):
-        obj = obj()
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise BackendUnavailableError(
+                "CONF-902", f"backend {name!r}: {obj.__name__} cannot be created without arguments ({exc})"
+            ) from exc
     if not isinstance(obj, Backend):
         raise BackendUnavailableError(
             "CONF-901", f"backend {name!r} resolves to {obj!r}, which is not a kvref Backend"

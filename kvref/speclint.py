@@ -192,32 +192,44 @@ def build_index(chapters: list[Chapter]) -> dict[str, object]:
     }
 
 
-def _rule_args(call: ast.Call) -> list[str]:
-    func = call.func
-    if isinstance(func, ast.Attribute) and func.attr == "rule":
-        inner = func.value
-        if isinstance(inner, ast.Attribute) and inner.attr == "mark":
-            return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-    return []
+def _is_rule_mark(node: ast.expr, aliases: set[str]) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in aliases
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "rule"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
+
+
+def _rule_args(call: ast.Call, aliases: set[str]) -> list[str]:
+    if not _is_rule_mark(call.func, aliases):
+        return []
+    return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
 
 
 def collect_rule_citations(paths: Iterable[Path]) -> dict[str, list[str]]:
-    """``{rule id: [file::test, ...]}`` for every ``pytest.mark.rule(...)`` under ``paths``."""
+    """``{rule id: [file::test, ...]}`` for every ``pytest.mark.rule(...)`` under ``paths``.
+
+    Also understands a module-level alias (``rule = pytest.mark.rule``) used as ``@rule("ID")``.
+    """
     cited: dict[str, list[str]] = {}
     for root in paths:
         files = [root] if root.is_file() else sorted(root.rglob("*.py"))
         for path in files:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            aliases = {
+                target.id
+                for node in tree.body
+                if isinstance(node, ast.Assign) and _is_rule_mark(node.value, set())
+                for target in node.targets
+                if isinstance(target, ast.Name)
+            }
             for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    for deco in node.decorator_list:
-                        if isinstance(deco, ast.Call):
-                            for rid in _rule_args(deco):
-                                cited.setdefault(rid, []).append(f"{path}::{node.name}")
-                elif isinstance(node, ast.Call) and not isinstance(node.func, ast.Name):
-                    # pytest.param(..., marks=pytest.mark.rule(...)) and module-level pytestmark
-                    for rid in _rule_args(node):
-                        cited.setdefault(rid, []).append(f"{path}")
+                if isinstance(node, ast.Call):
+                    for rid in _rule_args(node, aliases):
+                        cited.setdefault(rid, []).append(str(path))
     return cited
 
 

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from kvref.errors import KVRefError
 from kvref.oracle import OracleBlockPool
+
+# Hypothesis profiles: `ci` is derandomized so CI cannot flake; `dev` explores; `deep` is long.
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, max_examples=60, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.register_profile("deep", deadline=None, max_examples=5_000, stateful_step_count=100)
+settings.load_profile(os.environ.get("KVREF_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo")
 CACHING_POLICIES = ("lru", "lru-leaf", "fifo")

@@ -219,7 +219,7 @@ class OracleBlockPool:
         """
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        if holder in self._paused:
+        if n and holder in self._paused:
             raise PausedHolderError("POOL-114", f"allocate: holder {holder!r} is paused")
         if n == 0:
             return []
@@ -412,8 +412,8 @@ class OracleBlockPool:
         op = "allocate_many"
         cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))]
         hs = self._holder_list(holders, len(cs), op)
-        for h in hs:
-            if h in self._paused:
+        for c, h in zip(cs, hs, strict=True):
+            if c and h in self._paused:
                 raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
         out: list[list[int]] = []
         for c, h in zip(cs, hs, strict=True):

@@ -1,0 +1,124 @@
+"""Chapter 00, state model: the invariants hold, and check_invariants catches each broken one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kvref.errors import InvariantViolation
+from kvref.oracle import OracleBlockPool
+from kvref.protocol import BlockState
+
+from .conftest import cache_chain
+
+rule = pytest.mark.rule
+
+
+def lived_in(policy: str = "lru") -> OracleBlockPool:
+    """A pool with blocks in every state."""
+    pool = OracleBlockPool(12, policy=policy)
+    cache_chain(pool, [1, 2, 3])
+    held = pool.allocate(3, holder="a")
+    pool.register(held[:2], [4, 5], parent_hash=3 if policy != "ref-zero" else None)
+    pool.acquire(held[:1], holder="b")
+    return pool
+
+
+@rule("STATE-001")
+def test_every_block_is_in_exactly_one_state() -> None:
+    pool = lived_in()
+    states = [pool.block_state(b) for b in range(pool.num_blocks)]
+    assert states.count(BlockState.RESERVED) == 1
+    assert states.count(BlockState.IN_USE) == pool.num_in_use == 3
+    assert states.count(BlockState.CACHED) == pool.num_cached == 3
+    assert states.count(BlockState.FREE) == pool.num_free == 5
+
+
+@rule("STATE-003")
+@pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo"])
+def test_free_in_use_and_cached_add_up_to_usable(policy: str) -> None:
+    pool = lived_in(policy)
+    assert pool.num_free + pool.num_in_use + pool.num_cached == pool.num_usable == 11
+    assert pool.num_cached == (0 if policy == "ref-zero" else 3)
+    pool.check_invariants()
+
+
+@rule("ERR-508")
+def test_check_invariants_returns_none_on_a_sound_state() -> None:
+    assert lived_in().check_invariants() is None  # type: ignore[func-returns-value]
+
+
+def _dup_free(p: OracleBlockPool) -> None:
+    p._free.append(p._free[-1])
+
+
+def _ref_without_holder(p: OracleBlockPool) -> None:
+    b = next(b for b in range(1, 12) if p.block_state(b) is BlockState.IN_USE)
+    p._ref[b] += 1
+
+
+def _lost_block(p: OracleBlockPool) -> None:
+    p._free.pop()
+
+
+def _cached_not_evictable(p: OracleBlockPool) -> None:
+    p._evictable.popitem()
+
+
+def _hash_index_disagrees(p: OracleBlockPool) -> None:
+    b = p.lookup([1])[0]
+    p._hash[b] = 99
+
+
+def _child_count_off(p: OracleBlockPool) -> None:
+    p._children[1] += 1
+
+
+def _holder_total_off(p: OracleBlockPool) -> None:
+    p._held["a"] += 1
+
+
+def _reserved_handed_out(p: OracleBlockPool) -> None:
+    p._free.append(0)
+
+
+def _orphan_under_lru_leaf(p: OracleBlockPool) -> None:
+    # Evict hash 1 behind the policy's back: its child 2 stays resident.
+    b = p.lookup([1])[0]
+    p._unregister(b)
+    p._free.append(b)
+
+
+CORRUPTIONS: list[tuple[str, Callable[[OracleBlockPool], None], str]] = [
+    ("a block twice on the free list", _dup_free, "STATE-005"),
+    ("a reference with no holder", _ref_without_holder, "STATE-002"),
+    ("a block lost from every state", _lost_block, "STATE-003"),
+    ("a cached block outside the eviction order", _cached_not_evictable, "STATE-004"),
+    ("a block hash the index does not list", _hash_index_disagrees, "STATE-006"),
+    ("a wrong child count", _child_count_off, "STATE-007"),
+    ("a holder total that disagrees", _holder_total_off, "STATE-002"),
+    ("the reserved block on the free list", _reserved_handed_out, "POOL-102"),
+]
+
+
+@rule("ERR-508", "STATE-002", "STATE-003", "STATE-004", "STATE-005", "STATE-006", "STATE-007", "POOL-102")
+@pytest.mark.parametrize(("what", "corrupt", "rule_id"), CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
+def test_check_invariants_names_the_rule_each_corruption_breaks(
+    what: str, corrupt: Callable[[OracleBlockPool], None], rule_id: str
+) -> None:
+    pool = lived_in()
+    corrupt(pool)
+    with pytest.raises(InvariantViolation) as info:
+        pool.check_invariants()
+    assert info.value.rule == rule_id, f"{what}: check_invariants cited {info.value.rule}, expected {rule_id}"
+
+
+@rule("EVICT-404", "ERR-508")
+def test_check_invariants_catches_a_parent_evicted_before_its_child() -> None:
+    pool = OracleBlockPool(8, policy="lru-leaf")
+    cache_chain(pool, [1, 2, 3])
+    _orphan_under_lru_leaf(pool)
+    with pytest.raises(InvariantViolation) as info:
+        pool.check_invariants()
+    assert info.value.rule == "EVICT-404"
