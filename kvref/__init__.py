@@ -9,8 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kvref.errors import KVRefError  # noqa: E402
-from kvref.policies import EvictionPolicy  # noqa: E402
-from kvref.protocol import BlockPool, BlockState, PrefixCache  # noqa: E402
+from kvref.errors import KVRefError
+from kvref.policies import EvictionPolicy
+from kvref.protocol import BlockPool, BlockState, PrefixCache
 
 __all__ = ["BlockPool", "BlockState", "EvictionPolicy", "KVRefError", "PrefixCache", "__version__"]

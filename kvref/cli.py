@@ -34,11 +34,22 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
     statuses = backend_statuses()
     if args.json:
-        print(json.dumps([
-            {"name": s.name, "usable": s.usable, "reason": s.reason, "version": s.version,
-             "device": s.device, "capabilities": sorted(s.capabilities)}
-            for s in statuses
-        ], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": s.name,
+                        "usable": s.usable,
+                        "reason": s.reason,
+                        "version": s.version,
+                        "device": s.device,
+                        "capabilities": sorted(s.capabilities),
+                    }
+                    for s in statuses
+                ],
+                indent=2,
+            )
+        )
         return 0
     table = Table(title="kvref backends")
     for column in ("backend", "usable", "version", "device", "capabilities / reason"):
@@ -68,12 +79,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
         results.append(run_demo(pool, requests, block_size=settings.block_size, hash_algorithm=settings.hash))
     if args.json:
-        print(json.dumps([
-            {"policy": r.policy, "capacity": r.capacity, "requests": r.requests, "blocks": r.blocks,
-             "hits": r.hits, "hit_rate": r.hit_rate, "evictions": r.evictions,
-             "block_ops_per_second": r.block_ops_per_second}
-            for r in results
-        ], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "policy": r.policy,
+                        "capacity": r.capacity,
+                        "requests": r.requests,
+                        "blocks": r.blocks,
+                        "hits": r.hits,
+                        "hit_rate": r.hit_rate,
+                        "evictions": r.evictions,
+                        "block_ops_per_second": r.block_ops_per_second,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
         return 0
     table = Table(
         title=f"kvref demo: {results[0].requests} chat requests, backend {settings.backend}, "
@@ -83,7 +106,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
-            r.policy, f"{r.hit_rate:.1%}", f"{r.hits} / {r.blocks}", str(r.evictions),
+            r.policy,
+            f"{r.hit_rate:.1%}",
+            f"{r.hits} / {r.blocks}",
+            str(r.evictions),
             f"{r.block_ops_per_second:,.0f}",
         )
     _console().print(table)  # type: ignore[attr-defined]
@@ -160,8 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("action", choices=["lint", "index", "check"], nargs="?", default="check")
     spec.add_argument("--spec", default="spec", help="spec directory (default: ./spec)")
     spec.add_argument("--tests", nargs="*", default=["tests", "conformance"], help="where tests live")
-    spec.add_argument("--code", nargs="*", default=["kvref", "backends", "conformance"],
-                      help="source whose cited rule ids must exist")
+    spec.add_argument(
+        "--code",
+        nargs="*",
+        default=["kvref", "backends", "conformance"],
+        help="source whose cited rule ids must exist",
+    )
     spec.set_defaults(func=_cmd_spec)
     return parser
 

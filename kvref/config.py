@@ -140,9 +140,7 @@ def _read_table(path: Path, table: str | None) -> dict[str, Any]:
         raise ConfigError("CONF-905", f"{path}: [tool.kvref] must be a table")
     unknown = sorted(set(data) - set(OPTIONS))
     if unknown:
-        raise ConfigError(
-            "CONF-905", f"{path}: unknown key(s) {unknown}; known: {sorted(OPTIONS)}"
-        )
+        raise ConfigError("CONF-905", f"{path}: unknown key(s) {unknown}; known: {sorted(OPTIONS)}")
     return data
 
 

@@ -81,7 +81,7 @@ def run_demo(pool: Any, requests: list[list[int]], *, block_size: int, hash_algo
         hit = pool.match(hashes, holder=holder)
         fresh = pool.allocate(len(hashes) - len(hit), holder=holder)
         parent = hashes[len(hit) - 1] if hit else None
-        pool.register(fresh, hashes[len(hit):], parent_hash=parent)
+        pool.register(fresh, hashes[len(hit) :], parent_hash=parent)
         pool.free((hit + fresh)[::-1], holder=holder)
         blocks += len(hashes)
         hits += len(hit)

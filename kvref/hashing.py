@@ -109,11 +109,19 @@ class BlockExtraKeys:
 def _check_tokens(tokens: Sequence[int], op: str) -> list[int]:
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
         raise InvalidTypeError("HASH-203", f"{op}: tokens must be a sequence of ints")
-    out = [as_int(t, op=op, arg="token") if type(t) is not int else t for t in tokens]
-    for t in out:
-        if t < 0:
-            raise InvalidValueError("HASH-203", f"{op}: token ids must be >= 0, got {t}")
+    out = list(tokens)
+    if not all(type(t) is int for t in out):
+        out = [as_int(t, op=op, arg="token") for t in out]
+    if out and min(out) < 0:
+        raise InvalidValueError("HASH-203", f"{op}: token ids must be >= 0, got {min(out)}")
     return out
+
+
+def _encode(parent: int, tokens: list[int], extras: dict[int, object]) -> bytes:
+    # Every item is an int, a text string, a list or an int-keyed map built in ascending key
+    # order, for which cbor2's default encoding already is the core deterministic one (minimal
+    # ints, definite lengths, sorted keys); tests check it against canonical=True.
+    return cbor2.dumps([parent, tokens, extras])
 
 
 def encode_block(parent: int, tokens: Sequence[int], extra: BlockExtraKeys | None = None) -> bytes:
@@ -123,7 +131,7 @@ def encode_block(parent: int, tokens: Sequence[int], extra: BlockExtraKeys | Non
     if not toks:
         raise InvalidValueError("HASH-201", "encode_block: a block has at least one token")
     extras = extra.to_cbor_map() if extra is not None else {}
-    return cbor2.dumps([parent, toks, extras], canonical=True)
+    return _encode(parent, toks, extras)
 
 
 def hash_block(
@@ -158,9 +166,7 @@ def block_extra_keys(
         for item in multimodal
         if item.start < end and item.start + item.length > start
     )
-    return BlockExtraKeys(
-        adapter=adapter, cache_salt=cache_salt if block_index == 0 else None, multimodal=mm
-    )
+    return BlockExtraKeys(adapter=adapter, cache_salt=cache_salt if block_index == 0 else None, multimodal=mm)
 
 
 def hash_token_blocks(
@@ -174,7 +180,10 @@ def hash_token_blocks(
 ) -> list[int]:
     """Hashes of the full blocks of a request's tokens; a trailing partial block gets none."""
     hasher = BlockHasher(
-        block_size, adapter=adapter, cache_salt=cache_salt, multimodal=multimodal,
+        block_size,
+        adapter=adapter,
+        cache_salt=cache_salt,
+        multimodal=multimodal,
         algorithm=algorithm,
     )
     return hasher.extend(token_ids)
@@ -216,22 +225,32 @@ class BlockHasher:
         self._adapter = adapter
         self._salt = cache_salt
         self._mm = tuple(multimodal)
+        self._has_extras = adapter is not None or cache_salt is not None or bool(self._mm)
         self._pending: list[int] = []
         self.hashes: list[int] = []
 
     def extend(self, tokens: Sequence[int]) -> list[int]:
         """Append tokens; return the hashes of the blocks they completed (HASH-201)."""
-        self._pending.extend(_check_tokens(tokens, "BlockHasher.extend"))
-        new: list[int] = []
+        pending = self._pending
+        pending.extend(_check_tokens(tokens, "BlockHasher.extend"))
         size = self.block_size
-        while len(self._pending) >= size:
-            block, self._pending = self._pending[:size], self._pending[size:]
+        full = len(pending) // size
+        if not full:
+            return []
+        digest = ALGORITHMS[self.algorithm]
+        new: list[int] = []
+        parent = self.hashes[-1] if self.hashes else ROOT_HASH
+        for k in range(full):
             index = len(self.hashes)
-            parent = self.hashes[-1] if self.hashes else ROOT_HASH
-            extra = block_extra_keys(
-                index, size, adapter=self._adapter, cache_salt=self._salt, multimodal=self._mm
+            extras = (
+                block_extra_keys(
+                    index, size, adapter=self._adapter, cache_salt=self._salt, multimodal=self._mm
+                ).to_cbor_map()
+                if self._has_extras
+                else {}
             )
-            h = hash_block(parent, block, None if extra.is_empty() else extra, algorithm=self.algorithm)
-            self.hashes.append(h)
-            new.append(h)
+            parent = digest(_encode(parent, pending[k * size : (k + 1) * size], extras))
+            self.hashes.append(parent)
+            new.append(parent)
+        del pending[: full * size]
         return new

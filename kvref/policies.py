@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from kvref.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["EvictionPolicy", "as_policy"]
 
 
-class EvictionPolicy(str, Enum):
+class EvictionPolicy(StrEnum):
     """Which cached block leaves first when room is needed.
 
     ``LRU`` (EVICT-401): the block released longest ago; within one ``free`` call, earlier

@@ -16,11 +16,12 @@ still get strict reference counting.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from enum import StrEnum
+from typing import Any, Protocol, SupportsIndex, runtime_checkable
 
 from kvref.events import KVEvent, PrefixCacheStats
 from kvref.policies import EvictionPolicy
+from kvref.validate import IntsLike
 
 __all__ = [
     "Backend",
@@ -53,7 +54,7 @@ CAPABILITIES: dict[str, str] = {
 }
 
 
-class BlockState(str, Enum):
+class BlockState(StrEnum):
     """The state of one block (STATE-001): exactly one of these at any time."""
 
     RESERVED = "reserved"
@@ -96,43 +97,43 @@ class BlockPool(Protocol):
         """The largest ``n`` for which ``allocate(n)`` succeeds now (POOL-106)."""
         ...
 
-    def allocate(self, count: int, *, holder: Holder = None) -> list[int]:
+    def allocate(self, count: SupportsIndex, *, holder: Holder = None) -> list[int]:
         """Take ``count`` blocks for ``holder``, all or none (POOL-104, POOL-105)."""
         ...
 
     def free(
         self,
-        block_ids: Sequence[int],
+        block_ids: IntsLike,
         *,
         holder: Holder = None,
-        generations: Sequence[int] | None = None,
+        generations: IntsLike | None = None,
     ) -> None:
         """Drop one of ``holder``'s references per occurrence in ``block_ids`` (POOL-107..109)."""
         ...
 
     def acquire(
         self,
-        block_ids: Sequence[int],
+        block_ids: IntsLike,
         *,
         holder: Holder = None,
-        generations: Sequence[int] | None = None,
+        generations: IntsLike | None = None,
     ) -> None:
         """Add one reference per occurrence for ``holder`` to blocks in use or cached (POOL-110)."""
         ...
 
-    def ref_count(self, block_id: int) -> int:
+    def ref_count(self, block_id: SupportsIndex) -> int:
         """References on ``block_id`` from all holders."""
         ...
 
-    def holders(self, block_id: int) -> dict[Holder, int]:
+    def holders(self, block_id: SupportsIndex) -> dict[Holder, int]:
         """References on ``block_id`` per holder (STATE-004)."""
         ...
 
-    def generation(self, block_id: int) -> int:
+    def generation(self, block_id: SupportsIndex) -> int:
         """How many times ``block_id`` has been allocated (POOL-111)."""
         ...
 
-    def block_state(self, block_id: int) -> BlockState:
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
         """The state of ``block_id`` (STATE-001)."""
         ...
 
@@ -156,20 +157,20 @@ class PrefixCache(BlockPool, Protocol):
         ...
 
     def register(
-        self, block_ids: Sequence[int], block_hashes: Sequence[int], *, parent_hash: int | None = None
+        self, block_ids: IntsLike, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None
     ) -> None:
         """Cache in-use blocks under a chain of hashes starting after ``parent_hash`` (PFX-301..)."""
         ...
 
-    def lookup(self, block_hashes: Sequence[int]) -> list[int]:
+    def lookup(self, block_hashes: IntsLike) -> list[int]:
         """Blocks of the longest resident prefix of a hash chain; changes nothing (PFX-307)."""
         ...
 
-    def match(self, block_hashes: Sequence[int], *, holder: Holder = None) -> list[int]:
+    def match(self, block_hashes: IntsLike, *, holder: Holder = None) -> list[int]:
         """``lookup``, then acquire the hit for ``holder`` and count it in the stats (PFX-309)."""
         ...
 
-    def block_hash(self, block_id: int) -> int | None:
+    def block_hash(self, block_id: SupportsIndex) -> int | None:
         """The hash ``block_id`` is registered under, or None."""
         ...
 
@@ -195,19 +196,15 @@ class PrefixCache(BlockPool, Protocol):
 class SupportsBatching(Protocol):
     """A whole scheduler step in one call; meaning = the single operations in order (POOL-116)."""
 
-    def allocate_many(self, counts: Sequence[int], *, holders: Sequence[Holder]) -> list[list[int]]:
+    def allocate_many(self, counts: IntsLike, *, holders: Sequence[Holder]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits; return one id list per admitted entry."""
         ...
 
-    def free_many(
-        self, block_lists: Sequence[Sequence[int]], *, holders: Sequence[Holder]
-    ) -> None:
+    def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Holder]) -> None:
         """Free each list for its holder, atomically as a whole (POOL-117)."""
         ...
 
-    def match_many(
-        self, hash_lists: Sequence[Sequence[int]], *, holders: Sequence[Holder]
-    ) -> list[list[int]]:
+    def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Holder]) -> list[list[int]]:
         """``match`` each hash chain for its holder, in order (PFX-320)."""
         ...
 
@@ -287,11 +284,11 @@ class Backend(Protocol):
 
     def create(
         self,
-        num_blocks: int,
+        num_blocks: SupportsIndex,
         *,
         policy: str = "lru",
         device: str | None = None,
-        reserved_ids: Sequence[int] = (0,),
+        reserved_ids: IntsLike = (0,),
         paused_limit: int = 0,
         enable_events: bool = False,
     ) -> PrefixCache:

@@ -148,7 +148,9 @@ def create_pool(num_blocks: int, **overrides: Any) -> Any:
     backend = load_backend(settings.backend)
     reason = backend.availability()
     if reason is not None:
-        raise BackendUnavailableError("CONF-902", f"backend {settings.backend!r} is not usable here: {reason}")
+        raise BackendUnavailableError(
+            "CONF-902", f"backend {settings.backend!r} is not usable here: {reason}"
+        )
     return backend.create(
         num_blocks,
         policy=settings.policy,

@@ -35,8 +35,13 @@ _KEYWORD = re.compile(
     r"\b(MUST NOT|MUST|SHALL NOT|SHALL|SHOULD NOT|SHOULD|REQUIRED|RECOMMENDED|MAY|OPTIONAL)\b"
 )
 _CHAPTER_FILE = re.compile(r"^(\d{2})-[a-z0-9-]+\.md$")
-_LEVELS = {"SHALL": "MUST", "REQUIRED": "MUST", "SHALL NOT": "MUST NOT", "RECOMMENDED": "SHOULD",
-           "OPTIONAL": "MAY"}
+_LEVELS = {
+    "SHALL": "MUST",
+    "REQUIRED": "MUST",
+    "SHALL NOT": "MUST NOT",
+    "RECOMMENDED": "SHOULD",
+    "OPTIONAL": "MAY",
+}
 
 
 @dataclass(frozen=True)

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, SupportsIndex, TypeAlias
 
 from kvref.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "HASH_MAX",
+    "IntsLike",
     "as_block_id_list",
     "as_count",
     "as_hash",
     "as_hash_list",
     "as_holder",
     "as_int",
+    "as_list",
 ]
 
 #: Block hashes are integers in ``[0, HASH_MAX)``: they fit a signed 64-bit slot and leave the
 #: negative values free as sentinels for tensor hash tables (HASH-207).
 HASH_MAX = 1 << 63
+
+
+#: What an operation taking block ids, hashes or counts accepts: any iterable of integers (a list,
+#: a tuple, a range, a 1-d NumPy array or tensor of an integer dtype), checked at run time.
+IntsLike: TypeAlias = Iterable[SupportsIndex]
 
 
 def _is_boolean(value: object) -> bool:
@@ -61,7 +68,8 @@ def as_count(value: object, *, op: str, arg: str = "count") -> int:
     return count
 
 
-def _as_list(values: object, *, op: str, arg: str) -> list[Any]:
+def as_list(values: object, *, op: str, arg: str) -> list[Any]:
+    """``values`` as a list: any sequence or 1-d array, never a str, bytes, mapping or None."""
     if type(values) is list:
         return values
     if isinstance(values, (tuple, range)):
@@ -93,7 +101,7 @@ def as_block_id_list(values: object, *, op: str, arg: str = "block_ids") -> list
     Accepts lists, tuples, ranges, 1-d NumPy arrays and tensors. The returned list may be the
     caller's own list object when it already holds only ints; callers must not mutate it.
     """
-    items = _as_list(values, op=op, arg=arg)
+    items = as_list(values, op=op, arg=arg)
     for item in items:
         if type(item) is not int:
             return [as_int(x, op=op, arg=f"{arg}[{i}]") for i, x in enumerate(items)]
@@ -104,15 +112,13 @@ def as_hash(value: object, *, op: str, arg: str = "block_hash") -> int:
     """Return a block hash: an int in ``[0, 2**63)`` (HASH-207)."""
     result = as_int(value, op=op, arg=arg)
     if not 0 <= result < HASH_MAX:
-        raise InvalidValueError(
-            "HASH-207", f"{op}: {arg} must lie in [0, 2**63), got {result}"
-        )
+        raise InvalidValueError("HASH-207", f"{op}: {arg} must lie in [0, 2**63), got {result}")
     return result
 
 
 def as_hash_list(values: object, *, op: str, arg: str = "block_hashes") -> list[int]:
     """Return a list of block hashes, each checked as by :func:`as_hash`."""
-    items = _as_list(values, op=op, arg=arg)
+    items = as_list(values, op=op, arg=arg)
     out = items
     for i, item in enumerate(items):
         if type(item) is not int or not 0 <= item < HASH_MAX:
@@ -130,4 +136,4 @@ def as_holder(value: object, *, op: str) -> Hashable:
         raise InvalidTypeError(
             "ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}"
         ) from None
-    return value  # type: ignore[return-value]
+    return value

@@ -14,7 +14,11 @@ from kvref.oracle import OracleBlockPool
 
 # Hypothesis profiles: `ci` is derandomized so CI cannot flake; `dev` explores; `deep` is long.
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, max_examples=60, print_blob=True,
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=60,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=100)

@@ -40,7 +40,7 @@ rule = pytest.mark.rule
 class World:
     """A pool with something to lose: held blocks, a cached chain, events and statistics."""
 
-    pool: OracleBlockPool
+    pool: Any  # Any: the matrix passes wrong types on purpose
     held: list[int]  # held by "r"; held[0] registered under hash 4 (parent 3)
     cached: list[int]  # hashes 1, 2, 3, evictable
     never: int  # a block never allocated
@@ -66,11 +66,22 @@ CASES: list[Case] = [
     # allocate
     ("allocate: negative count", lambda w: w.pool.allocate(-1), InvalidValueError, "ERR-504"),
     ("allocate: huge count", lambda w: w.pool.allocate(10**12), OutOfBlocksError, "POOL-105"),
-    ("allocate: one more than available", lambda w: w.pool.allocate(w.pool.num_available + 1),
-     OutOfBlocksError, "POOL-105"),
+    (
+        "allocate: one more than available",
+        lambda w: w.pool.allocate(w.pool.num_available + 1),
+        OutOfBlocksError,
+        "POOL-105",
+    ),
     ("allocate: unhashable holder", lambda w: w.pool.allocate(1, holder=[]), InvalidTypeError, "ERR-503"),
-    *[(f"allocate: count {v!r}", (lambda v: lambda w: w.pool.allocate(v))(v), InvalidTypeError, "ERR-503")
-      for v in WRONG_INTS],
+    *[
+        (
+            f"allocate: count {v!r}",
+            (lambda bad: lambda w: w.pool.allocate(bad))(v),
+            InvalidTypeError,
+            "ERR-503",
+        )
+        for v in WRONG_INTS
+    ],
     # free
     ("free: negative id", lambda w: w.pool.free([-1], holder="r"), BlockIdError, "POOL-103"),
     ("free: id = num_blocks", lambda w: w.pool.free([16], holder="r"), BlockIdError, "POOL-103"),
@@ -80,57 +91,137 @@ CASES: list[Case] = [
     ("free: cached block", lambda w: w.pool.free(w.cached[:1], holder="r"), NotHeldError, "POOL-108"),
     ("free: other holder's block", lambda w: w.pool.free(w.held[:1], holder="x"), NotHeldError, "POOL-108"),
     ("free: default holder holds nothing", lambda w: w.pool.free(w.held[:1]), NotHeldError, "POOL-108"),
-    ("free: duplicate beyond references", lambda w: w.pool.free([w.held[1], w.held[1]], holder="r"),
-     NotHeldError, "POOL-109"),
-    ("free: valid then invalid", lambda w: w.pool.free([w.held[2], w.never], holder="r"),
-     NotHeldError, "POOL-108"),
-    ("free: generations too short", lambda w: w.pool.free(w.held[:2], holder="r", generations=[1]),
-     InvalidValueError, "ERR-506"),
-    ("free: stale generation", lambda w: w.pool.free(w.held[:1], holder="r", generations=[0]),
-     StaleBlockError, "POOL-112"),
-    ("free: generation of wrong type", lambda w: w.pool.free(w.held[:1], holder="r", generations=[1.0]),
-     InvalidTypeError, "ERR-503"),
+    (
+        "free: duplicate beyond references",
+        lambda w: w.pool.free([w.held[1], w.held[1]], holder="r"),
+        NotHeldError,
+        "POOL-109",
+    ),
+    (
+        "free: valid then invalid",
+        lambda w: w.pool.free([w.held[2], w.never], holder="r"),
+        NotHeldError,
+        "POOL-108",
+    ),
+    (
+        "free: generations too short",
+        lambda w: w.pool.free(w.held[:2], holder="r", generations=[1]),
+        InvalidValueError,
+        "ERR-506",
+    ),
+    (
+        "free: stale generation",
+        lambda w: w.pool.free(w.held[:1], holder="r", generations=[0]),
+        StaleBlockError,
+        "POOL-112",
+    ),
+    (
+        "free: generation of wrong type",
+        lambda w: w.pool.free(w.held[:1], holder="r", generations=[1.0]),
+        InvalidTypeError,
+        "ERR-503",
+    ),
     ("free: float array", lambda w: w.pool.free(np.array([1.0]), holder="r"), InvalidTypeError, "ERR-503"),
-    *[(f"free: element {v!r}", (lambda v: lambda w: w.pool.free([w.held[0], v], holder="r"))(v),
-       InvalidTypeError, "ERR-503") for v in WRONG_INTS],
-    *[(f"free: ids {type(v).__name__} {v!r}", (lambda v: lambda w: w.pool.free(v, holder="r"))(v),
-       InvalidTypeError, "ERR-503") for v in WRONG_SEQS],
+    *[
+        (
+            f"free: element {v!r}",
+            (lambda bad: lambda w: w.pool.free([w.held[0], bad], holder="r"))(v),
+            InvalidTypeError,
+            "ERR-503",
+        )
+        for v in WRONG_INTS
+    ],
+    *[
+        (
+            f"free: ids {type(v).__name__} {v!r}",
+            (lambda bad: lambda w: w.pool.free(bad, holder="r"))(v),
+            InvalidTypeError,
+            "ERR-503",
+        )
+        for v in WRONG_SEQS
+    ],
     # acquire
     ("acquire: free block", lambda w: w.pool.acquire([w.never], holder="r"), BlockStateError, "POOL-119"),
     ("acquire: reserved id", lambda w: w.pool.acquire([0]), ReservedBlockError, "POOL-118"),
     ("acquire: out of range", lambda w: w.pool.acquire([16]), BlockIdError, "POOL-103"),
     ("acquire: negative id", lambda w: w.pool.acquire([-3]), BlockIdError, "POOL-103"),
-    ("acquire: stale generation", lambda w: w.pool.acquire(w.cached[:1], generations=[7]),
-     StaleBlockError, "POOL-112"),
-    ("acquire: valid then free", lambda w: w.pool.acquire([w.cached[0], w.never]), BlockStateError, "POOL-119"),
-    *[(f"acquire: ids {v!r}", (lambda v: lambda w: w.pool.acquire(v))(v), InvalidTypeError, "ERR-503")
-      for v in WRONG_SEQS],
-    *[(f"acquire: element {v!r}", (lambda v: lambda w: w.pool.acquire([v]))(v), InvalidTypeError, "ERR-503")
-      for v in WRONG_INTS],
+    (
+        "acquire: stale generation",
+        lambda w: w.pool.acquire(w.cached[:1], generations=[7]),
+        StaleBlockError,
+        "POOL-112",
+    ),
+    (
+        "acquire: valid then free",
+        lambda w: w.pool.acquire([w.cached[0], w.never]),
+        BlockStateError,
+        "POOL-119",
+    ),
+    *[
+        (f"acquire: ids {v!r}", (lambda bad: lambda w: w.pool.acquire(bad))(v), InvalidTypeError, "ERR-503")
+        for v in WRONG_SEQS
+    ],
+    *[
+        (
+            f"acquire: element {v!r}",
+            (lambda bad: lambda w: w.pool.acquire([bad]))(v),
+            InvalidTypeError,
+            "ERR-503",
+        )
+        for v in WRONG_INTS
+    ],
     # register
     ("register: free block", lambda w: w.pool.register([w.never], [9]), BlockStateError, "PFX-302"),
     ("register: cached block", lambda w: w.pool.register(w.cached[:1], [9]), BlockStateError, "PFX-302"),
     ("register: reserved block", lambda w: w.pool.register([0], [9]), ReservedBlockError, "POOL-118"),
     ("register: out of range", lambda w: w.pool.register([99], [9]), BlockIdError, "POOL-103"),
     ("register: hashed block", lambda w: w.pool.register(w.held[:1], [9]), HashConflictError, "PFX-303"),
-    ("register: block twice", lambda w: w.pool.register([w.held[1], w.held[1]], [8, 9]),
-     HashConflictError, "PFX-303"),
-    ("register: unknown parent", lambda w: w.pool.register(w.held[1:2], [9], parent_hash=77),
-     UnknownHashError, "PFX-304"),
-    ("register: new parent for resident hash", lambda w: w.pool.register(w.held[1:2], [2]),
-     HashConflictError, "PFX-306"),
-    ("register: own parent", lambda w: w.pool.register(w.held[1:2], [4], parent_hash=4),
-     HashConflictError, "PFX-306"),
+    (
+        "register: block twice",
+        lambda w: w.pool.register([w.held[1], w.held[1]], [8, 9]),
+        HashConflictError,
+        "PFX-303",
+    ),
+    (
+        "register: unknown parent",
+        lambda w: w.pool.register(w.held[1:2], [9], parent_hash=77),
+        UnknownHashError,
+        "PFX-304",
+    ),
+    (
+        "register: new parent for resident hash",
+        lambda w: w.pool.register(w.held[1:2], [2]),
+        HashConflictError,
+        "PFX-306",
+    ),
+    (
+        "register: own parent",
+        lambda w: w.pool.register(w.held[1:2], [4], parent_hash=4),
+        HashConflictError,
+        "PFX-306",
+    ),
     ("register: length mismatch", lambda w: w.pool.register(w.held[1:3], [9]), InvalidValueError, "ERR-506"),
     ("register: negative hash", lambda w: w.pool.register(w.held[1:2], [-1]), InvalidValueError, "HASH-207"),
     ("register: 64-bit hash", lambda w: w.pool.register(w.held[1:2], [2**63]), InvalidValueError, "HASH-207"),
     ("register: float hash", lambda w: w.pool.register(w.held[1:2], [1.5]), InvalidTypeError, "ERR-503"),
-    ("register: second block bad", lambda w: w.pool.register(w.held[1:3], [9, -2]),
-     InvalidValueError, "HASH-207"),
-    ("register: second block free", lambda w: w.pool.register([w.held[1], w.never], [9, 10]),
-     BlockStateError, "PFX-302"),
-    ("register: parent of wrong type", lambda w: w.pool.register(w.held[1:2], [9], parent_hash="3"),
-     InvalidTypeError, "ERR-503"),
+    (
+        "register: second block bad",
+        lambda w: w.pool.register(w.held[1:3], [9, -2]),
+        InvalidValueError,
+        "HASH-207",
+    ),
+    (
+        "register: second block free",
+        lambda w: w.pool.register([w.held[1], w.never], [9, 10]),
+        BlockStateError,
+        "PFX-302",
+    ),
+    (
+        "register: parent of wrong type",
+        lambda w: w.pool.register(w.held[1:2], [9], parent_hash="3"),
+        InvalidTypeError,
+        "ERR-503",
+    ),
     # lookup and match
     ("lookup: str hash", lambda w: w.pool.lookup(["a"]), InvalidTypeError, "ERR-503"),
     ("lookup: negative hash", lambda w: w.pool.lookup([1, -5]), InvalidValueError, "HASH-207"),
@@ -140,29 +231,73 @@ CASES: list[Case] = [
     ("match: unhashable holder", lambda w: w.pool.match([1], holder={}), InvalidTypeError, "ERR-503"),
     ("match: huge hash", lambda w: w.pool.match([2**64]), InvalidValueError, "HASH-207"),
     # batched forms
-    ("allocate_many: negative", lambda w: w.pool.allocate_many([1, -1], holders=["a", "b"]),
-     InvalidValueError, "ERR-504"),
-    ("allocate_many: float", lambda w: w.pool.allocate_many([1, 1.0], holders=["a", "b"]),
-     InvalidTypeError, "ERR-503"),
-    ("allocate_many: holders short", lambda w: w.pool.allocate_many([1, 1], holders=["a"]),
-     InvalidValueError, "ERR-506"),
-    ("allocate_many: holders a str", lambda w: w.pool.allocate_many([1], holders="a"),
-     InvalidTypeError, "ERR-503"),
-    ("allocate_many: counts a str", lambda w: w.pool.allocate_many("12", holders=["a", "b"]),
-     InvalidTypeError, "ERR-503"),
-    ("free_many: bad later entry", lambda w: w.pool.free_many([w.held[:1], [w.never]], holders=["r", "r"]),
-     NotHeldError, "POOL-108"),
-    ("free_many: duplicates across entries", lambda w: w.pool.free_many([w.held[:1], w.held[:1]],
-     holders=["r", "r"]), NotHeldError, "POOL-109"),
-    ("free_many: holders short", lambda w: w.pool.free_many([w.held[:1]], holders=[]),
-     InvalidValueError, "ERR-506"),
+    (
+        "allocate_many: negative",
+        lambda w: w.pool.allocate_many([1, -1], holders=["a", "b"]),
+        InvalidValueError,
+        "ERR-504",
+    ),
+    (
+        "allocate_many: float",
+        lambda w: w.pool.allocate_many([1, 1.0], holders=["a", "b"]),
+        InvalidTypeError,
+        "ERR-503",
+    ),
+    (
+        "allocate_many: holders short",
+        lambda w: w.pool.allocate_many([1, 1], holders=["a"]),
+        InvalidValueError,
+        "ERR-506",
+    ),
+    (
+        "allocate_many: holders a str",
+        lambda w: w.pool.allocate_many([1], holders="a"),
+        InvalidTypeError,
+        "ERR-503",
+    ),
+    (
+        "allocate_many: counts a str",
+        lambda w: w.pool.allocate_many("12", holders=["a", "b"]),
+        InvalidTypeError,
+        "ERR-503",
+    ),
+    (
+        "free_many: bad later entry",
+        lambda w: w.pool.free_many([w.held[:1], [w.never]], holders=["r", "r"]),
+        NotHeldError,
+        "POOL-108",
+    ),
+    (
+        "free_many: duplicates across entries",
+        lambda w: w.pool.free_many([w.held[:1], w.held[:1]], holders=["r", "r"]),
+        NotHeldError,
+        "POOL-109",
+    ),
+    (
+        "free_many: holders short",
+        lambda w: w.pool.free_many([w.held[:1]], holders=[]),
+        InvalidValueError,
+        "ERR-506",
+    ),
     ("free_many: not a list", lambda w: w.pool.free_many(None, holders=[]), InvalidTypeError, "ERR-503"),
-    ("free_many: entry wrong type", lambda w: w.pool.free_many([w.held[:1], "x"], holders=["r", "r"]),
-     InvalidTypeError, "ERR-503"),
-    ("match_many: bad hash", lambda w: w.pool.match_many([[1], [-1]], holders=["a", "b"]),
-     InvalidValueError, "HASH-207"),
-    ("match_many: holders short", lambda w: w.pool.match_many([[1], [1]], holders=["a"]),
-     InvalidValueError, "ERR-506"),
+    (
+        "free_many: entry wrong type",
+        lambda w: w.pool.free_many([w.held[:1], "x"], holders=["r", "r"]),
+        InvalidTypeError,
+        "ERR-503",
+    ),
+    (
+        "match_many: bad hash",
+        lambda w: w.pool.match_many([[1], [-1]], holders=["a", "b"]),
+        InvalidValueError,
+        "HASH-207",
+    ),
+    (
+        "match_many: holders short",
+        lambda w: w.pool.match_many([[1], [1]], holders=["a"]),
+        InvalidValueError,
+        "ERR-506",
+    ),
     # pause, queries
     ("pause: unhashable", lambda w: w.pool.pause([]), InvalidTypeError, "ERR-503"),
     ("resume: unhashable", lambda w: w.pool.resume({}), InvalidTypeError, "ERR-503"),
@@ -212,7 +347,7 @@ def _int_kinds() -> list[Callable[[int], object]]:
 def test_numpy_and_torch_integers_are_accepted_as_plain_ints(kind: Callable[[int], object]) -> None:
     plain, other = make_world(), make_world()
     for w, conv in ((plain, int), (other, kind)):
-        got = w.pool.allocate(conv(2), holder="k")  # type: ignore[arg-type]
+        got = w.pool.allocate(conv(2), holder="k")
         w.pool.acquire([conv(b) for b in got], holder="j")
         w.pool.free([conv(b) for b in got], holder="k", generations=[conv(w.pool.generation(b)) for b in got])
         w.pool.register([conv(got[0])], [conv(40)], parent_hash=conv(3))

@@ -51,7 +51,7 @@ def test_hashes_are_chained_from_the_fixed_root() -> None:
     h0, h1 = hash_token_blocks(toks, 16)
     assert h0 == hash_block(ROOT_HASH, toks[:16])
     assert h1 == hash_block(h0, toks[16:]), "block 1 must be hashed with block 0's hash as parent"
-    assert hash_token_blocks([99] + toks[1:], 16)[1] != h1, "a change in block 0 must change block 1's hash"
+    assert hash_token_blocks([99, *toks[1:]], 16)[1] != h1, "a change in block 0 must change block 1's hash"
 
 
 @rule("HASH-203")
@@ -61,6 +61,22 @@ def test_the_hashed_bytes_are_canonical_cbor_of_parent_tokens_and_tagged_extras(
     assert cbor2.loads(data) == [5, [1, 2, 3], {1: "lora-a", 2: "s"}]
     assert data == cbor2.dumps([5, [1, 2, 3], {2: "s", 1: "lora-a"}], canonical=True)
     assert encode_block(5, [1, 2, 3]) == cbor2.dumps([5, [1, 2, 3], {}], canonical=True)
+
+
+@rule("HASH-203")
+@given(
+    parent=st.integers(0, 2**63 - 1),
+    tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=20),
+    adapter=st.one_of(st.none(), st.text(max_size=8), st.integers(0, 2**40)),
+    salt=st.one_of(st.none(), st.text(max_size=8)),
+    mm=st.lists(st.tuples(st.text(min_size=1, max_size=6), st.integers(-(2**20), 2**20)), max_size=3),
+)
+def test_the_encoding_is_core_deterministic_cbor(
+    parent: int, tokens: list[int], adapter: str | int | None, salt: str | None, mm: list[tuple[str, int]]
+) -> None:
+    extra = BlockExtraKeys(adapter=adapter, cache_salt=salt, multimodal=tuple(mm))
+    want = cbor2.dumps([parent, tokens, extra.to_cbor_map()], canonical=True)
+    assert encode_block(parent, tokens, extra) == want
 
 
 @rule("HASH-203")
@@ -96,7 +112,9 @@ def test_an_adapter_named_like_a_salt_never_collides_with_it() -> None:
     b=st.one_of(st.none(), st.text(max_size=4)),
     t=st.one_of(st.none(), st.text(max_size=4)),
 )
-def test_different_extra_keys_never_encode_alike(a: str | None, s: str | None, b: str | None, t: str | None) -> None:
+def test_different_extra_keys_never_encode_alike(
+    a: str | None, s: str | None, b: str | None, t: str | None
+) -> None:
     x, y = BlockExtraKeys(adapter=a, cache_salt=s), BlockExtraKeys(adapter=b, cache_salt=t)
     if (a, s) != (b, t):
         assert encode_block(1, [1], x) != encode_block(1, [1], y), f"{x} and {y} encode alike"
@@ -129,7 +147,9 @@ def test_the_default_hash_is_stable_across_processes_and_hash_seeds() -> None:
     outputs = set()
     for seed in ("0", "1", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
         outputs.add(out.stdout.strip())
     assert len(outputs) == 1, f"hashes differ across processes: {outputs}"
     assert outputs.pop() == str(hash_token_blocks(list(range(40)), 16, cache_salt="s"))
@@ -144,7 +164,9 @@ def test_the_default_hash_has_a_pinned_value() -> None:
 
 
 @rule("HASH-207")
-@given(tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=16), algo=st.sampled_from(sorted(ALGORITHMS)))
+@given(
+    tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=16), algo=st.sampled_from(sorted(ALGORITHMS))
+)
 def test_every_hash_lies_in_the_63_bit_range(tokens: list[int], algo: str) -> None:
     h = hash_block(ROOT_HASH, tokens, algorithm=algo)
     assert 0 <= h < 2**63

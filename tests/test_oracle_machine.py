@@ -111,7 +111,7 @@ class OracleMachine(RuleBasedStateMachine):
         fresh = pool.allocate(need, holder=holder)
         for i, b in enumerate(fresh, start=len(hit)):
             self.shadow[b] = chain[: i + 1]
-        pool.register(fresh, hashes[len(hit):], parent_hash=hashes[len(hit) - 1] if hit else None)
+        pool.register(fresh, hashes[len(hit) :], parent_hash=hashes[len(hit) - 1] if hit else None)
         self.held(holder).extend(fresh)
 
     @rule(holder=HOLDERS)
@@ -142,7 +142,9 @@ class OracleMachine(RuleBasedStateMachine):
         got = self.pool.lookup(chain_hashes(chain))
         assert self.pool.snapshot() == before, "lookup changed the state (PFX-321)"
         for i, b in enumerate(got):
-            assert self.shadow.get(b) == chain[: i + 1], f"lookup returned block {b} holding {self.shadow.get(b)}"
+            assert self.shadow.get(b) == chain[: i + 1], (
+                f"lookup returned block {b} holding {self.shadow.get(b)}"
+            )
 
     @invariant()
     def invariants_hold(self) -> None:
@@ -156,7 +158,9 @@ class OracleMachine(RuleBasedStateMachine):
                 model.setdefault(b, Counter())[holder] += 1
         for b in range(self.pool.num_blocks):
             want = dict(model.get(b, {}))
-            assert self.pool.holders(b) == want, f"block {b}: pool holders {self.pool.holders(b)}, model {want}"
+            assert self.pool.holders(b) == want, (
+                f"block {b}: pool holders {self.pool.holders(b)}, model {want}"
+            )
 
     @invariant()
     def events_replay_to_the_resident_hashes(self) -> None:
@@ -171,6 +175,14 @@ class OracleMachine(RuleBasedStateMachine):
 
 TestOracleMachine = OracleMachine.TestCase
 TestOracleMachine = pytest.mark.rule(
-    "STATE-001", "STATE-002", "STATE-003", "STATE-005", "POOL-104", "POOL-107", "POOL-113", "PFX-307",
-    "PFX-316", "PFX-321",
+    "STATE-001",
+    "STATE-002",
+    "STATE-003",
+    "STATE-005",
+    "POOL-104",
+    "POOL-107",
+    "POOL-113",
+    "PFX-307",
+    "PFX-316",
+    "PFX-321",
 )(TestOracleMachine)

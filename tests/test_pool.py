@@ -75,7 +75,9 @@ def test_per_block_queries_check_the_range_too(pool: OracleBlockPool, query: str
 
 
 @rule("POOL-104")
-def test_allocate_returns_distinct_blocks_each_with_one_reference_for_the_holder(pool: OracleBlockPool) -> None:
+def test_allocate_returns_distinct_blocks_each_with_one_reference_for_the_holder(
+    pool: OracleBlockPool,
+) -> None:
     ids = pool.allocate(5, holder="r1")
     assert len(ids) == 5 and len(set(ids)) == 5, f"allocate(5) returned {ids}; expected 5 distinct ids"
     for b in ids:
@@ -142,7 +144,9 @@ def test_under_lru_leaf_an_ancestor_of_a_held_block_is_not_available() -> None:
 
 
 @rule("POOL-107")
-def test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call(pool: OracleBlockPool) -> None:
+def test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call(
+    pool: OracleBlockPool,
+) -> None:
     [b] = pool.allocate(1, holder="r")
     pool.acquire([b, b], holder="r")
     assert pool.ref_count(b) == 3
@@ -280,7 +284,9 @@ def test_pausing_twice_or_resuming_an_active_holder_raises(pool: OracleBlockPool
 
 
 @rule("POOL-115")
-def test_which_ids_allocate_returns_is_the_implementations_choice_but_always_usable(pool: OracleBlockPool) -> None:
+def test_which_ids_allocate_returns_is_the_implementations_choice_but_always_usable(
+    pool: OracleBlockPool,
+) -> None:
     ids = pool.allocate(7)
     assert sorted(ids) == list(range(1, 8)), f"allocate(7) on 8 blocks with 0 reserved gave {ids}"
 

@@ -72,14 +72,14 @@ def test_a_resident_hash_keeps_its_parent(pool: OracleBlockPool) -> None:
     pool.register(pool.allocate(2), [1, 2])
     other = pool.allocate(2)
     pool.register(other[:1], [9])
-    fails_unchanged(
-        pool, lambda: pool.register(other[1:], [2], parent_hash=9), HashConflictError, "PFX-306"
-    )
+    fails_unchanged(pool, lambda: pool.register(other[1:], [2], parent_hash=9), HashConflictError, "PFX-306")
     fails_unchanged(pool, lambda: pool.register(other[1:], [9], parent_hash=9), HashConflictError, "PFX-306")
 
 
 @rule("PFX-307")
-def test_lookup_returns_the_longest_resident_prefix_and_stops_at_the_first_miss(pool: OracleBlockPool) -> None:
+def test_lookup_returns_the_longest_resident_prefix_and_stops_at_the_first_miss(
+    pool: OracleBlockPool,
+) -> None:
     ids = cache_chain(pool, [1, 2, 3])
     assert pool.lookup([1, 2, 3, 4]) == ids
     assert pool.lookup([1, 9, 3]) == ids[:1], "the walk must stop at the first miss"

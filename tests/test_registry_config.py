@@ -11,7 +11,14 @@ import pytest
 from kvref.config import load_settings
 from kvref.errors import BackendUnavailableError, ConfigError
 from kvref.oracle import OracleBlockPool
-from kvref.protocol import Backend, BlockPool, PrefixCache, SupportsBatching, SupportsInvariants, SupportsPause
+from kvref.protocol import (
+    Backend,
+    BlockPool,
+    PrefixCache,
+    SupportsBatching,
+    SupportsInvariants,
+    SupportsPause,
+)
 from kvref.registry import backend_names, backend_statuses, create_pool, load_backend
 
 rule = pytest.mark.rule
@@ -107,7 +114,7 @@ def test_an_invalid_value_names_key_value_and_source(tmp_path: Path, env: dict[s
 @rule("CONF-904")
 def test_an_invalid_file_value_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "kvref.toml").write_text("block-size = -4\n")
-    with pytest.raises(ConfigError, match="kvref.toml"):
+    with pytest.raises(ConfigError, match=r"kvref\.toml"):
         load_settings(environ={}, cwd=tmp_path)
     (tmp_path / "kvref.toml").write_text("block-size = [\n")
     with pytest.raises(ConfigError, match="not valid TOML"):

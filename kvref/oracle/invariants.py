@@ -69,6 +69,13 @@ def check_pool_invariants(pool: OracleBlockPool) -> None:
                 raise _fail("PFX-310", f"block {b} is in use yet in the eviction order")
             per_holder.update(held)
 
+    hashed_in_use = {b for b in range(n) if ref[b] and hashes[b] is not None}
+    if hashed_in_use != pool._hashed_in_use:
+        raise _fail(
+            "STATE-004",
+            f"in-use hashed blocks {sorted(hashed_in_use)} != tracked {sorted(pool._hashed_in_use)}",
+        )
+
     # STATE-003: conservation.
     if len(free) + in_use + cached != pool.num_usable:
         raise _fail(
@@ -82,7 +89,9 @@ def check_pool_invariants(pool: OracleBlockPool) -> None:
 
     # STATE-002: the per-holder totals agree with the per-block holders.
     if dict(per_holder) != pool._held:
-        raise _fail("STATE-002", f"per-holder totals {pool._held!r} != per-block holders {dict(per_holder)!r}")
+        raise _fail(
+            "STATE-002", f"per-holder totals {pool._held!r} != per-block holders {dict(per_holder)!r}"
+        )
 
     # STATE-006: the hash index and the block hashes agree.
     indexed = 0

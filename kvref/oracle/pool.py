@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, SupportsIndex
 
 from kvref.errors import (
     BlockIdError,
@@ -43,12 +43,14 @@ from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, P
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
 from kvref.validate import (
+    IntsLike,
     as_block_id_list,
     as_count,
     as_hash,
     as_hash_list,
     as_holder,
     as_int,
+    as_list,
 )
 
 __all__ = ["OracleBlockPool"]
@@ -72,10 +74,10 @@ class OracleBlockPool:
 
     def __init__(
         self,
-        num_blocks: int,
+        num_blocks: SupportsIndex,
         *,
         policy: str | EvictionPolicy = "lru",
-        reserved_ids: Sequence[int] = (0,),
+        reserved_ids: IntsLike = (0,),
         paused_limit: int = 0,
         enable_events: bool = False,
     ) -> None:
@@ -117,6 +119,7 @@ class OracleBlockPool:
         self._parent: dict[int, int | None] = {}
         self._children: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._hashed_in_use: set[int] = set()  # hashed blocks with references (for lru-leaf)
         self._registered: OrderedDict[int, None] = OrderedDict()
         self._events: list[KVEvent] = []
         self._requests = self._queries = self._hits = self._evictions = self._resets = 0
@@ -178,24 +181,24 @@ class OracleBlockPool:
             raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
         return b
 
-    def ref_count(self, block_id: int) -> int:
+    def ref_count(self, block_id: SupportsIndex) -> int:
         """References on ``block_id`` from all holders (STATE-002)."""
         return self._ref[self._check_id(block_id, "ref_count")]
 
-    def holders(self, block_id: int) -> dict[Hashable, int]:
+    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
         """A copy of ``{holder: references}`` on ``block_id`` (STATE-002)."""
         held = self._holders[self._check_id(block_id, "holders")]
         return dict(held) if held else {}
 
-    def generation(self, block_id: int) -> int:
+    def generation(self, block_id: SupportsIndex) -> int:
         """How many times ``block_id`` has been allocated (POOL-111)."""
         return self._gen[self._check_id(block_id, "generation")]
 
-    def block_hash(self, block_id: int) -> int | None:
+    def block_hash(self, block_id: SupportsIndex) -> int | None:
         """The hash ``block_id`` is registered under, or None (PFX-301)."""
         return self._hash[self._check_id(block_id, "block_hash")]
 
-    def block_state(self, block_id: int) -> BlockState:
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
         """The state of ``block_id`` (STATE-001)."""
         b = self._check_id(block_id, "block_state")
         if self._is_reserved[b]:
@@ -210,7 +213,7 @@ class OracleBlockPool:
 
     # --------------------------------------------------------------- allocation
 
-    def allocate(self, count: int, *, holder: Hashable = None) -> list[int]:
+    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
         """Take ``count`` unhashed blocks with one reference each for ``holder``, or none.
 
         Free blocks are taken first; cached blocks are evicted only for the shortfall
@@ -271,13 +274,10 @@ class OracleBlockPool:
             )
         raise NotHeldError(
             rule,
-            f"{op}: holder {holder!r} holds no reference to block {b} "
-            f"(its holders: {self._holders[b]!r})",
+            f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {self._holders[b]!r})",
         )
 
-    def _check_release(
-        self, ids: list[int], holder: Hashable, gens: list[int] | None, op: str
-    ) -> None:
+    def _check_release(self, ids: list[int], holder: Hashable, gens: list[int] | None, op: str) -> None:
         """Every id is a block ``holder`` holds, as often as it occurs (POOL-108, POOL-109)."""
         n, holders = self._n, self._holders
         if gens is not None:
@@ -310,10 +310,10 @@ class OracleBlockPool:
 
     def free(
         self,
-        block_ids: Sequence[int],
+        block_ids: IntsLike,
         *,
         holder: Hashable = None,
-        generations: Sequence[int] | None = None,
+        generations: IntsLike | None = None,
     ) -> None:
         """Drop one of ``holder``'s references per occurrence in ``block_ids``, in list order.
 
@@ -343,7 +343,9 @@ class OracleBlockPool:
                 holders[b] = None
                 if hashes[b] is None:
                     free.append(b)
-                elif ref_zero:
+                    continue
+                self._hashed_in_use.discard(b)
+                if ref_zero:
                     self._unregister(b)
                     self._evictions += 1
                     free.append(b)
@@ -358,10 +360,10 @@ class OracleBlockPool:
 
     def acquire(
         self,
-        block_ids: Sequence[int],
+        block_ids: IntsLike,
         *,
         holder: Hashable = None,
-        generations: Sequence[int] | None = None,
+        generations: IntsLike | None = None,
     ) -> None:
         """Add one reference for ``holder`` per occurrence; blocks must be in use or cached.
 
@@ -392,17 +394,18 @@ class OracleBlockPool:
             r = ref[b]
             if r == 0:
                 del evictable[b]
+                self._hashed_in_use.add(b)
                 holders[b] = {holder: 1}
             else:
                 held = holders[b]
-                held[holder] = held.get(holder, 0) + 1  # type: ignore[union-attr]
+                held[holder] = held.get(holder, 0) + 1  # type: ignore[index,union-attr]
             ref[b] = r + 1
         if ids:
             self._held[holder] = self._held.get(holder, 0) + len(ids)
 
     # --------------------------------------------------------------- batching
 
-    def allocate_many(self, counts: Sequence[int], *, holders: Sequence[Hashable]) -> list[list[int]]:
+    def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits, in order (POOL-116).
 
         Entry ``i`` asks ``counts[i]`` blocks for ``holders[i]``; admission stops at the first
@@ -410,7 +413,10 @@ class OracleBlockPool:
         raises before any block is taken (ERR-501).
         """
         op = "allocate_many"
-        cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))]
+        cs = [
+            as_count(c, op=op, arg=f"counts[{i}]")
+            for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))
+        ]
         hs = self._holder_list(holders, len(cs), op)
         for c, h in zip(cs, hs, strict=True):
             if c and h in self._paused:
@@ -432,18 +438,15 @@ class OracleBlockPool:
             )
         return [as_holder(h, op=op) for h in holders]
 
-    def free_many(
-        self, block_lists: Sequence[Sequence[int]], *, holders: Sequence[Hashable]
-    ) -> None:
+    def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
         """``free(block_lists[i], holder=holders[i])`` for each ``i`` in order, atomically (POOL-117).
 
         The whole batch is checked first, duplicates across entries of one holder included, so a
         bad entry anywhere leaves every reference in place.
         """
         op = "free_many"
-        if isinstance(block_lists, (str, bytes)) or not isinstance(block_lists, Sequence):
-            raise InvalidTypeError("ERR-503", f"{op}: block_lists must be a sequence of id lists")
-        lists = [as_block_id_list(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(block_lists)]
+        entries = as_list(block_lists, op=op, arg="block_lists")
+        lists = [as_block_id_list(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
         hs = self._holder_list(holders, len(lists), op)
         by_holder: dict[Hashable, list[int]] = {}
         for ids, h in zip(lists, hs, strict=True):
@@ -453,14 +456,11 @@ class OracleBlockPool:
         for ids, h in zip(lists, hs, strict=True):
             self._release(ids, h)
 
-    def match_many(
-        self, hash_lists: Sequence[Sequence[int]], *, holders: Sequence[Hashable]
-    ) -> list[list[int]]:
+    def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> list[list[int]]:
         """``match(hash_lists[i], holder=holders[i])`` for each ``i`` in order (PFX-320)."""
         op = "match_many"
-        if isinstance(hash_lists, (str, bytes)) or not isinstance(hash_lists, Sequence):
-            raise InvalidTypeError("ERR-503", f"{op}: hash_lists must be a sequence of hash lists")
-        lists = [as_hash_list(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(hash_lists)]
+        entries = as_list(hash_lists, op=op, arg="hash_lists")
+        lists = [as_hash_list(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
         hs = self._holder_list(holders, len(lists), op)
         for h, hl in zip(hs, lists, strict=True):
             if h in self._paused and hl:
@@ -506,10 +506,10 @@ class OracleBlockPool:
 
     def register(
         self,
-        block_ids: Sequence[int],
-        block_hashes: Sequence[int],
+        block_ids: IntsLike,
+        block_hashes: IntsLike,
         *,
-        parent_hash: int | None = None,
+        parent_hash: SupportsIndex | None = None,
     ) -> None:
         """Cache in-use blocks: ``block_ids[i]`` under ``block_hashes[i]``, chained (PFX-301).
 
@@ -538,7 +538,8 @@ class OracleBlockPool:
                 self._explain_unheld(b, None, op, rule="PFX-302")
             if self._ref[b] == 0:
                 raise BlockStateError(
-                    "PFX-302", f"{op}: block {b} is {self.block_state(b).value}; only blocks in use can be registered"
+                    "PFX-302",
+                    f"{op}: block {b} is {self.block_state(b).value}; only blocks in use can be registered",
                 )
             if self._hash[b] is not None:
                 raise HashConflictError(
@@ -556,6 +557,7 @@ class OracleBlockPool:
         prev = parent
         for b, h in zip(ids, hs, strict=True):
             self._hash[b] = h
+            self._hashed_in_use.add(b)
             copies = self._copies.get(h)
             if copies is None:
                 self._copies[h] = [b]
@@ -590,7 +592,7 @@ class OracleBlockPool:
             if self._events_on:
                 self._events.append(BlockRemoved(h))
 
-    def lookup(self, block_hashes: Sequence[int], *, parent_hash: int | None = None) -> list[int]:
+    def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
         """Blocks of the longest resident prefix of the chain; changes nothing (PFX-307).
 
         Hash ``i`` is a hit only if it is resident with the chain's parent (``parent_hash`` for
@@ -613,7 +615,7 @@ class OracleBlockPool:
         return out
 
     def match(
-        self, block_hashes: Sequence[int], *, holder: Hashable = None, parent_hash: int | None = None
+        self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
     ) -> list[int]:
         """``lookup``, acquire the hit for ``holder`` and count it in the stats (PFX-309)."""
         hs = as_hash_list(block_hashes, op="match")
@@ -662,9 +664,7 @@ class OracleBlockPool:
     @property
     def stats(self) -> PrefixCacheStats:
         """Cumulative hit statistics (PFX-318, PFX-319)."""
-        return PrefixCacheStats(
-            self._requests, self._queries, self._hits, self._evictions, self._resets
-        )
+        return PrefixCacheStats(self._requests, self._queries, self._hits, self._evictions, self._resets)
 
     # ---------------------------------------------------------------- eviction
 
@@ -677,21 +677,17 @@ class OracleBlockPool:
         """How many cached blocks eviction could free now, under the policy (POOL-106)."""
         if self._policy is not _LRU_LEAF:
             return len(self._evictable)
-        # A hash with an in-use copy below it must keep one copy: mark such hashes.
-        ref, parents = self._ref, self._parent
+        # A hash with an in-use copy below it must keep one copy: mark the ancestors of every
+        # in-use hashed block; each marked hash with no in-use copy of its own keeps one.
+        hashes, parents = self._hash, self._parent
+        own_use = {hashes[b] for b in self._hashed_in_use}
         busy_below: set[int] = set()
-        for h, copies in self._copies.items():
-            if any(ref[c] for c in copies):
-                p = parents[h]
-                while p is not None and p not in busy_below:
-                    busy_below.add(p)
-                    p = parents[p]
-        kept = 0
-        for h in busy_below:
-            copies = self._copies[h]
-            if not any(ref[c] for c in copies):
-                kept += 1
-        return len(self._evictable) - kept
+        for h in own_use:
+            p = parents[h]  # type: ignore[index]
+            while p is not None and p not in busy_below:
+                busy_below.add(p)
+                p = parents[p]
+        return len(self._evictable) - len(busy_below - own_use)
 
     def _evict(self, k: int) -> list[int]:
         """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list."""

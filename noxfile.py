@@ -1,0 +1,77 @@
+"""nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
+
+``nox`` runs the default sessions (tests, lint, typecheck, spec): the test command of README.md.
+``nox -s bench`` measures the benchmarks and saves them under ``results/``.
+torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck", "spec"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+PYTHON = "3.11"
+CONSTRAINTS = ".ci/constraints.txt"
+
+
+def install(session: nox.Session, *extras: str, torch: bool = False, editable: bool = False) -> None:
+    """Install kvref with ``extras`` (and torch 2.13.0 on request) under the constraints file."""
+    target = f".[{','.join(extras)}]" if extras else "."
+    args = ["-c", CONSTRAINTS]
+    if editable:
+        args.append("-e")
+    session.install(*args, target)
+    if torch:
+        session.install("-c", CONSTRAINTS, "torch==2.13.0")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite, with torch so that torch integers are part of the bad-input matrix."""
+    install(session, "test", torch=True)
+    env = {"CI": os.environ.get("CI", "1")}
+    session.run("pytest", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks, measured, saved as JSON with machine and versions under results/."""
+    install(session, "bench", "test")
+    os.makedirs("results", exist_ok=True)
+    session.run(
+        "pytest",
+        "tests/bench",
+        "--benchmark-enable",
+        "--benchmark-only",
+        "--benchmark-columns=min,mean,median,ops,rounds",
+        "--benchmark-sort=name",
+        "--benchmark-json=results/bench-oracle.json",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over everything."""
+    session.install("-c", CONSTRAINTS, "ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over kvref, the tests and this file."""
+    install(session, "test")
+    session.install("-c", CONSTRAINTS, "mypy>=1.10", "nox")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def spec(session: nox.Session) -> None:
+    """Lint rule ids, write spec/rules.json, and list rules without a test (fails on MUST rules)."""
+    install(session)
+    session.run("kvref", "spec", "check")
