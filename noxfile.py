@@ -57,9 +57,10 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over everything."""
+    """ruff: lint rules and formatting, over everything."""
     session.install("-c", CONSTRAINTS, "ruff>=0.6")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(python=PYTHON)
