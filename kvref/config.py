@@ -57,7 +57,7 @@ def _policy(value: object) -> str:
 def _hash(value: object) -> str:
     from kvref.hashing import ALGORITHMS
 
-    if value not in ALGORITHMS:
+    if not isinstance(value, str) or value not in ALGORITHMS:
         raise ValueError(f"one of {', '.join(sorted(ALGORITHMS))}")
     return str(value)
 
@@ -122,20 +122,19 @@ class Settings:
 def _parse(option: Option, value: object, source: str) -> Any:
     try:
         return option.parse(value)
-    except ValueError as exc:
-        raise ConfigError(
-            "CONF-904", f"{source}: {option.key} = {value!r} is invalid; expected {exc}"
-        ) from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("CONF-904", f"{source}: {option.key} = {value!r} is invalid; expected {exc}") from None
 
 
 def _read_table(path: Path, table: str | None) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("CONF-904", f"{path}: not valid TOML: {exc}") from None
     if table is not None:
-        data = data.get("tool", {}).get(table, {})
+        tool = data.get("tool", {})
+        data = tool.get(table, {}) if isinstance(tool, dict) else {}
     if not isinstance(data, dict):
         raise ConfigError("CONF-905", f"{path}: [tool.kvref] must be a table")
     unknown = sorted(set(data) - set(OPTIONS))
@@ -151,7 +150,7 @@ def load_settings(
     cwd: Path | None = None,
 ) -> Settings:
     """Resolve every option by the precedence in the module docstring (CONF-903)."""
-    explicit = {k: v for k, v in (explicit or {}).items() if v is not None}
+    explicit = {k.replace("_", "-"): v for k, v in (explicit or {}).items() if v is not None}
     unknown = sorted(set(explicit) - set(OPTIONS))
     if unknown:
         raise ConfigError("CONF-905", f"unknown setting(s) {unknown}; known: {sorted(OPTIONS)}")

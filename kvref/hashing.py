@@ -19,7 +19,7 @@ import cbor2
 import xxhash
 
 from kvref.errors import InvalidTypeError, InvalidValueError
-from kvref.validate import HASH_MAX, as_count, as_hash, as_int
+from kvref.validate import HASH_MAX, as_count, as_hash, as_int, as_list
 
 __all__ = [
     "ALGORITHMS",
@@ -69,8 +69,10 @@ class MultimodalItem:
     length: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.identifier, str) or not self.identifier:
-            raise InvalidTypeError("HASH-205", "MultimodalItem.identifier must be a non-empty str")
+        if not isinstance(self.identifier, str):
+            raise InvalidTypeError("HASH-205", "MultimodalItem.identifier must be a str")
+        if not self.identifier:
+            raise InvalidValueError("HASH-205", "MultimodalItem.identifier must not be empty")
         as_count(self.start, op="MultimodalItem", arg="start")
         if as_count(self.length, op="MultimodalItem", arg="length") == 0:
             raise InvalidValueError("HASH-205", "MultimodalItem.length must be >= 1")
@@ -90,6 +92,19 @@ class BlockExtraKeys:
     cache_salt: str | None = None
     multimodal: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        _check_adapter_and_salt(self.adapter, self.cache_salt, "BlockExtraKeys")
+        if not isinstance(self.multimodal, tuple):
+            raise InvalidTypeError("HASH-205", "BlockExtraKeys.multimodal must be a tuple of (str, int) pairs")
+        for pair in self.multimodal:
+            if (
+                not isinstance(pair, tuple)
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or type(pair[1]) is not int
+            ):
+                raise InvalidTypeError("HASH-205", f"BlockExtraKeys.multimodal entry {pair!r} is not (str, int)")
+
     def is_empty(self) -> bool:
         """True when the block has no extra key at all."""
         return self.adapter is None and self.cache_salt is None and not self.multimodal
@@ -106,10 +121,25 @@ class BlockExtraKeys:
         return out
 
 
-def _check_tokens(tokens: Sequence[int], op: str) -> list[int]:
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-        raise InvalidTypeError("HASH-203", f"{op}: tokens must be a sequence of ints")
-    out = list(tokens)
+def _check_adapter_and_salt(adapter: object, salt: object, op: str) -> None:
+    if adapter is not None and (isinstance(adapter, bool) or not isinstance(adapter, (str, int))):
+        raise InvalidTypeError("HASH-205", f"{op}: adapter must be a str or int, got {type(adapter).__name__}")
+    if salt is not None and not isinstance(salt, str):
+        raise InvalidTypeError("HASH-205", f"{op}: cache_salt must be a str, got {type(salt).__name__}")
+
+
+def _digest_of(algorithm: object, op: str) -> Callable[[bytes], int]:
+    digest = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+    if digest is None:
+        raise InvalidValueError("HASH-209", f"{op}: unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    return digest
+
+
+def _check_tokens(tokens: object, op: str) -> list[int]:
+    try:
+        out = list(as_list(tokens, op=op, arg="tokens"))
+    except InvalidTypeError:
+        raise InvalidTypeError("HASH-203", f"{op}: tokens must be a sequence of ints") from None
     if not all(type(t) is int for t in out):
         out = [as_int(t, op=op, arg="token") for t in out]
     if out and min(out) < 0:
@@ -130,6 +160,8 @@ def encode_block(parent: int, tokens: Sequence[int], extra: BlockExtraKeys | Non
     toks = _check_tokens(tokens, "encode_block")
     if not toks:
         raise InvalidValueError("HASH-201", "encode_block: a block has at least one token")
+    if extra is not None and not isinstance(extra, BlockExtraKeys):
+        raise InvalidTypeError("HASH-205", f"encode_block: extra must be BlockExtraKeys, got {type(extra).__name__}")
     extras = extra.to_cbor_map() if extra is not None else {}
     return _encode(parent, toks, extras)
 
@@ -142,11 +174,7 @@ def hash_block(
     algorithm: str = DEFAULT_ALGORITHM,
 ) -> int:
     """Hash one full block chained on ``parent`` (:data:`ROOT_HASH` for the first block)."""
-    digest = ALGORITHMS.get(algorithm)
-    if digest is None:
-        raise InvalidValueError(
-            "HASH-209", f"hash_block: unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}"
-        )
+    digest = _digest_of(algorithm, "hash_block")
     return digest(encode_block(parent, tokens, extra))
 
 
@@ -161,11 +189,11 @@ def block_extra_keys(
     """The extra keys of block ``block_index`` of a request (HASH-204, HASH-205)."""
     start = block_index * block_size
     end = start + block_size
-    mm = tuple(
-        (item.identifier, item.start - start)
-        for item in multimodal
-        if item.start < end and item.start + item.length > start
+    overlapping = sorted(
+        (item for item in multimodal if item.start < end and item.start + item.length > start),
+        key=lambda item: (item.start, item.identifier),
     )
+    mm = tuple((item.identifier, item.start - start) for item in overlapping)
     return BlockExtraKeys(adapter=adapter, cache_salt=cache_salt if block_index == 0 else None, multimodal=mm)
 
 
@@ -209,22 +237,19 @@ class BlockHasher:
         size = as_count(block_size, op="BlockHasher", arg="block_size")
         if size == 0:
             raise InvalidValueError("HASH-201", "BlockHasher: block_size must be >= 1")
-        if algorithm not in ALGORITHMS:
-            raise InvalidValueError(
-                "HASH-209", f"BlockHasher: unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}"
-            )
-        if adapter is not None and (isinstance(adapter, bool) or not isinstance(adapter, (str, int))):
-            raise InvalidTypeError("HASH-205", "BlockHasher: adapter must be a str or int")
-        if cache_salt is not None and not isinstance(cache_salt, str):
-            raise InvalidTypeError("HASH-205", "BlockHasher: cache_salt must be a str")
-        for item in multimodal:
+        _digest_of(algorithm, "BlockHasher")
+        _check_adapter_and_salt(adapter, cache_salt, "BlockHasher")
+        if isinstance(multimodal, (MultimodalItem, str)) or multimodal is None:
+            raise InvalidTypeError("HASH-205", "BlockHasher: multimodal must be a sequence of MultimodalItem")
+        items = tuple(multimodal)
+        for item in items:
             if not isinstance(item, MultimodalItem):
                 raise InvalidTypeError("HASH-205", "BlockHasher: multimodal items must be MultimodalItem")
         self.block_size = size
         self.algorithm = algorithm
         self._adapter = adapter
         self._salt = cache_salt
-        self._mm = tuple(multimodal)
+        self._mm = items
         self._has_extras = adapter is not None or cache_salt is not None or bool(self._mm)
         self._pending: list[int] = []
         self.hashes: list[int] = []

@@ -61,9 +61,7 @@ def _instantiate(obj: Any, name: str) -> Backend:
                 "CONF-902", f"backend {name!r}: {obj.__name__} cannot be created without arguments ({exc})"
             ) from exc
     if not isinstance(obj, Backend):
-        raise BackendUnavailableError(
-            "CONF-901", f"backend {name!r} resolves to {obj!r}, which is not a kvref Backend"
-        )
+        raise BackendUnavailableError("CONF-901", f"backend {name!r} resolves to {obj!r}, which is not a kvref Backend")
     return obj
 
 
@@ -76,7 +74,7 @@ def load_backend(name: str) -> Backend:
         try:
             module = importlib.import_module(module_name)
             obj = getattr(module, attr)
-        except (ImportError, AttributeError) as exc:
+        except Exception as exc:  # any import-time failure means "cannot load"
             raise BackendUnavailableError(
                 "CONF-902", f"backend {name!r} cannot be loaded: {type(exc).__name__}: {exc}"
             ) from exc
@@ -87,12 +85,10 @@ def load_backend(name: str) -> Backend:
         hint = INSTALL_HINTS.get(name)
         known = ", ".join(sorted(points)) or "none"
         fix = f"; to install it: {hint}" if hint else ""
-        raise BackendUnavailableError(
-            "CONF-902", f"no backend named {name!r} is registered (registered: {known}){fix}"
-        )
+        raise BackendUnavailableError("CONF-902", f"no backend named {name!r} is registered (registered: {known}){fix}")
     try:
         obj = point.load()
-    except ImportError as exc:
+    except Exception as exc:  # any import-time failure means "cannot load"
         hint = INSTALL_HINTS.get(name, f"install the package that provides {point.value}")
         raise BackendUnavailableError(
             "CONF-902", f"backend {name!r} is registered but cannot be imported ({exc}); to fix: {hint}"
@@ -148,9 +144,7 @@ def create_pool(num_blocks: int, **overrides: Any) -> Any:
     backend = load_backend(settings.backend)
     reason = backend.availability()
     if reason is not None:
-        raise BackendUnavailableError(
-            "CONF-902", f"backend {settings.backend!r} is not usable here: {reason}"
-        )
+        raise BackendUnavailableError("CONF-902", f"backend {settings.backend!r} is not usable here: {reason}")
     return backend.create(
         num_blocks,
         policy=settings.policy,

@@ -31,9 +31,7 @@ __all__ = [
 RULE_ID = re.compile(r"\b([A-Z]{2,10})-(\d{3})\b")
 _RULE_START = re.compile(r"^\*\*(?P<id>[^*]+)\*\*\s+(?P<text>\S.*)$")
 _WELL_FORMED = re.compile(r"^[A-Z]{2,10}-\d{3}$")
-_KEYWORD = re.compile(
-    r"\b(MUST NOT|MUST|SHALL NOT|SHALL|SHOULD NOT|SHOULD|REQUIRED|RECOMMENDED|MAY|OPTIONAL)\b"
-)
+_KEYWORD = re.compile(r"\b(MUST NOT|MUST|SHALL NOT|SHALL|SHOULD NOT|SHOULD|REQUIRED|RECOMMENDED|MAY|OPTIONAL)\b")
 _CHAPTER_FILE = re.compile(r"^(\d{2})-[a-z0-9-]+\.md$")
 _LEVELS = {
     "SHALL": "MUST",
@@ -137,13 +135,11 @@ def _parse_chapter(path: Path) -> Chapter | None:
             )
         if int(num) // 100 != chapter.number:
             chapter.problems.append(
-                f"{where}:{line_no}: {rule_id} numbered outside chapter {chapter.number:02d} "
-                f"({chapter.number}xx)"
+                f"{where}:{line_no}: {rule_id} numbered outside chapter {chapter.number:02d} ({chapter.number}xx)"
             )
         if len(keywords) != 1:
             chapter.problems.append(
-                f"{where}:{line_no}: {rule_id} has {len(keywords)} RFC 2119 keywords {keywords}; "
-                "a rule has exactly one"
+                f"{where}:{line_no}: {rule_id} has {len(keywords)} RFC 2119 keywords {keywords}; a rule has exactly one"
             )
             continue
         level = _LEVELS.get(keywords[0], keywords[0])
@@ -186,9 +182,7 @@ def build_index(chapters: list[Chapter]) -> dict[str, object]:
     """The content of ``spec/rules.json``."""
     return {
         "format": 1,
-        "chapters": [
-            {"chapter": c.path.stem, "prefixes": list(c.prefixes), "status": c.status} for c in chapters
-        ],
+        "chapters": [{"chapter": c.path.stem, "prefixes": list(c.prefixes), "status": c.status} for c in chapters],
         "rules": [
             {"id": r.id, "chapter": r.chapter, "level": r.level, "sha256": r.sha256, "text": r.text}
             for c in chapters

@@ -52,9 +52,7 @@ def as_int(value: object, *, op: str, arg: str, rule: str = "ERR-503") -> int:
     try:
         result = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise InvalidTypeError(
-            rule, f"{op}: {arg} must be an integer, got {type(value).__name__} {value!r}"
-        ) from None
+        raise InvalidTypeError(rule, f"{op}: {arg} must be an integer, got {type(value).__name__} {value!r}") from None
     if type(result) is not int:
         raise InvalidTypeError(rule, f"{op}: {arg} must be an integer, got {value!r}")
     return result
@@ -74,9 +72,11 @@ def as_list(values: object, *, op: str, arg: str) -> list[Any]:
         return values
     if isinstance(values, (tuple, range)):
         return list(values)
-    if isinstance(values, (str, bytes, bytearray, Mapping)) or values is None:
+    if isinstance(values, (str, bytes, bytearray, memoryview, Mapping)) or values is None:
+        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
+    if isinstance(values, (set, frozenset)):
         raise InvalidTypeError(
-            "ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}"
+            "ERR-503", f"{op}: {arg} must be an ordered sequence; a {type(values).__name__} has no order"
         )
     tolist = getattr(values, "tolist", None)
     if tolist is not None:
@@ -89,9 +89,7 @@ def as_list(values: object, *, op: str, arg: str) -> list[Any]:
             raise InvalidTypeError("ERR-503", f"{op}: {arg} must be one-dimensional")
         return result
     if not isinstance(values, Iterable):
-        raise InvalidTypeError(
-            "ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}"
-        )
+        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
     return list(values)
 
 
@@ -132,8 +130,6 @@ def as_holder(value: object, *, op: str) -> Hashable:
     """Return ``value`` if it can name a holder (any hashable value, ``None`` included)."""
     try:
         hash(value)
-    except TypeError:
-        raise InvalidTypeError(
-            "ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}"
-        ) from None
+    except Exception:  # any failure to hash makes it unusable as a holder
+        raise InvalidTypeError("ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}") from None
     return value

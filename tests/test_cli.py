@@ -23,9 +23,7 @@ def test_kvref_backends_lists_the_oracle_as_usable(capsys: pytest.CaptureFixture
 
 @rule("CONF-906")
 def test_the_console_script_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "kvref.cli", "backends"], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, "-m", "kvref.cli", "backends"], capture_output=True, text=True, check=True)
     assert "oracle" in out.stdout and "yes" in out.stdout
 
 

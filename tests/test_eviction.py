@@ -100,9 +100,7 @@ def test_lru_leaf_keeps_the_resident_hashes_prefix_closed() -> None:
         resident = pool.resident_hashes()
         for h in resident:
             if h not in (1, 11):
-                assert h - 1 in resident, (
-                    f"after {count} evictions {h} is resident but its parent {h - 1} is not"
-                )
+                assert h - 1 in resident, f"after {count} evictions {h} is resident but its parent {h - 1} is not"
 
 
 @rule("EVICT-405")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import cbor2
 import pytest
@@ -112,9 +113,7 @@ def test_an_adapter_named_like_a_salt_never_collides_with_it() -> None:
     b=st.one_of(st.none(), st.text(max_size=4)),
     t=st.one_of(st.none(), st.text(max_size=4)),
 )
-def test_different_extra_keys_never_encode_alike(
-    a: str | None, s: str | None, b: str | None, t: str | None
-) -> None:
+def test_different_extra_keys_never_encode_alike(a: str | None, s: str | None, b: str | None, t: str | None) -> None:
     x, y = BlockExtraKeys(adapter=a, cache_salt=s), BlockExtraKeys(adapter=b, cache_salt=t)
     if (a, s) != (b, t):
         assert encode_block(1, [1], x) != encode_block(1, [1], y), f"{x} and {y} encode alike"
@@ -147,9 +146,7 @@ def test_the_default_hash_is_stable_across_processes_and_hash_seeds() -> None:
     outputs = set()
     for seed in ("0", "1", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        )
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         outputs.add(out.stdout.strip())
     assert len(outputs) == 1, f"hashes differ across processes: {outputs}"
     assert outputs.pop() == str(hash_token_blocks(list(range(40)), 16, cache_salt="s"))
@@ -164,9 +161,7 @@ def test_the_default_hash_has_a_pinned_value() -> None:
 
 
 @rule("HASH-207")
-@given(
-    tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=16), algo=st.sampled_from(sorted(ALGORITHMS))
-)
+@given(tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=16), algo=st.sampled_from(sorted(ALGORITHMS)))
 def test_every_hash_lies_in_the_63_bit_range(tokens: list[int], algo: str) -> None:
     h = hash_block(ROOT_HASH, tokens, algorithm=algo)
     assert 0 <= h < 2**63
@@ -185,3 +180,55 @@ def test_an_unknown_hash_function_name_raises_and_lists_the_known_ones() -> None
     assert "sha256" in str(info.value) and info.value.rule == "HASH-209"
     with pytest.raises(InvalidValueError):
         BlockHasher(16, algorithm="builtin")
+
+
+@rule("HASH-210")
+def test_multimodal_items_given_as_an_iterator_are_not_lost() -> None:
+    items = [MultimodalItem("img-A", 0, 4)]
+    assert hash_token_blocks(list(range(8)), 4, multimodal=iter(items)) == hash_token_blocks(
+        list(range(8)), 4, multimodal=items
+    )
+    assert hash_token_blocks(list(range(8)), 4, multimodal=items) != hash_token_blocks(list(range(8)), 4)
+
+
+@rule("HASH-210")
+def test_the_order_in_which_items_are_listed_does_not_matter() -> None:
+    a, b = MultimodalItem("img-A", 0, 2), MultimodalItem("img-B", 2, 2)
+    assert hash_token_blocks(list(range(8)), 4, multimodal=[a, b]) == hash_token_blocks(
+        list(range(8)), 4, multimodal=[b, a]
+    )
+
+
+@rule("HASH-203")
+def test_token_arrays_are_accepted_like_lists() -> None:
+    import numpy as np
+
+    assert hash_token_blocks(np.arange(8), 4) == hash_token_blocks(list(range(8)), 4)
+
+
+@rule("HASH-205")
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BlockExtraKeys(adapter=True),
+        lambda: BlockExtraKeys(adapter=1.0),  # type: ignore[arg-type]
+        lambda: BlockExtraKeys(cache_salt=5),  # type: ignore[arg-type]
+        lambda: BlockExtraKeys(multimodal=(("x", 1.5),)),  # type: ignore[arg-type]
+        lambda: hash_block(ROOT_HASH, [1], {"adapter": "x"}),  # type: ignore[arg-type]
+        lambda: hash_token_blocks([1, 2], 1, multimodal=None),  # type: ignore[arg-type]
+        lambda: hash_token_blocks([1, 2], 1, multimodal=MultimodalItem("x", 0, 1)),  # type: ignore[arg-type]
+        lambda: MultimodalItem(3, 0, 1),  # type: ignore[arg-type]
+    ],
+)
+def test_extra_keys_of_the_wrong_type_are_refused(make: Any) -> None:
+    with pytest.raises(InvalidTypeError):
+        make()
+
+
+@rule("HASH-209")
+@pytest.mark.parametrize("algorithm", [[], None, 3])
+def test_an_algorithm_that_is_not_a_name_is_refused_as_unknown(algorithm: Any) -> None:
+    with pytest.raises(InvalidValueError):
+        hash_block(ROOT_HASH, [1], algorithm=algorithm)
+    with pytest.raises(InvalidValueError):
+        BlockHasher(4, algorithm=algorithm)

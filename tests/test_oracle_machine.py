@@ -142,9 +142,7 @@ class OracleMachine(RuleBasedStateMachine):
         got = self.pool.lookup(chain_hashes(chain))
         assert self.pool.snapshot() == before, "lookup changed the state (PFX-321)"
         for i, b in enumerate(got):
-            assert self.shadow.get(b) == chain[: i + 1], (
-                f"lookup returned block {b} holding {self.shadow.get(b)}"
-            )
+            assert self.shadow.get(b) == chain[: i + 1], f"lookup returned block {b} holding {self.shadow.get(b)}"
 
     @invariant()
     def invariants_hold(self) -> None:
@@ -158,9 +156,7 @@ class OracleMachine(RuleBasedStateMachine):
                 model.setdefault(b, Counter())[holder] += 1
         for b in range(self.pool.num_blocks):
             want = dict(model.get(b, {}))
-            assert self.pool.holders(b) == want, (
-                f"block {b}: pool holders {self.pool.holders(b)}, model {want}"
-            )
+            assert self.pool.holders(b) == want, f"block {b}: pool holders {self.pool.holders(b)}, model {want}"
 
     @invariant()
     def events_replay_to_the_resident_hashes(self) -> None:

@@ -235,12 +235,8 @@ def test_a_stale_reference_is_detected_after_the_block_was_handed_out_again(pool
     pool.free([b], holder="old")
     [b2] = pool.allocate(1, holder="old")
     assert b2 == b, "the oracle's free stack reuses the block just freed"
-    fails_unchanged(
-        pool, lambda: pool.free([b], holder="old", generations=[stale]), StaleBlockError, "POOL-112"
-    )
-    fails_unchanged(
-        pool, lambda: pool.acquire([b], holder="new", generations=[stale]), StaleBlockError, "POOL-112"
-    )
+    fails_unchanged(pool, lambda: pool.free([b], holder="old", generations=[stale]), StaleBlockError, "POOL-112")
+    fails_unchanged(pool, lambda: pool.acquire([b], holder="new", generations=[stale]), StaleBlockError, "POOL-112")
     pool.free([b], holder="old", generations=[pool.generation(b)])
 
 

@@ -150,3 +150,35 @@ def test_backend_statuses_report_usability_device_and_capabilities() -> None:
 def test_the_oracle_refuses_a_device_it_cannot_use() -> None:
     with pytest.raises(ConfigError, match="cuda:0"):
         load_backend("oracle").create(8, device="cuda:0")
+
+
+@rule("CONF-904")
+@pytest.mark.parametrize("content", ['hash = ["sha256"]\n', "hash = {x = 1}\n", "block-size = true\n"])
+def test_values_of_the_wrong_toml_type_are_config_errors(tmp_path: Path, content: str) -> None:
+    (tmp_path / "kvref.toml").write_text(content)
+    with pytest.raises(ConfigError):
+        load_settings(environ={}, cwd=tmp_path)
+
+
+@rule("CONF-904")
+def test_a_file_that_is_not_utf8_or_has_a_scalar_tool_table_is_handled(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("tool = 3\n")
+    assert load_settings(environ={}, cwd=tmp_path).backend == "oracle"
+    (tmp_path / "kvref.toml").write_bytes(b"backend = '\xff'\n")
+    with pytest.raises(ConfigError):
+        load_settings(environ={}, cwd=tmp_path)
+
+
+@rule("CONF-903")
+def test_settings_accept_python_spellings_of_keys(tmp_path: Path) -> None:
+    assert load_settings({"block_size": 4}, environ={}, cwd=tmp_path).block_size == 4
+
+
+@rule("CONF-902")
+def test_a_module_that_fails_at_import_is_reported_as_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_backend_mod.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(BackendUnavailableError, match="boom"):
+        load_backend("broken_backend_mod:Backend")

@@ -26,9 +26,7 @@ def test_the_real_spec_lints_clean_and_rules_json_is_current() -> None:
     chapters = parse_spec(SPEC)
     assert lint(chapters, SPEC / "rules.json") == []
     index = json.loads((SPEC / "rules.json").read_text())
-    assert index == json.loads(json.dumps(build_index(chapters))), (
-        "spec/rules.json is stale: run `nox -s spec`"
-    )
+    assert index == json.loads(json.dumps(build_index(chapters))), "spec/rules.json is stale: run `nox -s spec`"
 
 
 @rule("SPEC-001")
@@ -48,9 +46,7 @@ def test_the_linter_finds_bad_ids(tmp_path: Path, body: str, complaint: str) -> 
 
 
 @rule("SPEC-002")
-@pytest.mark.parametrize(
-    "body", ["**POOL-101** Pools work.\n", "**POOL-101** Pools MUST work and MAY rest.\n"]
-)
+@pytest.mark.parametrize("body", ["**POOL-101** Pools work.\n", "**POOL-101** Pools MUST work and MAY rest.\n"])
 def test_a_rule_has_exactly_one_rfc_2119_keyword(tmp_path: Path, body: str) -> None:
     assert any("RFC 2119" in p for p in lint_text(tmp_path, body))
 

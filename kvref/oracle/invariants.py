@@ -89,9 +89,7 @@ def check_pool_invariants(pool: OracleBlockPool) -> None:
 
     # STATE-002: the per-holder totals agree with the per-block holders.
     if dict(per_holder) != pool._held:
-        raise _fail(
-            "STATE-002", f"per-holder totals {pool._held!r} != per-block holders {dict(per_holder)!r}"
-        )
+        raise _fail("STATE-002", f"per-holder totals {pool._held!r} != per-block holders {dict(per_holder)!r}")
 
     # STATE-006: the hash index and the block hashes agree.
     indexed = 0

@@ -88,9 +88,7 @@ class OracleBlockPool:
             raise InvalidValueError("POOL-101", f"{op}: reserved_ids has duplicates: {reserved}")
         for r in reserved:
             if not 0 <= r < n:
-                raise InvalidValueError(
-                    "POOL-101", f"{op}: reserved id {r} outside [0, {n}) for num_blocks={n}"
-                )
+                raise InvalidValueError("POOL-101", f"{op}: reserved id {r} outside [0, {n}) for num_blocks={n}")
         if n - len(reserved) < 1:
             raise InvalidValueError(
                 "POOL-101", f"{op}: num_blocks={n} leaves no usable block after {len(reserved)} reserved"
@@ -269,9 +267,7 @@ class OracleBlockPool:
             raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
         state = self.block_state(b)
         if state is not BlockState.IN_USE:
-            raise NotHeldError(
-                rule, f"{op}: block {b} is {state.value}; holder {holder!r} holds no reference to it"
-            )
+            raise NotHeldError(rule, f"{op}: block {b} is {state.value}; holder {holder!r} holds no reference to it")
         raise NotHeldError(
             rule,
             f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {self._holders[b]!r})",
@@ -294,8 +290,7 @@ class OracleBlockPool:
                 if times > have:
                     raise NotHeldError(
                         "POOL-109",
-                        f"{op}: block {b} occurs {times} times but holder {holder!r} holds "
-                        f"{have} reference(s) to it",
+                        f"{op}: block {b} occurs {times} times but holder {holder!r} holds {have} reference(s) to it",
                     )
 
     def _check_generations(self, ids: list[int], gens: list[int], op: str) -> None:
@@ -414,8 +409,7 @@ class OracleBlockPool:
         """
         op = "allocate_many"
         cs = [
-            as_count(c, op=op, arg=f"counts[{i}]")
-            for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))
+            as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))
         ]
         hs = self._holder_list(holders, len(cs), op)
         for c, h in zip(cs, hs, strict=True):
@@ -522,9 +516,7 @@ class OracleBlockPool:
         ids = as_block_id_list(block_ids, op=op)
         hs = as_hash_list(block_hashes, op=op)
         if len(ids) != len(hs):
-            raise InvalidValueError(
-                "ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes; they must pair up"
-            )
+            raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes; they must pair up")
         parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
         if parent is not None and parent not in self._copies:
             raise UnknownHashError(
@@ -533,6 +525,7 @@ class OracleBlockPool:
         if len(set(ids)) != len(ids):
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}; a block has one hash")
         prev = parent
+        pending: dict[int, int | None] = {}  # hashes this call makes resident -> their parent
         for b, h in zip(ids, hs, strict=True):
             if b < 0 or b >= self._n or self._is_reserved[b]:
                 self._explain_unheld(b, None, op, rule="PFX-302")
@@ -542,17 +535,20 @@ class OracleBlockPool:
                     f"{op}: block {b} is {self.block_state(b).value}; only blocks in use can be registered",
                 )
             if self._hash[b] is not None:
-                raise HashConflictError(
-                    "PFX-303", f"{op}: block {b} is already registered under {self._hash[b]:#x}"
-                )
+                raise HashConflictError("PFX-303", f"{op}: block {b} is already registered under {self._hash[b]:#x}")
             if h == prev:
                 raise HashConflictError("PFX-306", f"{op}: hash {h:#x} cannot be its own parent")
-            if h in self._parent and self._parent[h] != prev:
+            known = self._parent if h in self._parent else pending
+            if h in known and known[h] != prev:
                 raise HashConflictError(
                     "PFX-306",
-                    f"{op}: hash {h:#x} is resident with parent {self._parent[h]!r}, "
-                    f"registration gives parent {prev!r}",
+                    f"{op}: hash {h:#x} is resident with parent {known[h]!r}, registration gives parent {prev!r}",
                 )
+            if h not in known and h in self._children and self._is_ancestor(h, prev, pending):
+                raise HashConflictError(
+                    "PFX-306", f"{op}: registering {h:#x} under {prev!r} would make it its own ancestor"
+                )
+            pending.setdefault(h, prev)
             prev = h
         prev = parent
         for b, h in zip(ids, hs, strict=True):
@@ -571,6 +567,17 @@ class OracleBlockPool:
             if self._policy is _FIFO:
                 self._registered[b] = None
             prev = h
+
+    def _is_ancestor(self, h: int, start: int | None, pending: dict[int, int | None]) -> bool:
+        """Whether ``h`` lies on the parent chain from ``start`` up (a would-be cycle, PFX-306)."""
+        seen: set[int] = set()
+        node = start
+        while node is not None and node not in seen:
+            if node == h:
+                return True
+            seen.add(node)
+            node = self._parent[node] if node in self._parent else pending.get(node)
+        return False
 
     def _unregister(self, b: int) -> None:
         """Remove ``b``'s hash registration; the hash leaves when its last copy does."""
@@ -592,41 +599,61 @@ class OracleBlockPool:
             if self._events_on:
                 self._events.append(BlockRemoved(h))
 
-    def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
-        """Blocks of the longest resident prefix of the chain; changes nothing (PFX-307).
+    def lookup(
+        self,
+        block_hashes: IntsLike,
+        *,
+        parent_hash: SupportsIndex | None = None,
+        prefer: Sequence[int] | None = None,
+    ) -> list[int]:
+        """Blocks of the longest resident prefix of the chain; changes nothing (PFX-307, PFX-321).
 
         Hash ``i`` is a hit only if it is resident with the chain's parent (``parent_hash`` for
         the first); the walk stops at the first miss. Among several copies the oldest registered
-        is returned (PFX-308 leaves the choice to the implementation).
+        is returned, unless ``prefer[i]`` names another copy of that hash: the conformance suite
+        uses ``prefer`` to follow the copy another implementation chose (PFX-308).
         """
         hs = as_hash_list(block_hashes, op="lookup")
         parent = None if parent_hash is None else as_hash(parent_hash, op="lookup", arg="parent_hash")
-        return self._lookup(hs, parent)
+        return self._lookup(hs, parent, prefer)
 
-    def _lookup(self, hs: list[int], parent: int | None) -> list[int]:
+    def _lookup(self, hs: list[int], parent: int | None, prefer: Sequence[int] | None = None) -> list[int]:
         out: list[int] = []
         copies, parents = self._copies, self._parent
-        for h in hs:
+        for i, h in enumerate(hs):
             found = copies.get(h)
             if found is None or parents[h] != parent:
                 break
-            out.append(found[0])
+            if prefer is not None and i < len(prefer) and prefer[i] in found:
+                out.append(prefer[i])
+            else:
+                out.append(found[0])
             parent = h
         return out
 
     def match(
-        self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
+        self,
+        block_hashes: IntsLike,
+        *,
+        holder: Hashable = None,
+        parent_hash: SupportsIndex | None = None,
+        prefer: Sequence[int] | None = None,
     ) -> list[int]:
-        """``lookup``, acquire the hit for ``holder`` and count it in the stats (PFX-309)."""
+        """``lookup``, acquire the hit for ``holder`` and count it in the stats (PFX-309).
+
+        ``prefer`` is as for :meth:`lookup`.
+        """
         hs = as_hash_list(block_hashes, op="match")
         holder = as_holder(holder, op="match")
         parent = None if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
         if holder in self._paused and hs:
             raise PausedHolderError("POOL-114", f"match: holder {holder!r} is paused")
-        return self._match(hs, parent, holder)
+        return self._match(hs, parent, holder, prefer)
 
-    def _match(self, hs: list[int], parent: int | None, holder: Hashable) -> list[int]:
-        hit = self._lookup(hs, parent)
+    def _match(
+        self, hs: list[int], parent: int | None, holder: Hashable, prefer: Sequence[int] | None = None
+    ) -> list[int]:
+        hit = self._lookup(hs, parent, prefer)
         self._pin(hit, holder)
         self._requests += 1
         self._queries += len(hs)
@@ -641,9 +668,7 @@ class OracleBlockPool:
         """Drop every cached block; refused with CacheInUseError while a block is in use (PFX-313)."""
         in_use = self.num_in_use
         if in_use:
-            raise CacheInUseError(
-                "PFX-313", f"reset: {in_use} block(s) in use; release every reference first"
-            )
+            raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use; release every reference first")
         for b in self._evictable:
             self._hash[b] = None
             self._free.append(b)

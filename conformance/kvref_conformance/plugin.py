@@ -1,0 +1,180 @@
+"""The pytest plugin of the conformance suite (entry point ``pytest11: kvref_conformance``).
+
+Light on purpose: it imports neither torch nor cupy; a backend is imported only when selected.
+It adds ``--kvref-backend NAME`` (a registered name or ``module:Class``), ``--kvref-device``,
+``--kvref-profile``, ``--kvref-results DIR`` and ``--kvref-deviations FILE``; prints the report
+header (backend, version, device, capabilities, Hypothesis profile, every ``KVREF_*`` variable);
+applies known deviations as strict xfails; skips dependents of a failed prerequisite rule;
+reports state-machine steps per second; and writes one results file per implementation.
+A backend that cannot load stops the run with the reason: nothing falls back to the oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvref_conformance.deviations import Deviation, load_deviations
+from kvref_conformance.profiles import register_profiles, selected_profile
+from kvref_conformance.results import ResultsRecorder
+from kvref_conformance.target import Target
+
+__all__ = ["TARGET_KEY", "failed_rules"]
+
+TARGET_KEY = pytest.StashKey[Target]()
+_SELECTED = pytest.StashKey[Target | None]()
+_FAILED = pytest.StashKey[dict[str, set[str]]]()
+_RECORDER = pytest.StashKey[ResultsRecorder]()
+_DEVIATIONS = pytest.StashKey[dict[str, list[Deviation]]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvref", "kvref conformance suite")
+    group.addoption("--kvref-backend", default=None, help="implementation to test: a registered name or module:Class")
+    group.addoption("--kvref-device", default=None, help="device for the backend (cpu, cuda:0, host)")
+    group.addoption("--kvref-profile", default=None, help="Hypothesis profile: ci, dev or deep")
+    group.addoption("--kvref-results", default=None, help="directory for results files (default results/conformance)")
+    group.addoption("--kvref-deviations", default=None, help="extra known-deviations TOML file")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "rule(*ids): the spec rule ids a test checks")
+    config.addinivalue_line("markers", "kvref_requires(*capabilities): skip unless the target declares them")
+    register_profiles()
+    from hypothesis import settings
+
+    try:
+        profile = selected_profile(config.getoption("kvref_profile"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    settings.load_profile(profile)
+    config.stash[_FAILED] = {}
+    config.stash[_SELECTED] = None
+    if config.getoption("kvref_backend") is not None or any("kvref_conformance" in str(a) for a in config.args):
+        selected_target(config)
+    results_dir = Path(config.getoption("kvref_results") or "results/conformance")
+    config.stash[_RECORDER] = ResultsRecorder(results_dir, profile)
+    config.stash[_DEVIATIONS] = {}
+
+
+def _resolve(name: str, device: str | None) -> Target:
+    from kvref.errors import KVRefError
+
+    try:
+        return Target.from_backend(name, device=device)
+    except KVRefError as exc:
+        raise pytest.UsageError(f"kvref conformance: cannot load backend {name!r}: {exc}") from None
+
+
+def selected_target(config: pytest.Config) -> Target:
+    """The implementation selected by ``--kvref-backend``, else by the kvref settings (CONF-903)."""
+    selected = config.stash.get(_SELECTED, None)
+    if selected is None:
+        from kvref.config import load_settings
+        from kvref.errors import KVRefError
+
+        try:
+            settings = load_settings({"backend": config.getoption("kvref_backend")})
+        except KVRefError as exc:
+            raise pytest.UsageError(f"kvref conformance: {exc}") from None
+        selected = _resolve(settings.backend, config.getoption("kvref_device") or settings.device)
+        config.stash[_SELECTED] = selected
+    return selected
+
+
+@pytest.fixture(scope="session")
+def kvref_target(request: pytest.FixtureRequest) -> Target:
+    """The implementation under test for suite classes that do not name their own target."""
+    return selected_target(request.config)
+
+
+def failed_rules(config: pytest.Config, target_name: str) -> set[str]:
+    """Rules with a failed test so far for ``target_name``."""
+    return config.stash[_FAILED].setdefault(target_name, set())
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    selected = config.stash.get(_SELECTED, None)
+    lines = []
+    if selected is not None:
+        caps = ", ".join(sorted(selected.capabilities)) or "none"
+        lines.append(
+            f"kvref conformance: backend {selected.name} {selected.version}, device {selected.device}, "
+            f"profile {selected.profile}"
+        )
+        lines.append(f"kvref capabilities: {caps}")
+    from hypothesis import settings
+
+    lines.append(f"kvref Hypothesis profile: {settings._current_profile}")
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("KVREF_")}
+    lines.append("kvref environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "no KVREF_* variables"))
+    return lines
+
+
+def _item_target(item: pytest.Item) -> Target | None:
+    cls = getattr(item, "cls", None)
+    own = getattr(cls, "target", None) if cls is not None else None
+    if isinstance(own, Target):
+        return own
+    from kvref_conformance.suites.base import ConformanceSuite
+
+    if cls is not None and issubclass(cls, ConformanceSuite):
+        return selected_target(item.config)
+    return None
+
+
+def _deviations_for(config: pytest.Config, target: Target) -> list[Deviation]:
+    known = config.stash[_DEVIATIONS]
+    if target.name not in known:
+        known[target.name] = load_deviations(target.name, config.getoption("kvref_deviations"))
+    return known[target.name]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        target = _item_target(item)
+        if target is None:
+            continue
+        for deviation in _deviations_for(config, target):
+            if deviation.matches(item.nodeid):
+                deviation.used = True
+                item.add_marker(pytest.mark.xfail(reason=f"known deviation: {deviation.describe()}", strict=True))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    target = item.stash.get(TARGET_KEY, None)
+    if target is None:
+        return
+    rules = tuple(r for m in item.iter_markers("rule") for r in m.args)
+    if report.when == "call" and report.failed:
+        failed_rules(item.config, target.name).update(rules)
+    item.config.stash[_RECORDER].record(target, item.nodeid, rules, report)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from kvref_conformance.machines import STEP_COUNTS, STEP_SECONDS
+
+    recorder = config.stash.get(_RECORDER, None)
+    if recorder is None or not recorder.targets:
+        return
+    tr = terminalreporter
+    tr.section("kvref conformance")
+    for name, steps in sorted(STEP_COUNTS.items()):
+        seconds = STEP_SECONDS.get(name, 0.0)
+        rate = steps / seconds if seconds else 0.0
+        tr.write_line(f"state machine {name}: {steps} steps in {seconds:.1f} s, {rate:,.0f} steps/s")
+        recorder.steps[name] = {"steps": steps, "seconds": round(seconds, 3), "steps_per_second": round(rate)}
+    for target_name, deviations in config.stash[_DEVIATIONS].items():
+        for deviation in deviations:
+            if not deviation.used:
+                tr.write_line(f"known deviation of {target_name} matches no test: {deviation.describe()}")
+                recorder.unmatched.setdefault(target_name, []).append(deviation.describe())
+    for path in recorder.write(time.time()):
+        tr.write_line(f"results written to {path}")

@@ -1,0 +1,108 @@
+"""The base every suite class shares: how it gets its target, capability and prerequisite gates.
+
+A subclass either sets ``target`` (a :class:`~kvref_conformance.target.Target`) or leaves it
+None, in which case the plugin's selected backend (``--kvref-backend``) is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+
+from kvref.errors import KVRefError
+from kvref.protocol import CAPABILITIES
+from kvref_conformance.observe import describe_change, observe
+from kvref_conformance.prerequisites import prerequisites_of
+from kvref_conformance.target import Target
+
+__all__ = ["ConformanceSuite", "cache_chain", "fails_unchanged", "requires", "rule"]
+
+rule = pytest.mark.rule
+
+
+def requires(*capabilities: str) -> pytest.MarkDecorator:
+    """Mark a test as needing ``capabilities``; it is skipped, with their descriptions, without."""
+    for cap in capabilities:
+        if cap not in CAPABILITIES:
+            raise ValueError(f"unknown capability {cap!r}")
+    return pytest.mark.kvref_requires(*capabilities)
+
+
+def skip_without(target: Target, capability: str) -> None:
+    """Skip the running test unless ``target`` has ``capability``."""
+    if not target.has(capability):
+        pytest.skip(f"{target.name} lacks {capability!r}: {CAPABILITIES[capability]}")
+
+
+class ConformanceSuite:
+    """Shared fixtures: ``impl`` (the Target) and the gates run before every test."""
+
+    target: ClassVar[Target | None] = None
+
+    @pytest.fixture
+    def impl(self, request: pytest.FixtureRequest) -> Target:
+        """The implementation under test."""
+        own = type(self).target
+        if own is not None:
+            return own
+        selected: Target = request.getfixturevalue("kvref_target")
+        return selected
+
+    @pytest.fixture(autouse=True)
+    def _kvref_gates(self, impl: Target, request: pytest.FixtureRequest) -> None:
+        from kvref_conformance.plugin import TARGET_KEY, failed_rules
+
+        node = request.node
+        node.stash[TARGET_KEY] = impl
+        for marker in node.iter_markers("kvref_requires"):
+            for cap in marker.args:
+                skip_without(impl, cap)
+        rules = tuple(r for m in node.iter_markers("rule") for r in m.args)
+        broken = sorted(prerequisites_of(rules) & failed_rules(request.config, impl.name))
+        if broken:
+            pytest.skip(f"prerequisite failed: {', '.join(broken)}")
+
+    @staticmethod
+    def check(pool: Any) -> None:
+        """Run the implementation's own invariant check, where it has one (ERR-508)."""
+        check = getattr(pool, "check_invariants", None)
+        if check is not None:
+            check()
+
+    @staticmethod
+    def pool(impl: Target, num_blocks: int = 8, *, policy: str = "lru", **kwargs: Any) -> Any:
+        """A new pool of ``impl`` under ``policy``; skips if ``impl`` lacks that policy."""
+        skip_without(impl, f"policy-{policy}")
+        return impl.create(num_blocks, policy=policy, **kwargs)
+
+
+def fails_unchanged(pool: Any, call: Callable[[], Any], error: type[KVRefError], rule_id: str) -> KVRefError:
+    """``call`` raises ``error`` citing ``rule_id`` and leaves the observable state as it was."""
+    if hasattr(pool, "take_events"):
+        pool.take_events()
+    before = observe(pool)
+    try:
+        call()
+    except Exception as raised:
+        exc = raised
+    else:
+        pytest.fail(f"no error raised; {rule_id} requires {error.__name__}")
+    assert isinstance(exc, error), f"raised {type(exc).__name__} ({exc}); {rule_id} requires {error.__name__}"
+    assert exc.rule == rule_id, f"raised {type(exc).__name__} citing {exc.rule}, expected {rule_id}: {exc}"
+    assert str(exc).startswith(f"[{rule_id}]"), f"message {str(exc)!r} does not start with [{rule_id}] (ERR-502)"
+    after = observe(pool)
+    assert after == before, f"a failed call changed the state (ERR-501): {describe_change(before, after)}"
+    if hasattr(pool, "take_events"):
+        events = pool.take_events()
+        assert events == [], f"a failed call emitted events {events} (ERR-501)"
+    return exc  # type: ignore[return-value]  # isinstance checked above
+
+
+def cache_chain(pool: Any, hashes: list[int], holder: object = None) -> list[int]:
+    """Allocate one block per hash, register them as a chain and release them tail first."""
+    ids: list[int] = pool.allocate(len(hashes), holder=holder)
+    pool.register(ids, hashes)
+    pool.free(ids[::-1], holder=holder)
+    return ids

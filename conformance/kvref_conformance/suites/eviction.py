@@ -1,0 +1,140 @@
+"""Chapter 04, eviction policies: lru, lru-leaf, ref-zero, fifo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvref.errors import InvalidTypeError, InvalidValueError
+from kvref.events import BlockRemoved
+from kvref.protocol import BlockState
+from kvref_conformance.suites.base import ConformanceSuite, cache_chain, requires, rule
+from kvref_conformance.target import Target
+
+__all__ = ["EvictionSuite"]
+
+POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo")
+
+
+def evicted_hashes(pool: Any, count: int) -> list[int]:
+    """Allocate ``count`` blocks beyond the free ones and report which hashes left, in order."""
+    pool.take_events()
+    pool.allocate(pool.num_free + count)
+    return [e.block_hash for e in pool.take_events() if isinstance(e, BlockRemoved)]
+
+
+@requires("prefix-cache")
+class EvictionSuite(ConformanceSuite):
+    """Rules of chapter 04 (eviction policies), for any implementation with a prefix cache."""
+
+    @rule("EVICT-408")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo"])
+    def test_free_blocks_go_first_and_only_the_shortfall_is_evicted(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 10, policy=policy, enable_events=True)
+        cache_chain(pool, [1, 2, 3, 4])
+        pool.allocate(5)
+        assert pool.resident_hashes() == {1, 2, 3, 4}, "allocate evicted while free blocks remained"
+        pool.allocate(2)
+        assert len(pool.resident_hashes()) == 2, "exactly the shortfall of 2 must be evicted"
+
+    @rule("EVICT-409")
+    @pytest.mark.parametrize("policy", POLICIES)
+    def test_eviction_never_takes_a_block_in_use(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 6, policy=policy)
+        held = pool.allocate(2, holder="h")
+        pool.register(held, [1, 2])
+        cache_chain(pool, [3, 4, 5], holder="c")
+        got = pool.allocate(pool.num_available)
+        assert not set(got) & set(held)
+        assert all(pool.block_state(b) is BlockState.IN_USE for b in held)
+
+    @requires("events")
+    @rule("EVICT-401", "EVICT-402")
+    def test_lru_evicts_by_release_order_so_a_tail_first_release_loses_the_tail_first(self, impl: Target) -> None:
+        pool = self.pool(impl, 7, policy="lru", enable_events=True)
+        a = pool.allocate(3, holder="a")
+        pool.register(a, [1, 2, 3])
+        b = pool.allocate(3, holder="b")
+        pool.register(b, [11, 12, 13])
+        pool.free(a[::-1], holder="a")  # released 3, 2, 1
+        pool.free(b[::-1], holder="b")  # then 13, 12, 11
+        assert evicted_hashes(pool, 4) == [3, 2, 1, 13]
+
+    @requires("events")
+    @rule("EVICT-401")
+    def test_lru_refreshes_a_block_that_was_hit_and_released_again(self, impl: Target) -> None:
+        pool = self.pool(impl, 4, policy="lru", enable_events=True)
+        cache_chain(pool, [1, 2, 3])  # released 3, 2, 1
+        pool.free(pool.match([1], holder="x"), holder="x")  # 1 released again: now newest
+        assert evicted_hashes(pool, 2) == [3, 2]
+
+    @requires("events")
+    @rule("EVICT-403")
+    def test_lru_leaf_evicts_leaves_only_even_when_a_parent_is_older(self, impl: Target) -> None:
+        pool = self.pool(impl, 6, policy="lru-leaf", enable_events=True)
+        ids = pool.allocate(3, holder="a")
+        pool.register(ids, [1, 2, 3])
+        pool.free(ids, holder="a")  # head first: 1 is the oldest release, but it has a child
+        assert evicted_hashes(pool, 1) == [3], "lru-leaf must evict the leaf 3, not the older parent 1"
+
+    @requires("events")
+    @rule("EVICT-403")
+    def test_lru_leaf_may_evict_a_copy_of_a_hash_with_children(self, impl: Target) -> None:
+        pool = self.pool(impl, 6, policy="lru-leaf", enable_events=True)
+        a = pool.allocate(2, holder="a")
+        pool.register(a, [1, 2])
+        [dup] = pool.allocate(1, holder="b")
+        pool.register([dup], [1])
+        pool.free([dup], holder="b")  # a spare copy of 1: evictable though 1 has a child
+        pool.free(a[::-1], holder="a")
+        pool.take_events()
+        pool.allocate(pool.num_free + 1)
+        assert pool.block_state(dup) is BlockState.IN_USE and pool.block_hash(dup) is None
+        assert pool.take_events() == [], "evicting a spare copy removes no hash"
+        assert pool.resident_hashes() == {1, 2}
+
+    @rule("EVICT-404")
+    def test_lru_leaf_keeps_the_resident_hashes_prefix_closed(self, impl: Target) -> None:
+        pool = self.pool(impl, 9, policy="lru-leaf")
+        for start in (1, 11):
+            cache_chain(pool, [start, start + 1, start + 2, start + 3])
+        for count in range(1, 8):
+            pool.allocate(1)
+            self.check(pool)
+            resident = pool.resident_hashes()
+            for h in resident:
+                if h not in (1, 11):
+                    assert h - 1 in resident, f"after {count} evictions {h} is resident but its parent {h - 1} is not"
+
+    @requires("events")
+    @rule("EVICT-405")
+    def test_ref_zero_drops_a_hashed_block_when_its_last_reference_goes(self, impl: Target) -> None:
+        pool = self.pool(impl, 6, policy="ref-zero", enable_events=True)
+        ids = pool.allocate(2, holder="a")
+        pool.register(ids, [1, 2])
+        pool.acquire(ids, holder="b")
+        pool.free(ids[::-1], holder="a")
+        assert pool.resident_hashes() == {1, 2}, "b still holds both blocks"
+        pool.take_events()
+        pool.free(ids[::-1], holder="b")
+        assert pool.resident_hashes() == frozenset() and pool.num_cached == 0 and pool.num_free == 5
+        assert pool.take_events() == [BlockRemoved(2), BlockRemoved(1)]
+        assert pool.stats.evictions == 2
+
+    @requires("events")
+    @rule("EVICT-406")
+    def test_fifo_evicts_by_registration_order_whatever_the_use_since(self, impl: Target) -> None:
+        pool = self.pool(impl, 7, policy="fifo", enable_events=True)
+        cache_chain(pool, [1, 2, 3])
+        cache_chain(pool, [11, 12, 13])
+        pool.free(pool.match([1, 2, 3], holder="x"), holder="x")  # reuse does not refresh under fifo
+        assert evicted_hashes(pool, 4) == [1, 2, 3, 11]
+
+    @rule("EVICT-407")
+    def test_an_unknown_policy_is_refused(self, impl: Target) -> None:
+        with pytest.raises(InvalidValueError) as info:
+            self.pool(impl, 4, policy="lfu")
+        assert "lru-leaf" in str(info.value), f"the message should list the known policies: {info.value}"
+        with pytest.raises(InvalidTypeError):
+            self.pool(impl, 4, policy=3)  # type: ignore[arg-type]

@@ -1,0 +1,35 @@
+"""Stateful models: differential state machines for the pool, the cache per policy, the batches."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvref_conformance.machines import make_machine
+from kvref_conformance.suites.base import ConformanceSuite, requires, rule
+from kvref_conformance.target import Target
+
+__all__ = ["StatefulSuite"]
+
+
+class StatefulSuite(ConformanceSuite):
+    """Random interleavings of every operation, compared step by step with the oracle."""
+
+    @rule("STATE-001", "STATE-002", "STATE-003", "POOL-102", "POOL-104", "POOL-106", "POOL-107", "POOL-108",
+          "POOL-111", "POOL-113", "ERR-501")  # fmt: skip
+    def test_the_pool_behaves_like_the_oracle(self, impl: Target) -> None:
+        run_state_machine_as_test(make_machine(impl, "lru", cache=False), settings=settings())
+
+    @rule("STATE-004", "STATE-006", "PFX-307", "PFX-312", "PFX-316", "PFX-317", "PFX-318", "PFX-321",
+          "EVICT-401", "EVICT-403", "EVICT-404", "EVICT-405", "EVICT-406", "EVICT-408")  # fmt: skip
+    @requires("prefix-cache")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo"])
+    def test_the_prefix_cache_behaves_like_the_oracle(self, impl: Target, policy: str) -> None:
+        self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
+        run_state_machine_as_test(make_machine(impl, policy), settings=settings())
+
+    @rule("POOL-116", "POOL-117", "PFX-320")
+    @requires("batching")
+    def test_the_batched_forms_behave_like_the_single_operations(self, impl: Target) -> None:
+        run_state_machine_as_test(make_machine(impl, "lru", batches=True), settings=settings())

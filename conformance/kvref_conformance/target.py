@@ -1,0 +1,101 @@
+"""What the suite tests: a named factory of pools with declared capabilities and profile.
+
+A :class:`Target` is all an implementation needs to give the suite. kvref's registered backends
+become targets through :meth:`Target.from_backend`; a third party builds one from any callable
+(:meth:`Target.from_factory`), and a foreign API gets a thin adapter class first (see
+:mod:`kvref_conformance.adapter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvref.errors import BackendUnavailableError
+from kvref.protocol import CAPABILITIES
+
+__all__ = ["PROFILES", "Target"]
+
+#: How strictly the suite compares block ids with the oracle's.
+PROFILES = {
+    "renaming": "block ids are compared through a renaming (POOL-115): any id choice passes",
+    "exact-order": "allocate and lookup must return the very ids the oracle returns, in its order",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """An implementation under test.
+
+    ``factory(num_blocks, *, policy, reserved_ids, paused_limit, enable_events)`` returns a new
+    pool speaking :class:`kvref.protocol.PrefixCache` (or only :class:`~kvref.protocol.BlockPool`
+    when ``"prefix-cache"`` is not among ``capabilities``).
+    """
+
+    name: str
+    factory: Callable[..., Any]
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    version: str = "unknown"
+    device: str = "host"
+    profile: str = "renaming"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"target {self.name!r} declares unknown capabilities {sorted(unknown)}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"target {self.name!r}: profile must be one of {sorted(PROFILES)}")
+
+    def has(self, capability: str) -> bool:
+        """Whether the target declares ``capability``."""
+        return capability in self.capabilities
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        reserved_ids: Iterable[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = True,
+    ) -> Any:
+        """A new pool of the implementation."""
+        return self.factory(
+            num_blocks,
+            policy=policy,
+            reserved_ids=tuple(reserved_ids),
+            paused_limit=paused_limit,
+            enable_events=enable_events,
+        )
+
+    @classmethod
+    def from_factory(
+        cls,
+        name: str,
+        factory: Callable[..., Any],
+        *,
+        capabilities: Iterable[str],
+        version: str = "unknown",
+        device: str = "host",
+        profile: str = "renaming",
+    ) -> Target:
+        """A target from any callable with the factory signature above."""
+        return cls(name, factory, frozenset(capabilities), version, device, profile)
+
+    @classmethod
+    def from_backend(cls, name: str, *, device: str | None = None) -> Target:
+        """A registered backend (or ``module:attribute``), refusing one not usable here."""
+        from kvref.registry import load_backend
+
+        backend = load_backend(name)
+        reason = backend.availability()
+        if reason is not None:
+            raise BackendUnavailableError("CONF-902", f"backend {name!r} is not usable here: {reason}")
+        resolved_device = backend.device(device)
+
+        def factory(num_blocks: int, **kwargs: Any) -> Any:
+            return backend.create(num_blocks, device=device, **kwargs)
+
+        profile = getattr(backend, "conformance_profile", "renaming")
+        return cls(name, factory, backend.capabilities(), backend.version(), resolved_device, profile)
