@@ -31,6 +31,8 @@ __all__ = [
     "Holder",
     "PrefixCache",
     "SupportsBatching",
+    "SupportsHashing",
+    "SupportsRequestPrefix",
     "SupportsInvariants",
     "SupportsPause",
     "SupportsSnapshot",
@@ -47,6 +49,8 @@ CAPABILITIES: dict[str, str] = {
     "pause": "tracks paused holders against a soft limit",
     "invariants": "can verify its own invariants (check_invariants)",
     "snapshot": "can return its whole observable state for before/after comparison",
+    "hashing": "computes block hashes of token ids itself (hash_blocks)",
+    "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
     "policy-lru": "evicts by release order (lru)",
     "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
     "policy-ref-zero": "drops a hashed block when its last reference goes (ref-zero)",
@@ -234,6 +238,34 @@ class SupportsPause(Protocol):
 
     def resume(self, holder: Holder) -> None:
         """Mark a paused ``holder`` active again."""
+        ...
+
+
+@runtime_checkable
+class SupportsHashing(Protocol):
+    """An implementation that hashes tokens itself, as vLLM does (chapter 02)."""
+
+    def hash_blocks(
+        self,
+        token_ids: IntsLike,
+        block_size: int,
+        *,
+        adapter: str | int | None = None,
+        cache_salt: str | None = None,
+        multimodal: Sequence[Any] = (),
+    ) -> list[int]:
+        """Hashes of the full blocks of a request's tokens (HASH-201..HASH-211)."""
+        ...
+
+
+@runtime_checkable
+class SupportsRequestPrefix(Protocol):
+    """The request-level prefix match of vLLM's ``get_computed_blocks`` (REQ-701)."""
+
+    def match_request(
+        self, block_hashes: IntsLike, *, num_tokens: int, block_size: int, holder: Holder = None
+    ) -> list[int]:
+        """``match`` limited to the blocks that leave the request's last token uncomputed."""
         ...
 
 

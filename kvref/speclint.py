@@ -211,7 +211,8 @@ def _rule_args(call: ast.Call, aliases: set[str]) -> list[str]:
 def collect_rule_citations(paths: Iterable[Path]) -> dict[str, list[str]]:
     """``{rule id: [file::test, ...]}`` for every ``pytest.mark.rule(...)`` under ``paths``.
 
-    Also understands a module-level alias (``rule = pytest.mark.rule``) used as ``@rule("ID")``.
+    Also understands a module-level alias (``rule = pytest.mark.rule``), or ``rule`` imported from
+    ``kvref_conformance``, used as ``@rule("ID")``.
     """
     cited: dict[str, list[str]] = {}
     for root in paths:
@@ -224,6 +225,14 @@ def collect_rule_citations(paths: Iterable[Path]) -> dict[str, list[str]]:
                 if isinstance(node, ast.Assign) and _is_rule_mark(node.value, set())
                 for target in node.targets
                 if isinstance(target, ast.Name)
+            }
+            # ``from kvref_conformance.suites.base import rule`` brings the same alias in.
+            aliases |= {
+                alias.asname or alias.name
+                for node in tree.body
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvref_conformance")
+                for alias in node.names
+                if alias.name == "rule"
             }
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call):

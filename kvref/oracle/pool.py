@@ -167,7 +167,7 @@ class OracleBlockPool:
     def capabilities(self) -> frozenset[str]:
         """Every capability of the protocol: the oracle implements the whole spec."""
         return frozenset(
-            {"prefix-cache", "events", "batching", "pause", "invariants", "snapshot"}
+            {"prefix-cache", "events", "batching", "pause", "invariants", "snapshot", "hashing", "request-prefix"}
             | {f"policy-{p.value}" for p in EvictionPolicy}
         )
 
@@ -659,6 +659,51 @@ class OracleBlockPool:
         self._queries += len(hs)
         self._hits += len(hit)
         return hit
+
+    def match_request(
+        self,
+        block_hashes: IntsLike,
+        *,
+        num_tokens: SupportsIndex,
+        block_size: SupportsIndex,
+        holder: Hashable = None,
+    ) -> list[int]:
+        """``match`` for a request of ``num_tokens`` tokens: its last token is never a hit (REQ-701).
+
+        At most ``(num_tokens - 1) // block_size`` blocks are matched, so the engine always has at
+        least one token to compute and gets the logits of the last one.
+        """
+        hs = as_hash_list(block_hashes, op="match_request")
+        n = as_count(num_tokens, op="match_request", arg="num_tokens")
+        size = as_count(block_size, op="match_request", arg="block_size")
+        if size == 0:
+            raise InvalidValueError("REQ-701", "match_request: block_size must be >= 1")
+        if len(hs) > n // size:
+            raise InvalidValueError(
+                "REQ-701", f"match_request: {len(hs)} block hashes for {n} tokens of block size {size}"
+            )
+        limit = max(n - 1, 0) // size
+        return self.match(hs[:limit], holder=holder)
+
+    def hash_blocks(
+        self,
+        token_ids: IntsLike,
+        block_size: int,
+        *,
+        adapter: str | int | None = None,
+        cache_salt: str | None = None,
+        multimodal: Sequence[Any] = (),
+    ) -> list[int]:
+        """kvref's own hashing (:func:`kvref.hashing.hash_token_blocks`, default algorithm)."""
+        from kvref.hashing import hash_token_blocks
+
+        return hash_token_blocks(
+            token_ids,
+            block_size,
+            adapter=adapter,
+            cache_salt=cache_salt,
+            multimodal=multimodal,  # type: ignore[arg-type]
+        )
 
     def resident_hashes(self) -> frozenset[int]:
         """Hashes with at least one cached copy, in use or evictable (PFX-305)."""

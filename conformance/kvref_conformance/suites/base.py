@@ -83,21 +83,30 @@ def fails_unchanged(pool: Any, call: Callable[[], Any], error: type[KVRefError],
     if hasattr(pool, "take_events"):
         pool.take_events()
     before = observe(pool)
+    snapshot = getattr(pool, "snapshot", None)
+    deep_before = snapshot() if snapshot is not None else None
     try:
         call()
     except Exception as raised:
         exc = raised
     else:
-        pytest.fail(f"no error raised; {rule_id} requires {error.__name__}")
-    assert isinstance(exc, error), f"raised {type(exc).__name__} ({exc}); {rule_id} requires {error.__name__}"
-    assert exc.rule == rule_id, f"raised {type(exc).__name__} citing {exc.rule}, expected {rule_id}: {exc}"
-    assert str(exc).startswith(f"[{rule_id}]"), f"message {str(exc)!r} does not start with [{rule_id}] (ERR-502)"
+        pytest.fail(f"[{rule_id}] no error raised; the rule requires {error.__name__}")
+    assert isinstance(exc, error), (
+        f"[{rule_id}] raised {type(exc).__name__} ({exc}); the rule requires {error.__name__}"
+    )
+    assert isinstance(exc, KVRefError), f"[ERR-502] {type(exc).__name__} is not a KVRefError"
+    assert exc.rule == rule_id, f"[{rule_id}] raised {type(exc).__name__} citing {exc.rule}, expected {rule_id}: {exc}"
+    assert str(exc).startswith(f"[{rule_id}]"), f"[ERR-502] message {str(exc)!r} does not start with [{rule_id}]"
     after = observe(pool)
-    assert after == before, f"a failed call changed the state (ERR-501): {describe_change(before, after)}"
+    assert after == before, f"[ERR-501] a failed call changed the state: {describe_change(before, after)}"
+    if snapshot is not None:
+        deep_after = snapshot()
+        changed = sorted(k for k in deep_before if deep_before[k] != deep_after.get(k))  # type: ignore[union-attr]
+        assert not changed, f"[ERR-501] a failed call changed the internal state: {changed}"
     if hasattr(pool, "take_events"):
         events = pool.take_events()
-        assert events == [], f"a failed call emitted events {events} (ERR-501)"
-    return exc  # type: ignore[return-value]  # isinstance checked above
+        assert events == [], f"[ERR-501] a failed call emitted events {events}"
+    return exc
 
 
 def cache_chain(pool: Any, hashes: list[int], holder: object = None) -> list[int]:

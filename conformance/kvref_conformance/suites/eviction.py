@@ -134,7 +134,7 @@ class EvictionSuite(ConformanceSuite):
     @rule("EVICT-407")
     def test_an_unknown_policy_is_refused(self, impl: Target) -> None:
         with pytest.raises(InvalidValueError) as info:
-            self.pool(impl, 4, policy="lfu")
+            impl.create(4, policy="lfu")
         assert "lru-leaf" in str(info.value), f"the message should list the known policies: {info.value}"
         with pytest.raises(InvalidTypeError):
-            self.pool(impl, 4, policy=3)  # type: ignore[arg-type]
+            impl.create(4, policy=3)  # type: ignore[arg-type]

@@ -104,6 +104,17 @@ class PrefixCacheSuite(ConformanceSuite):
         assert pool.lookup([2, 3], parent_hash=1) == ids[1:]
         assert pool.lookup([]) == []
 
+    @rule("REQ-701")
+    @requires("request-prefix")
+    def test_a_request_never_hits_on_its_last_token(self, impl: Target) -> None:
+        pool = self.pool(impl, 8)
+        ids = cache_chain(pool, [1, 2, 3, 4])
+        got = pool.match_request([1, 2, 3, 4], num_tokens=16, block_size=4, holder="r")
+        assert got == ids[:3], f"[REQ-701] 16 tokens in blocks of 4: 3 blocks may hit, got {len(got)}"
+        pool.free(got[::-1], holder="r")
+        assert len(pool.match_request([1, 2, 3, 4], num_tokens=17, block_size=4, holder="s")) == 4
+        assert pool.match_request([1], num_tokens=4, block_size=4, holder="t") == []
+
     @rule("PFX-321")
     def test_lookup_changes_nothing(self, impl: Target) -> None:
         pool = self.pool(impl)

@@ -1,0 +1,174 @@
+"""Results files: what one run found for each implementation, per rule and per spec chapter.
+
+One JSON file per implementation (``<dir>/<name>.json``): the target (name, version, device,
+capabilities, profile), the Hypothesis profile, per rule its tests' outcomes and status, per
+chapter a status (``pass``, ``partial``, ``fail``, ``unsupported``), every failure with its
+replay (the report text, which for a state machine holds Hypothesis's minimal program), state
+machine steps per second and known deviations that matched no test. ``kvref report`` renders
+a directory of these files as one conformance matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvref_conformance.target import Target
+
+__all__ = ["ResultsRecorder", "chapter_of"]
+
+_CHAPTERS = {
+    "STATE": "00-terms",
+    "SPEC": "00-terms",
+    "POOL": "01-pool",
+    "HASH": "02-hashing",
+    "PFX": "03-prefix-cache",
+    "EVICT": "04-eviction",
+    "ERR": "05-errors",
+    "RADIX": "06-radix",
+    "REQ": "07-request-manager",
+    "DATA": "08-data-plane",
+    "CONF": "09-backends",
+}
+
+
+def chapter_of(rule_id: str) -> str:
+    """The spec chapter a rule id belongs to."""
+    return _CHAPTERS.get(rule_id.split("-")[0], "unknown")
+
+
+def _outcome(report: Any) -> str | None:
+    """passed, failed, xfailed, unsupported (capability skip), blocked (prerequisite), or None."""
+    if report.when == "call":
+        if hasattr(report, "wasxfail"):
+            return "xfailed" if report.skipped else "failed"
+        return str(report.outcome)
+    if report.skipped:
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if hasattr(report, "wasxfail"):
+            return "xfailed"
+        return "blocked" if "prerequisite failed" in reason else "unsupported"
+    if report.failed:
+        return "failed"  # an error in setup or teardown
+    return None
+
+
+@dataclass
+class _TargetResults:
+    target: Target
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class ResultsRecorder:
+    """Collects test outcomes per target during a run and writes the results files at the end."""
+
+    def __init__(self, directory: Path, hypothesis_profile: str) -> None:
+        self.directory = directory
+        self.hypothesis_profile = hypothesis_profile
+        self.targets: dict[str, _TargetResults] = {}
+        self.steps: dict[str, dict[str, float]] = {}
+        self.unmatched: dict[str, list[str]] = {}
+
+    def record(self, target: Target, nodeid: str, rules: tuple[str, ...], report: Any) -> None:
+        """Note one report phase of one test."""
+        outcome = _outcome(report)
+        if outcome is None:
+            return
+        entry = self.targets.setdefault(target.name, _TargetResults(target)).tests.setdefault(
+            nodeid, {"rules": list(rules), "outcome": outcome}
+        )
+        if outcome in ("failed",) or entry["outcome"] == "passed":
+            entry["outcome"] = outcome
+        if outcome == "failed":
+            entry["replay"] = _clip(str(report.longrepr))
+        if outcome == "xfailed":
+            entry["reason"] = str(getattr(report, "wasxfail", ""))
+
+    def summarize(self, name: str) -> dict[str, Any]:
+        """The results document of one target."""
+        data = self.targets[name]
+        rules: dict[str, dict[str, Any]] = {}
+        for nodeid, test in data.tests.items():
+            for rid in test["rules"]:
+                rule = rules.setdefault(rid, {"chapter": chapter_of(rid), "tests": {}})
+                rule["tests"][nodeid] = test["outcome"]
+        for rule in rules.values():
+            rule["status"] = _status(list(rule["tests"].values()))
+        chapters: dict[str, dict[str, Any]] = {}
+        for rid, rule in sorted(rules.items()):
+            chapter = chapters.setdefault(rule["chapter"], {"rules": {}})
+            chapter["rules"][rid] = rule["status"]
+        for chapter in chapters.values():
+            chapter["status"] = _status(list(chapter["rules"].values()))
+            chapter["covered"] = sum(1 for s in chapter["rules"].values() if s == "pass")
+            chapter["total"] = len(chapter["rules"])
+        failures = [
+            {"test": nodeid, "rules": test["rules"], "replay": test["replay"]}
+            for nodeid, test in data.tests.items()
+            if test["outcome"] == "failed"
+        ]
+        target = data.target
+        return {
+            "format": 1,
+            "implementation": {
+                "name": target.name,
+                "version": target.version,
+                "device": target.device,
+                "capabilities": sorted(target.capabilities),
+                "profile": target.profile,
+            },
+            "hypothesis_profile": self.hypothesis_profile,
+            "python": platform.python_version(),
+            "summary": _count(data.tests.values()),
+            "chapters": chapters,
+            "rules": rules,
+            "failures": failures,
+            "state_machines": {k: v for k, v in self.steps.items() if k.startswith(f"{name}:")},
+            "unmatched_deviations": self.unmatched.get(name, []),
+        }
+
+    def write(self, timestamp: float) -> list[Path]:
+        """Write one file per target; return their paths."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name in sorted(self.targets):
+            doc = self.summarize(name)
+            doc["timestamp"] = round(timestamp)
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+            path = self.directory / f"{safe}.json"
+            path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            paths.append(path)
+        return paths
+
+
+def _status(outcomes: list[str]) -> str:
+    """pass | fail | partial | unsupported | blocked, from its tests' outcomes."""
+    ran = [o for o in outcomes if o not in ("unsupported", "blocked")]
+    if not ran:
+        return "unsupported" if "unsupported" in outcomes else "blocked"
+    if all(o == "passed" or o == "pass" for o in ran):
+        return "pass" if len(ran) == len(outcomes) or "blocked" not in outcomes else "partial"
+    if all(o in ("failed", "fail") for o in ran):
+        return "fail"
+    return "partial"
+
+
+def _count(tests: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for test in tests:
+        out[test["outcome"]] = out.get(test["outcome"], 0) + 1
+    return out
+
+
+def _clip(text: str, limit: int = 6000) -> str:
+    """Keep the end of a long report: that is where the assertion and the replay program are."""
+    if len(text) <= limit:
+        return text
+    marker = text.find("Falsifying example")
+    if marker != -1:
+        return text[marker : marker + limit]
+    return "..." + text[-limit:]

@@ -1,0 +1,38 @@
+"""The suite as collected by ``pytest --pyargs kvref_conformance --kvref-backend NAME``.
+
+Each class adopts one base class for the backend the plugin selected; kvref's own backends are
+tested through exactly this module, as any third party's would be.
+"""
+
+from __future__ import annotations
+
+from kvref_conformance.suites.errors import ErrorSuite
+from kvref_conformance.suites.eviction import EvictionSuite
+from kvref_conformance.suites.hashing import HashingSuite
+from kvref_conformance.suites.pool import PoolSuite
+from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
+from kvref_conformance.suites.stateful import StatefulSuite
+
+
+class TestPool(PoolSuite):
+    """Chapter 01 on the selected backend."""
+
+
+class TestHashing(HashingSuite):
+    """Chapter 02 on the selected backend's own hashing, where it has one."""
+
+
+class TestPrefixCache(PrefixCacheSuite):
+    """Chapter 03 on the selected backend."""
+
+
+class TestEviction(EvictionSuite):
+    """Chapter 04 on the selected backend."""
+
+
+class TestErrors(ErrorSuite):
+    """Chapter 05 on the selected backend."""
+
+
+class TestStateful(StatefulSuite):
+    """Differential state machines against the oracle, on the selected backend."""
