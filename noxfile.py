@@ -1,6 +1,7 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
-``nox`` runs the default sessions (tests, lint, typecheck, spec): the test command of README.md.
+``nox`` runs the default sessions (tests, conformance, lint, typecheck, spec): the test command
+of README.md. ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend.
 ``nox -s bench`` measures the benchmarks and saves them under ``results/``.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
 """
@@ -11,7 +12,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typecheck", "spec"]
+nox.options.sessions = ["tests", "conformance", "lint", "typecheck", "spec"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -36,6 +37,21 @@ def tests(session: nox.Session) -> None:
     install(session, "test", torch=True)
     env = {"CI": os.environ.get("CI", "1")}
     session.run("pytest", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("backend", ["oracle"])
+def conformance(session: nox.Session, backend: str) -> None:
+    """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json."""
+    install(session, "conformance")
+    session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Every results file under results/conformance as one Markdown matrix."""
+    install(session)
+    session.run("kvref", "report", "results/conformance", "--out", "results/conformance-matrix.md")
 
 
 @nox.session(python=PYTHON)

@@ -2,6 +2,8 @@
 
 ``kvref backends``       every registered backend: usable here or why not, device, capabilities
 ``kvref demo``           the built-in demo workload through the selected backend, all policies
+``kvref conformance``    run the conformance suite on a backend (``--backend NAME``)
+``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
 
 ``--backend`` and the other settings follow the precedence of :mod:`kvref.config` (CONF-903).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +165,44 @@ def _cmd_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    """Run the conformance suite in this process: the same mechanism as ``pytest --pyargs``."""
+    from importlib.metadata import entry_points
+
+    try:
+        import pytest
+    except ImportError:
+        raise SystemExit("kvref conformance needs the suite's dependencies: pip install 'kvref[conformance]'") from None
+    argv = ["--pyargs", "kvref_conformance", "-c", os.devnull, "--rootdir", os.getcwd(), "-p", "no:cacheprovider"]
+    if not any(ep.name == "kvref_conformance" for ep in entry_points(group="pytest11")):
+        argv += ["-p", "kvref_conformance.plugin"]
+    for flag, value in (
+        ("--kvref-backend", args.backend),
+        ("--kvref-device", args.device),
+        ("--kvref-profile", args.profile),
+        ("--kvref-results", args.results),
+        ("--kvref-deviations", args.deviations),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    if args.no_shrink:
+        argv.append("--kvref-no-shrink")
+    return int(pytest.main(argv + list(args.pytest_args)))
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from kvref.report import load_results, render_matrix
+
+    docs = load_results([Path(p) for p in args.paths])
+    text = render_matrix(docs)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out} ({len(docs)} implementation(s))")
+    else:
+        print(text, end="")
+    return 0 if docs else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print kvref's version and exit")
@@ -181,6 +222,21 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="workload seed")
     demo.add_argument("--json", action="store_true", help="machine-readable output")
     demo.set_defaults(func=_cmd_demo)
+
+    conf = sub.add_parser("conformance", help="run the conformance suite on a backend")
+    conf.add_argument("--backend", help="backend name or module:Class (default: KVREF_BACKEND, config, oracle)")
+    conf.add_argument("--device", help="device for the backend")
+    conf.add_argument("--profile", choices=["ci", "dev", "deep"], help="Hypothesis profile")
+    conf.add_argument("--results", help="directory for the results file (default results/conformance)")
+    conf.add_argument("--deviations", help="extra known-deviations TOML file")
+    conf.add_argument("--no-shrink", action="store_true", help="detection only: skip Hypothesis's shrink phase")
+    conf.add_argument("pytest_args", nargs="*", help="after --: arguments passed on to pytest")
+    conf.set_defaults(func=_cmd_conformance)
+
+    report = sub.add_parser("report", help="render results files as a Markdown conformance matrix")
+    report.add_argument("paths", nargs="*", default=["results/conformance"], help="results files or directories")
+    report.add_argument("--out", help="write the Markdown here instead of printing it")
+    report.set_defaults(func=_cmd_report)
 
     spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")
     spec.add_argument("action", choices=["lint", "index", "check"], nargs="?", default="check")

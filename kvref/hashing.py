@@ -12,14 +12,14 @@ versions (HASH-206); ``xxh3_64`` is a faster non-cryptographic option (HASH-208)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import cbor2
 import xxhash
 
 from kvref.errors import InvalidTypeError, InvalidValueError
-from kvref.validate import HASH_MAX, as_count, as_hash, as_int, as_list
+from kvref.validate import HASH_MAX, IntsLike, as_count, as_hash, as_int, as_list
 
 __all__ = [
     "ALGORITHMS",
@@ -198,12 +198,12 @@ def block_extra_keys(
 
 
 def hash_token_blocks(
-    token_ids: Sequence[int],
+    token_ids: IntsLike,
     block_size: int,
     *,
     adapter: str | int | None = None,
     cache_salt: str | None = None,
-    multimodal: Sequence[MultimodalItem] = (),
+    multimodal: Iterable[MultimodalItem] = (),
     algorithm: str = DEFAULT_ALGORITHM,
 ) -> list[int]:
     """Hashes of the full blocks of a request's tokens; a trailing partial block gets none."""
@@ -231,7 +231,7 @@ class BlockHasher:
         *,
         adapter: str | int | None = None,
         cache_salt: str | None = None,
-        multimodal: Sequence[MultimodalItem] = (),
+        multimodal: Iterable[MultimodalItem] = (),
         algorithm: str = DEFAULT_ALGORITHM,
     ) -> None:
         size = as_count(block_size, op="BlockHasher", arg="block_size")
@@ -254,7 +254,7 @@ class BlockHasher:
         self._pending: list[int] = []
         self.hashes: list[int] = []
 
-    def extend(self, tokens: Sequence[int]) -> list[int]:
+    def extend(self, tokens: IntsLike) -> list[int]:
         """Append tokens; return the hashes of the blocks they completed (HASH-201)."""
         pending = self._pending
         pending.extend(_check_tokens(tokens, "BlockHasher.extend"))

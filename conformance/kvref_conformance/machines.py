@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kvref.errors import KVRefError
 from kvref.events import apply_events
@@ -195,12 +195,39 @@ class DifferentialMachine(RuleBasedStateMachine):
             del refs[i]
 
     @rule(holder=holders_st, data=st.data())
+    def share_twice_then_free_both_in_one_call(self, holder: object, data: st.DataObject) -> None:
+        """A holder takes a second reference to one of its blocks and frees both in one call:
+        a release written as a scatter (``ref[ids] -= 1``) drops only one (POOL-107)."""
+        self.tick()
+        refs = self.refs[holder]
+        if not refs or holder in self.paused:
+            return
+        a = data.draw(st.sampled_from(refs))
+        self.both(
+            f"acquire([{a}], holder={holder!r})",
+            lambda: self.impl.acquire([a], holder=holder),
+            lambda: self.oracle.acquire([self.i2o[a]], holder=holder),
+        )
+        refs.append(a)
+        ids = [b for b in refs if b == a]
+        kind, _, _ = self.both(
+            f"free({ids}, holder={holder!r})",
+            lambda: self.impl.free(ids, holder=holder),
+            lambda: self.oracle.free(self.rename(ids), holder=holder),
+        )
+        assert kind == "ok"
+        self.refs[holder] = [b for b in refs if b != a]
+
+    @rule(holder=holders_st, data=st.data())
     def bad_release(self, holder: object, data: st.DataObject) -> None:
         """Free what the holder does not hold: another's block, a free block, twice, or reserved."""
         self.tick()
         others = [a for h, refs in self.refs.items() if h != holder for a in refs if a not in self.refs[holder]]
         mine = self.refs[holder]
         choices: list[tuple[str, list[int]]] = [("reserved", list(self.impl.reserved_ids[:1]))]
+        free_now = [b for b in range(self.impl.num_blocks) if self.impl.block_state(b) is BlockState.FREE]
+        if free_now:
+            choices.append(("a free block", [data.draw(st.sampled_from(free_now))]))
         if others:
             choices.append(("another holder's block", [data.draw(st.sampled_from(others))]))
         if mine:
@@ -234,7 +261,6 @@ class DifferentialMachine(RuleBasedStateMachine):
         if kind == "ok":
             self.refs[holder].append(a)
 
-    @precondition(lambda self: self.caching)
     @rule(holder=holders_st, chain=chains_st)
     def run_request(self, holder: object, chain: tuple[int, ...]) -> None:
         """Match, allocate the misses, write the KV, register: one scheduler step of a request."""
@@ -291,6 +317,33 @@ class DifferentialMachine(RuleBasedStateMachine):
         )
         assert kind == "ok", "the oracle refused a valid registration"
 
+    @rule(holder=holders_st, chain=chains_st)
+    def register_a_second_copy(self, holder: object, chain: tuple[int, ...]) -> None:
+        """Compute a block a second time, as two requests in one step do: a second copy of a hash."""
+        self.tick()
+        hashes = chain_hashes(chain)
+        resident = self.oracle.resident_hashes()
+        parent = hashes[-2] if len(hashes) > 1 else None
+        if hashes[-1] not in resident or (parent is not None and parent not in resident):
+            return
+        if self.oracle.num_available < 1:
+            return
+        kind, got, want = self.both(
+            f"allocate(1, holder={holder!r}) for a second copy",
+            lambda: self.impl.allocate(1, holder=holder),
+            lambda: self.oracle.allocate(1, holder=holder),
+        )
+        if kind != "ok":
+            return
+        self.fresh(got, want, holder, "allocate(1)")
+        self.shadow[got[0]] = chain
+        kind, _, _ = self.both(
+            f"register({got}, [{hashes[-1]}], parent_hash={parent}) as a second copy",
+            lambda: self.impl.register(got, hashes[-1:], parent_hash=parent),
+            lambda: self.oracle.register(want, hashes[-1:], parent_hash=parent),
+        )
+        assert kind == "ok", "the oracle refused a second copy"
+
     @rule(holder=holders_st)
     def release_all_tail_first(self, holder: object) -> None:
         self.tick()
@@ -303,13 +356,11 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert kind == "ok"
         refs.clear()
 
-    @precondition(lambda self: self.caching)
     @rule()
     def reset(self) -> None:
         self.tick()
         self.both("reset()", self.impl.reset, self.oracle.reset)
 
-    @precondition(lambda self: self.pausing)
     @rule(holder=holders_st)
     def toggle_pause(self, holder: object) -> None:
         self.tick()
@@ -320,7 +371,6 @@ class DifferentialMachine(RuleBasedStateMachine):
             self.both(f"pause({holder!r})", lambda: self.impl.pause(holder), lambda: self.oracle.pause(holder))
             self.paused.add(holder)
 
-    @precondition(lambda self: self.batching)
     @rule(counts=st.lists(st.integers(0, 4), max_size=4), data=st.data())
     def allocate_batch(self, counts: list[int], data: st.DataObject) -> None:
         self.tick()
@@ -340,7 +390,6 @@ class DifferentialMachine(RuleBasedStateMachine):
         for g, w, h in zip(got, want, holders, strict=False):
             self.fresh(g, w, h, "allocate_many")
 
-    @precondition(lambda self: self.batching)
     @rule(data=st.data())
     def free_batch(self, data: st.DataObject) -> None:
         """Free several holders' blocks in one call, a block shared by two of them included."""
@@ -363,7 +412,6 @@ class DifferentialMachine(RuleBasedStateMachine):
             for i in sorted(picked, reverse=True):
                 del self.refs[h][i]
 
-    @precondition(lambda self: self.caching)
     @rule(chain=chains_st)
     def lookup_is_pure_and_honest(self, chain: tuple[int, ...]) -> None:
         self.tick()
@@ -499,8 +547,22 @@ def make_machine(
     """
     kind = "batch" if batches else "cache" if cache else "pool"
     name = f"{target.name}:{kind}[{policy}]"
-    return type(
-        f"Differential_{kind}_{policy.replace('-', '_')}",
-        (DifferentialMachine,),
-        {"target": target, "policy": policy, "name": name, "use_cache": cache, "use_batches": batches},
-    )
+    attrs: dict[str, Any] = {
+        "target": target,
+        "policy": policy,
+        "name": name,
+        "use_cache": cache,
+        "use_batches": batches,
+    }
+    # Rules of features left out are removed, not guarded: Hypothesis then never draws them.
+    if not (cache and target.has("prefix-cache")):
+        attrs.update(dict.fromkeys(CACHE_RULES))
+    if not (batches and target.has("batching")):
+        attrs.update(dict.fromkeys(BATCH_RULES))
+    if not target.has("pause"):
+        attrs["toggle_pause"] = None
+    return type(f"Differential_{kind}_{policy.replace('-', '_')}", (DifferentialMachine,), attrs)
+
+
+CACHE_RULES = ("run_request", "reset", "lookup_is_pure_and_honest", "register_a_second_copy")
+BATCH_RULES = ("allocate_batch", "free_batch")

@@ -39,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvref-profile", default=None, help="Hypothesis profile: ci, dev or deep")
     group.addoption("--kvref-results", default=None, help="directory for results files (default results/conformance)")
     group.addoption("--kvref-deviations", default=None, help="extra known-deviations TOML file")
+    group.addoption(
+        "--kvref-no-shrink",
+        action="store_true",
+        help="skip Hypothesis's shrink phase: detection only, no minimal replay (the meta-tests use it)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,6 +57,14 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     settings.load_profile(profile)
+    if config.getoption("kvref_no_shrink"):
+        from hypothesis import Phase
+
+        settings.register_profile(
+            f"{profile}-no-shrink", settings.get_profile(profile), phases=[p for p in Phase if p is not Phase.shrink]
+        )
+        settings.load_profile(f"{profile}-no-shrink")
+        profile = f"{profile}-no-shrink"
     config.stash[_FAILED] = {}
     config.stash[_SELECTED] = None
     if config.getoption("kvref_backend") is not None or any("kvref_conformance" in str(a) for a in config.args):

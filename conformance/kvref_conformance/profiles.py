@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 __all__ = ["PROFILES", "register_profiles", "selected_profile"]
 
 PROFILES = {
-    "ci": {"derandomize": True, "max_examples": 40, "stateful_step_count": 40},
+    "ci": {"derandomize": True, "max_examples": 40, "stateful_step_count": 40, "report_multiple_bugs": False},
     "dev": {"max_examples": 100, "stateful_step_count": 50},
     "deep": {"max_examples": 5_000, "stateful_step_count": 60},
 }

@@ -168,7 +168,7 @@ def _clip(text: str, limit: int = 6000) -> str:
     """Keep the end of a long report: that is where the assertion and the replay program are."""
     if len(text) <= limit:
         return text
-    marker = text.find("Falsifying example")
+    marker = max(text.find("Falsifying example"), text.find("Failing test case"))
     if marker != -1:
         return text[marker : marker + limit]
     return "..." + text[-limit:]

@@ -702,7 +702,7 @@ class OracleBlockPool:
             block_size,
             adapter=adapter,
             cache_salt=cache_salt,
-            multimodal=multimodal,  # type: ignore[arg-type]
+            multimodal=multimodal,
         )
 
     def resident_hashes(self) -> frozenset[int]:

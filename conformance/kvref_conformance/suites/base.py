@@ -101,7 +101,7 @@ def fails_unchanged(pool: Any, call: Callable[[], Any], error: type[KVRefError],
     assert after == before, f"[ERR-501] a failed call changed the state: {describe_change(before, after)}"
     if snapshot is not None:
         deep_after = snapshot()
-        changed = sorted(k for k in deep_before if deep_before[k] != deep_after.get(k))  # type: ignore[union-attr]
+        changed = sorted(k for k in deep_before or {} if deep_before[k] != deep_after.get(k))  # type: ignore[index]
         assert not changed, f"[ERR-501] a failed call changed the internal state: {changed}"
     if hasattr(pool, "take_events"):
         events = pool.take_events()

@@ -351,34 +351,6 @@ def _int_kinds() -> list[Callable[[int], object]]:
     return kinds
 
 
-@rule("ERR-505")
-@pytest.mark.parametrize("kind", _int_kinds(), ids=lambda k: getattr(k, "__name__", "tensor"))
-def test_numpy_and_torch_integers_are_accepted_as_plain_ints(kind: Callable[[int], object]) -> None:
-    plain, other = make_world(), make_world()
-    for w, conv in ((plain, int), (other, kind)):
-        got = w.pool.allocate(conv(2), holder="k")
-        w.pool.acquire([conv(b) for b in got], holder="j")
-        w.pool.free([conv(b) for b in got], holder="k", generations=[conv(w.pool.generation(b)) for b in got])
-        w.pool.register([conv(got[0])], [conv(40)], parent_hash=conv(3))
-        w.pool.match([conv(1), conv(2)], holder="q")
-        assert w.pool.ref_count(conv(got[0])) == 1
-    assert plain.pool.snapshot() == other.pool.snapshot()
-
-
-@rule("ERR-505")
-def test_id_arrays_and_tensors_are_accepted_as_sequences() -> None:
-    w = make_world()
-    ids = w.pool.allocate(2, holder="a")
-    w.pool.free(np.array(ids[::-1], dtype=np.int32), holder="a")
-    try:
-        import torch
-    except ImportError:
-        return
-    ids = w.pool.allocate(2, holder="a")
-    w.pool.free(torch.tensor(ids), holder="a")
-    w.pool.check_invariants()
-
-
 class ErrorSuite(ConformanceSuite):
     """Rules of chapter 05 (errors and atomicity), for any implementation."""
 

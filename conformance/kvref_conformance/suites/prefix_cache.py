@@ -124,6 +124,17 @@ class PrefixCacheSuite(ConformanceSuite):
         pool.lookup([1, 2, 3])
         assert observe(pool) == before, "lookup changed the state; it must be a pure query"
 
+    @rule("PFX-321", "EVICT-401")
+    def test_a_lookup_does_not_refresh_what_it_finds(self, impl: Target) -> None:
+        pool = self.pool(impl, 7)
+        old = cache_chain(pool, [1, 2, 3])
+        cache_chain(pool, [11, 12, 13])  # released after the first chain
+        pool.lookup([1, 2, 3])  # a query: must not make the first chain younger
+        pool.allocate(pool.num_free + 1)
+        assert pool.block_hash(old[2]) is None and 3 not in pool.resident_hashes(), (
+            "[PFX-321] after a lookup of the oldest chain, eviction spared it: the lookup refreshed its recency"
+        )
+
     @rule("PFX-308")
     def test_lookup_returns_some_copy_of_a_shared_hash(self, impl: Target) -> None:
         pool = self.pool(impl)

@@ -1,0 +1,76 @@
+"""``kvref report``: results files of the conformance suite rendered as one Markdown matrix.
+
+Rows are spec chapters (rule families), columns implementations; a cell says ``pass``,
+``partial (n/m)``, ``fail``, ``unsupported`` or ``-`` (not run). Below the matrix, per
+implementation: its version, device, profile, state-machine speed, and each failure with the
+rules it names and the first lines of its replay.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_results", "render_matrix"]
+
+_MARK = {"pass": "pass", "fail": "**fail**", "unsupported": "unsupported", "blocked": "blocked"}
+
+
+def load_results(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every results file under ``paths`` (files or directories), sorted by implementation name."""
+    files: list[Path] = []
+    for path in paths:
+        files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+    docs = []
+    for file in files:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and "implementation" in doc and "chapters" in doc:
+            docs.append(doc)
+    return sorted(docs, key=lambda d: str(d["implementation"]["name"]))
+
+
+def _cell(chapter: dict[str, Any] | None) -> str:
+    if chapter is None:
+        return "-"
+    status = str(chapter["status"])
+    if status == "partial":
+        return f"partial ({chapter['covered']}/{chapter['total']})"
+    return _MARK.get(status, status)
+
+
+def render_matrix(docs: list[dict[str, Any]]) -> str:
+    """The Markdown conformance matrix of ``docs``."""
+    if not docs:
+        return "# kvref conformance matrix\n\nNo results files found.\n"
+    names = [str(d["implementation"]["name"]) for d in docs]
+    chapters = sorted({c for d in docs for c in d["chapters"]})
+    lines = ["# kvref conformance matrix", "", "| chapter | " + " | ".join(names) + " |"]
+    lines.append("|---|" + "---|" * len(names))
+    for chapter in chapters:
+        cells = [_cell(d["chapters"].get(chapter)) for d in docs]
+        lines.append(f"| {chapter} | " + " | ".join(cells) + " |")
+    totals = []
+    for d in docs:
+        rules = d["rules"]
+        passed = sum(1 for r in rules.values() if r["status"] == "pass")
+        totals.append(f"{passed}/{len(rules)}")
+    lines.append("| rules passed | " + " | ".join(totals) + " |")
+    for d in docs:
+        impl = d["implementation"]
+        lines += ["", f"## {impl['name']}", ""]
+        lines.append(
+            f"version {impl['version']}, device {impl['device']}, profile {impl['profile']}, "
+            f"Hypothesis profile {d['hypothesis_profile']}; tests: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(d["summary"].items()))
+        )
+        for name, machine in sorted(d.get("state_machines", {}).items()):
+            lines.append(f"- state machine `{name}`: {machine['steps']} steps, {machine['steps_per_second']:,} steps/s")
+        for failure in d["failures"]:
+            named = sorted(set(re.findall(r"\[([A-Z]+-\d{3})\]", failure["replay"])))
+            first = next((ln.strip() for ln in failure["replay"].splitlines() if "Error" in ln), "")
+            lines.append(f"- **fail** `{failure['test']}` ({', '.join(named or failure['rules'])}): {first[:200]}")
+        for deviation in d.get("unmatched_deviations", []):
+            lines.append(f"- known deviation matching no test: {deviation}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,256 @@
+"""Planted-bug implementations: the oracle with one real-world bug each, to test the suite.
+
+Each class below is a kvref backend (usable as ``--kvref-backend tests.meta.bugs:NAME``) whose
+pools are the oracle with one bug that a real KV-cache manager has shipped. None of them offers
+``check_invariants`` or ``snapshot``: a buggy engine has no oracle inside to catch itself, so
+the suite must find each bug from the outside. ``EXPECTED`` maps each bug to the rule the
+suite must name when it fails.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable
+from typing import Any
+
+from kvref.events import AllBlocksCleared, BlockRemoved
+from kvref.oracle import OracleBlockPool
+from kvref.oracle.backend import OracleBackend
+
+__all__ = ["EXPECTED"]
+
+
+class _Buggy(OracleBlockPool):
+    """The oracle without its self-checks."""
+
+    check_invariants = None  # type: ignore[assignment]
+    snapshot = None  # type: ignore[assignment]
+
+    def capabilities(self) -> frozenset[str]:
+        return super().capabilities() - {"invariants", "snapshot"}
+
+
+class DoubleFreeAccepted(_Buggy):
+    """Freeing a free block is silently accepted and puts it on the free list a second time,
+    so it is later handed out twice (vLLM V0 "Double free!", SGLang #40348)."""
+
+    def free(self, block_ids: Any, *, holder: Hashable = None, generations: Any = None) -> None:
+        ids = list(block_ids)
+        stray = [b for b in ids if 0 < b < self._n and self._ref[b] == 0 and self._hash[b] is None]
+        self._free.extend(stray)
+        super().free([b for b in ids if b not in stray], holder=holder)
+
+
+class ScatterFree(_Buggy):
+    """A batched release as a tensor scatter, ``ref[ids] -= 1``: a block listed twice in one call
+    loses one reference only (Megatron-Core's ``release_memory_blocks`` before ``torch.unique``)."""
+
+    def _release(self, ids: list[int], holder: Hashable) -> None:
+        super()._release(list(dict.fromkeys(ids)), holder)
+
+
+class LeafIgnored(_Buggy):
+    """lru-leaf evicts the least recently released block whatever its children: a parent leaves
+    before its child (Megatron-Core before "only evict child blocks")."""
+
+    def _eligible_leaf(self, b: int) -> bool:
+        return True
+
+    def _reclaimable(self) -> int:
+        return len(self._evictable)
+
+
+class LockCountGoesNegative(_Buggy):
+    """Releases are not checked against the holder: a release by someone who holds nothing takes
+    a reference from whoever holds one, so a held block can be evicted (SGLang ``dec_lock_ref``)."""
+
+    def _check_release(self, ids: list[int], holder: Hashable, gens: Any, op: str) -> None:
+        for b in ids:
+            if not 0 <= b < self._n or self._ref[b] == 0:
+                super()._check_release(ids, holder, gens, op)
+
+    def _release(self, ids: list[int], holder: Hashable) -> None:
+        for b in ids:
+            held = self._holders[b]
+            owner = holder if held and holder in held else next(iter(held))  # type: ignore[arg-type]
+            super()._release([b], owner)
+
+
+class StaleHashAfterEviction(_Buggy):
+    """Eviction clears the block but not the hash index, so a later lookup serves the block's new
+    content as the old prefix: a stale hit with another request's KV."""
+
+    def _evict(self, k: int) -> list[int]:
+        victims = list(self._evictable)[:k]
+        for b in victims:
+            self._hash[b] = None
+            del self._evictable[b]
+        self._evictions += k
+        return victims
+
+    def _reclaimable(self) -> int:
+        return len(self._evictable)
+
+
+class PartialAllocation(_Buggy):
+    """When short, allocate takes the free blocks it found before raising: they leak."""
+
+    def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
+        if isinstance(count, int) and count > self.num_available and self._free:
+            super().allocate(len(self._free), holder=holder)
+        return super().allocate(count, holder=holder)
+
+
+class LookupTouches(_Buggy):
+    """A lookup refreshes the recency of what it finds: a query changes what is evicted next."""
+
+    def lookup(self, block_hashes: Any, **kwargs: Any) -> list[int]:
+        found = super().lookup(block_hashes, **kwargs)
+        for b in found:
+            if b in self._evictable:
+                self._evictable.move_to_end(b)
+        return found
+
+
+class ResetWhileInUse(_Buggy):
+    """Reset does not wait for in-use blocks: it clears the whole index, hashes of blocks that
+    requests still hold included, and reports success."""
+
+    def reset(self) -> None:
+        for b in self._hashed_in_use:
+            self._hash[b] = None
+        self._hashed_in_use.clear()
+        for b in self._evictable:
+            self._hash[b] = None
+            self._free.append(b)
+        self._evictable.clear()
+        self._registered.clear()
+        self._copies.clear()
+        self._parent.clear()
+        self._children.clear()
+        self._resets += 1
+        if self._events_on:
+            self._events.append(AllBlocksCleared())
+
+
+class ReservedHandedOut(_Buggy):
+    """The null block sits on the free list and is handed out like any other."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._free.append(self._reserved[0])
+        self._is_reserved[self._reserved[0]] = 0
+
+
+class UntaggedExtraKeys(_Buggy):
+    """Extra keys hashed as a flat tuple: an adapter named "x" and a cache salt "x" collide
+    (vLLM #44701)."""
+
+    def hash_blocks(self, token_ids: Any, block_size: int, **extra: Any) -> list[int]:
+        from kvref.hashing import ROOT_HASH, hash_block
+
+        tokens = list(token_ids)
+        flat = [v for k in ("adapter", "cache_salt") if (v := extra.get(k)) is not None]
+        flat += [item.identifier for item in extra.get("multimodal", ())]
+        out, parent = [], ROOT_HASH
+        for i in range(len(tokens) // block_size):
+            block = [*tokens[i * block_size : (i + 1) * block_size], zlib.crc32("|".join(map(str, flat)).encode())]
+            parent = hash_block(parent, block)
+            out.append(parent)
+        return out
+
+
+class LastTokenHit(_Buggy):
+    """A request whose prompt fills its blocks exactly is served all of them from the cache, so no
+    token is left to compute the logits from."""
+
+    def match_request(
+        self, block_hashes: Any, *, num_tokens: Any, block_size: Any, holder: Hashable = None
+    ) -> list[int]:
+        return self.match(block_hashes, holder=holder)
+
+
+class GenerationNotBumped(_Buggy):
+    """Reallocation keeps the old generation, so a stale reference looks current."""
+
+    def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
+        ids = super().allocate(count, holder=holder)
+        for b in ids:
+            self._gen[b] = 1
+        return ids
+
+
+class RemovedForEveryCopy(_Buggy):
+    """``BlockRemoved`` is emitted whenever a copy is evicted, though another copy of the hash is
+    still cached: a router then believes the prefix is gone (vLLM, before PR #55092)."""
+
+    def _unregister(self, b: int) -> None:
+        h = self._hash[b]
+        last = h is not None and len(self._copies.get(h, ())) == 1
+        super()._unregister(b)
+        if not last and self._events_on:
+            self._events.append(BlockRemoved(h))  # type: ignore[arg-type]
+
+
+class EagerEviction(_Buggy):
+    """Allocation evicts cached blocks while never-cached blocks are still free (vLLM's free queue
+    before PR #42656)."""
+
+    def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
+        if (
+            isinstance(count, int)
+            and 0 < count <= self.num_available
+            and self._evictable
+            and holder not in self._paused
+        ):
+            victims = self._evict(min(count, len(self._evictable)))
+            self._free.extend(reversed(victims))
+        return super().allocate(count, holder=holder)
+
+
+class FifoRefreshedByHits(_Buggy):
+    """Under fifo, a hit moves the block to the back of the queue: fifo silently becomes lru."""
+
+    def _pin(self, ids: list[int], holder: Hashable) -> None:
+        for b in ids:
+            if b in self._registered:
+                self._registered.move_to_end(b)
+        super()._pin(ids, holder)
+
+
+def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
+    class PlantedBackend(OracleBackend):
+        name = pool_cls.__name__
+
+        def capabilities(self) -> frozenset[str]:
+            return pool_cls(2).capabilities()
+
+        def create(self, num_blocks: int, **kwargs: Any) -> OracleBlockPool:
+            kwargs.pop("device", None)
+            return pool_cls(num_blocks, **kwargs)
+
+    PlantedBackend.__name__ = PlantedBackend.__qualname__ = pool_cls.__name__ + "Backend"
+    return PlantedBackend
+
+
+#: Each planted bug, the rule the suite must name, as backends the suite can load by name.
+EXPECTED: dict[str, str] = {
+    "DoubleFreeAccepted": "POOL-108",
+    "ScatterFree": "POOL-107",
+    "LeafIgnored": "EVICT-403",
+    "LockCountGoesNegative": "POOL-108",
+    "StaleHashAfterEviction": "PFX-312",
+    "PartialAllocation": "POOL-105",
+    "LookupTouches": "PFX-321",
+    "ResetWhileInUse": "PFX-313",
+    "ReservedHandedOut": "POOL-102",
+    "UntaggedExtraKeys": "HASH-205",
+    "LastTokenHit": "REQ-701",
+    "GenerationNotBumped": "POOL-111",
+    "RemovedForEveryCopy": "PFX-317",
+    "EagerEviction": "EVICT-408",
+    "FifoRefreshedByHits": "EVICT-406",
+}
+
+for _name in EXPECTED:
+    globals()[_name] = _backend(globals()[_name])
