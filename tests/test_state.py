@@ -9,8 +9,7 @@ import pytest
 from kvref.errors import InvariantViolation
 from kvref.oracle import OracleBlockPool
 from kvref.protocol import BlockState
-
-from .conftest import cache_chain
+from kvref_conformance.suites.base import cache_chain
 
 rule = pytest.mark.rule
 

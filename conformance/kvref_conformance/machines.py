@@ -237,7 +237,11 @@ class DifferentialMachine(RuleBasedStateMachine):
         if not ids:
             return
         before = self.impl_view()
-        mapped = [self.i2o.get(a, a) for a in ids]
+        if label == "a free block":  # free blocks carry no pairing: any free block of the oracle will do
+            free_o = [b for b in range(self.oracle.num_blocks) if self.oracle.block_state(b) is BlockState.FREE]
+            mapped = free_o[:1]
+        else:
+            mapped = [self.i2o.get(a, a) for a in ids]
         kind, _, _ = self.both(
             f"free({ids}, holder={holder!r}) [{label}]",
             lambda: self.impl.free(ids, holder=holder),

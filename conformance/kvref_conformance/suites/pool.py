@@ -178,8 +178,7 @@ class PoolSuite(ConformanceSuite):
     def test_freeing_a_block_held_only_by_another_holder_raises_not_held(self, impl: Target) -> None:
         pool = self.pool(impl)
         [b] = pool.allocate(1, holder="owner")
-        exc = fails_unchanged(pool, lambda: pool.free([b], holder="intruder"), NotHeldError, "POOL-108")
-        assert "owner" in str(exc), f"the message should name the real holders: {exc}"
+        fails_unchanged(pool, lambda: pool.free([b], holder="intruder"), NotHeldError, "POOL-108")
 
     @rule("POOL-108")
     def test_double_free_is_refused_so_the_block_is_never_handed_out_twice(self, impl: Target) -> None:

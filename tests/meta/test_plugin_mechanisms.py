@@ -1,0 +1,58 @@
+"""The plugin's mechanisms on a planted bug: known deviations, prerequisite skips, results, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvref.report import load_results, render_matrix
+from tests.meta.test_planted_bugs import run_suite
+
+FREE_DROPS = "TestPool::test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call"
+
+
+@pytest.mark.rule("POOL-107")
+def test_a_known_deviation_turns_the_failure_into_a_strict_xfail_and_stale_entries_are_reported(
+    tmp_path: Path,
+) -> None:
+    deviations = tmp_path / "scatter.toml"
+    deviations.write_text(
+        f'[[deviation]]\ntest = "{FREE_DROPS}"\nreason = "scatter release"\nlink = "https://example.org/1"\n\n'
+        '[[deviation]]\ntest = "TestPool::test_that_does_not_exist"\nreason = "stale"\nlink = "https://example.org/2"\n'
+    )
+    code, output, results = run_suite(
+        "tests.meta.bugs:ScatterFree", tmp_path / "r", "--no-shrink", "--deviations", str(deviations),
+        "--", "-k", "TestPool and free_drops",
+    )  # fmt: skip
+    assert code == 0, f"a known deviation still failed the run:\n{output[-2000:]}"
+    assert "matches no test: TestPool::test_that_does_not_exist" in output
+    assert results["summary"] == {"xfailed": 1}
+    assert results["unmatched_deviations"] and results["chapters"]["01-pool"]["status"] == "partial"
+
+
+@pytest.mark.rule("POOL-107", "POOL-108")
+def test_a_failed_prerequisite_rule_skips_its_dependents_instead_of_cascading(tmp_path: Path) -> None:
+    code, output, results = run_suite(
+        "tests.meta.bugs:ScatterFree",
+        tmp_path,
+        "--no-shrink",
+        "--",
+        "-k",
+        "TestPool and (free_drops or double_free)",
+        "-rs",
+    )
+    assert code != 0
+    assert "prerequisite failed: POOL-107" in output, output[-2000:]
+    assert results["summary"] == {"failed": 1, "blocked": 1}
+
+
+@pytest.mark.rule("POOL-104")
+def test_the_report_renders_results_side_by_side(tmp_path: Path) -> None:
+    run_suite("tests.meta.bugs:ScatterFree", tmp_path, "--no-shrink", "--", "-k", "TestPool")
+    run_suite("oracle", tmp_path, "--", "-k", "TestPool")
+    docs = load_results([tmp_path])
+    text = render_matrix(docs)
+    assert [d["implementation"]["name"] for d in docs] == ["oracle", "tests.meta.bugs:ScatterFree"]
+    assert "| 01-pool | pass | partial" in text, text
+    assert "POOL-107" in text
