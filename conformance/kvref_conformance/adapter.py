@@ -31,13 +31,14 @@ from kvref.errors import (
     ReservedBlockError,
     StaleBlockError,
 )
+from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
 from kvref.validate import as_block_id_list, as_count, as_holder, as_int
 
 __all__ = ["ForeignPoolAdapter"]
 
 
-class ForeignPoolAdapter:
+class ForeignPoolAdapter(PausedHolders):
     """The :class:`kvref.protocol.BlockPool` protocol over a foreign allocator (see module doc)."""
 
     def __init__(self, num_blocks: int, *, reserved_ids: Sequence[int] = (0,), paused_limit: int = 0) -> None:
@@ -189,26 +190,5 @@ class ForeignPoolAdapter:
         for b in ids:
             self._holders[b][holder] = self._holders[b].get(holder, 0) + 1
 
-    @property
-    def paused_limit(self) -> int:
-        return self._paused_limit
-
-    @property
-    def paused_used(self) -> int:
-        return sum(c for held in self._holders.values() for h, c in held.items() if h in self._paused)
-
-    @property
-    def paused_excess(self) -> int:
-        return max(0, self.paused_used - self._paused_limit)
-
-    def pause(self, holder: Hashable) -> None:
-        holder = as_holder(holder, op="pause")
-        if holder in self._paused:
-            raise PausedHolderError("POOL-121", f"pause: holder {holder!r} is already paused")
-        self._paused.add(holder)
-
-    def resume(self, holder: Hashable) -> None:
-        holder = as_holder(holder, op="resume")
-        if holder not in self._paused:
-            raise PausedHolderError("POOL-121", f"resume: holder {holder!r} is not paused")
-        self._paused.discard(holder)
+    def _references_of(self, holder: Hashable) -> int:
+        return sum(held.get(holder, 0) for held in self._holders.values())

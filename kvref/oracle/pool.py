@@ -40,6 +40,7 @@ from kvref.errors import (
     UnknownHashError,
 )
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
+from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
 from kvref.validate import (
@@ -61,7 +62,7 @@ _REF_ZERO = EvictionPolicy.REF_ZERO
 _FIFO = EvictionPolicy.FIFO
 
 
-class OracleBlockPool:
+class OracleBlockPool(PausedHolders):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 
     ``num_blocks`` blocks, of which ``reserved_ids`` (default ``(0,)``, the null block) are never
@@ -463,38 +464,8 @@ class OracleBlockPool:
 
     # ------------------------------------------------------------------- pause
 
-    @property
-    def paused_limit(self) -> int:
-        """The soft limit on references held by paused holders (POOL-113)."""
-        return self._paused_limit
-
-    @property
-    def paused_used(self) -> int:
-        """References held by paused holders (POOL-113)."""
-        return sum(self._held.get(h, 0) for h in self._paused)
-
-    @property
-    def paused_excess(self) -> int:
-        """How far paused holders are over the soft limit; never makes a call fail (POOL-113)."""
-        return max(0, self.paused_used - self._paused_limit)
-
-    def pause(self, holder: Hashable) -> None:
-        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114)."""
-        holder = as_holder(holder, op="pause")
-        if holder in self._paused:
-            raise PausedHolderError("POOL-121", f"pause: holder {holder!r} is already paused")
-        self._paused.add(holder)
-
-    def resume(self, holder: Hashable) -> None:
-        """Mark a paused ``holder`` active again (POOL-114)."""
-        holder = as_holder(holder, op="resume")
-        if holder not in self._paused:
-            raise PausedHolderError("POOL-121", f"resume: holder {holder!r} is not paused")
-        self._paused.discard(holder)
-
-    def is_paused(self, holder: Hashable) -> bool:
-        """Whether ``holder`` is paused."""
-        return as_holder(holder, op="is_paused") in self._paused
+    def _references_of(self, holder: Hashable) -> int:
+        return self._held.get(holder, 0)
 
     # ----------------------------------------------------------- prefix cache
 
@@ -714,6 +685,10 @@ class OracleBlockPool:
         in_use = self.num_in_use
         if in_use:
             raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use; release every reference first")
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        """Forget every registration, free the cached blocks, count the reset, emit all-cleared."""
         for b in self._evictable:
             self._hash[b] = None
             self._free.append(b)

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Hashable
 from typing import Any
 
-from kvref.events import AllBlocksCleared, BlockRemoved
+from kvref.events import BlockRemoved
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.backend import OracleBackend
 
@@ -120,17 +120,7 @@ class ResetWhileInUse(_Buggy):
         for b in self._hashed_in_use:
             self._hash[b] = None
         self._hashed_in_use.clear()
-        for b in self._evictable:
-            self._hash[b] = None
-            self._free.append(b)
-        self._evictable.clear()
-        self._registered.clear()
-        self._copies.clear()
-        self._parent.clear()
-        self._children.clear()
-        self._resets += 1
-        if self._events_on:
-            self._events.append(AllBlocksCleared())
+        self._drop_cache()
 
 
 class ReservedHandedOut(_Buggy):
