@@ -244,3 +244,31 @@ EXPECTED: dict[str, str] = {
 
 for _name in EXPECTED:
     globals()[_name] = _backend(globals()[_name])
+
+
+class QueueOrderPool(OracleBlockPool):
+    """Not a bug: freed blocks are reused last (a queue) instead of first (a stack), so ids differ
+    from the oracle's while behaviour is the same. Passes under the renaming profile; fails under
+    ``exact-order``."""
+
+    check_invariants = None  # type: ignore[assignment]
+    snapshot = None  # type: ignore[assignment]
+
+    def _release(self, ids: list[int], holder: Hashable) -> None:
+        before = len(self._free)
+        super()._release(ids, holder)
+        freed = self._free[before:]
+        del self._free[before:]
+        self._free[:0] = freed[::-1]  # to the bottom of the stack: reused last
+
+    def capabilities(self) -> frozenset[str]:
+        return super().capabilities() - {"invariants", "snapshot"}
+
+
+QueueOrder = _backend(QueueOrderPool)
+
+
+class QueueOrderExact(_backend(QueueOrderPool)):  # type: ignore[misc]
+    """The same pool, declaring that it promises the oracle's exact ids."""
+
+    conformance_profile = "exact-order"
