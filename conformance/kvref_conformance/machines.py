@@ -330,7 +330,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         parent = hashes[-2] if len(hashes) > 1 else None
         if hashes[-1] not in resident or (parent is not None and parent not in resident):
             return
-        if self.oracle.num_available < 1:
+        if self.oracle.num_free < 1:  # a free block, so that allocating it evicts nothing it relies on
             return
         kind, got, want = self.both(
             f"allocate(1, holder={holder!r}) for a second copy",
