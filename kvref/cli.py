@@ -1,7 +1,7 @@
 """The ``kvref`` command.
 
 ``kvref backends``       every registered backend: usable here or why not, device, capabilities
-``kvref demo``           the built-in demo workload through the selected backend, all policies
+``kvref replay``         replay a trace through a backend's prefix cache: hit rates, evictions, speed
 ``kvref conformance``    run the conformance suite on a backend (``--backend NAME``)
 ``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
@@ -64,57 +64,52 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from kvref.config import load_settings
-    from kvref.demo import demo_requests, run_demo
     from kvref.policies import EvictionPolicy
     from kvref.registry import create_pool
+    from kvref.replay import replay
+    from kvref.traces import load_trace, requests_from_tokens
 
-    settings = load_settings({"backend": args.backend, "hash": args.hash, "block-size": args.block_size})
-    requests = demo_requests(seed=args.seed, block_size=settings.block_size)
-    policies = [args.policy] if args.policy else [p.value for p in EvictionPolicy]
-    largest = max(len(r) for r in requests) // settings.block_size
-    capacity = max(args.capacity, largest + 1)
+    settings = load_settings({"backend": args.backend, "hash": args.hash})
+    if args.trace:
+        trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
+    else:
+        from kvref.workloads import chat_sessions
+
+        size = args.block_size or 16
+        trace = requests_from_tokens(
+            chat_sessions(seed=args.seed, block_size=size),
+            size,
+            source="built-in chat workload",
+            algorithm=settings.hash,
+        )
+    if args.policy:
+        policies = args.policy
+    elif settings.sources["policy"] != "default":
+        policies = [settings.policy]
+    else:
+        policies = [p.value for p in EvictionPolicy]
     results = []
     for policy in policies:
-        pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
-        results.append(run_demo(pool, requests, block_size=settings.block_size, hash_algorithm=settings.hash))
+        pool = create_pool(args.capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+        results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "policy": r.policy,
-                        "capacity": r.capacity,
-                        "requests": r.requests,
-                        "blocks": r.blocks,
-                        "hits": r.hits,
-                        "hit_rate": r.hit_rate,
-                        "evictions": r.evictions,
-                        "block_ops_per_second": r.block_ops_per_second,
-                    }
-                    for r in results
-                ],
-                indent=2,
-            )
-        )
+        print(json.dumps([r.to_json() for r in results], indent=2))
         return 0
     table = Table(
-        title=f"kvref demo: {results[0].requests} chat requests, backend {settings.backend}, "
-        f"capacity {capacity} blocks of {settings.block_size} tokens, hash {settings.hash}"
+        title=f"kvref replay: {trace.source}, {len(trace.requests)} requests, {trace.block_references} block "
+        f"references, capacity {args.capacity} blocks of {trace.block_size} tokens, backend {settings.backend}"
     )
-    for column in ("policy", "block hit rate", "hits / blocks", "evictions", "block ops/s"):
+    for column in ("policy", "block hits", "token hits", "no-evict", "evictions", "peak", "blocks/s"):
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
-            r.policy,
-            f"{r.hit_rate:.1%}",
-            f"{r.hits} / {r.blocks}",
-            str(r.evictions),
-            f"{r.block_ops_per_second:,.0f}",
-        )
+            r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.infinite_token_hit_rate:.2%}",
+            f"{r.evictions:,}", f"{r.peak_occupancy:,}", f"{r.block_ops_per_second:,.0f}",
+        )  # fmt: skip
     _console().print(table)  # type: ignore[attr-defined]
     return 0
 
@@ -212,16 +207,18 @@ def _parser() -> argparse.ArgumentParser:
     backends.add_argument("--json", action="store_true", help="machine-readable output")
     backends.set_defaults(func=_cmd_backends)
 
-    demo = sub.add_parser("demo", help="run the built-in demo workload through a backend")
-    demo.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
-    demo.add_argument("--device", help="device for device backends")
-    demo.add_argument("--policy", help="one eviction policy (default: all four)")
-    demo.add_argument("--capacity", type=int, default=256, help="usable blocks in the pool")
-    demo.add_argument("--block-size", type=int, help="tokens per block (default 16)")
-    demo.add_argument("--hash", help="hash function: sha256 or xxh3_64")
-    demo.add_argument("--seed", type=int, default=0, help="workload seed")
-    demo.add_argument("--json", action="store_true", help="machine-readable output")
-    demo.set_defaults(func=_cmd_demo)
+    rep = sub.add_parser("replay", help="replay a trace (or the built-in workload) through a prefix cache")
+    rep.add_argument("trace", nargs="?", help="JSON Lines trace (Mooncake format); default: the built-in workload")
+    rep.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
+    rep.add_argument("--device", help="device for device backends")
+    rep.add_argument("--policy", action="append", help="eviction policy; repeat for several (default: all four)")
+    rep.add_argument("--capacity", type=int, default=10_000, help="cache capacity in blocks")
+    rep.add_argument("--block-size", type=int, help="tokens per block (default 512 for a trace file, 16 built in)")
+    rep.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
+    rep.add_argument("--hash", help="hash function for token-level traces")
+    rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload")
+    rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.set_defaults(func=_cmd_replay)
 
     conf = sub.add_parser("conformance", help="run the conformance suite on a backend")
     conf.add_argument("--backend", help="backend name or module:Class (default: KVREF_BACKEND, config, oracle)")

@@ -28,9 +28,9 @@ __all__ = [
     "collect_rule_citations",
 ]
 
-RULE_ID = re.compile(r"\b([A-Z]{2,10})-(\d{3})\b")
+RULE_ID = re.compile(r"\b([A-Z]{2,10})-(\d{3,4})\b")
 _RULE_START = re.compile(r"^\*\*(?P<id>[^*]+)\*\*\s+(?P<text>\S.*)$")
-_WELL_FORMED = re.compile(r"^[A-Z]{2,10}-\d{3}$")
+_WELL_FORMED = re.compile(r"^[A-Z]{2,10}-\d{3,4}$")
 _KEYWORD = re.compile(r"\b(MUST NOT|MUST|SHALL NOT|SHALL|SHOULD NOT|SHOULD|REQUIRED|RECOMMENDED|MAY|OPTIONAL)\b")
 _CHAPTER_FILE = re.compile(r"^(\d{2})-[a-z0-9-]+\.md$")
 _LEVELS = {

@@ -1,4 +1,4 @@
-"""The kvref command: backends, demo and spec, as a user runs them."""
+"""The kvref command: backends, replay and errors, as a user runs them."""
 
 from __future__ import annotations
 
@@ -27,17 +27,24 @@ def test_the_console_script_runs() -> None:
     assert "oracle" in out.stdout and "yes" in out.stdout
 
 
-@rule("EVICT-405", "PFX-318")
-def test_the_demo_reports_hits_for_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--json", "--capacity", "128"]) == 0
+@rule("EVICT-405", "TRACE-1011")
+def test_replay_of_the_built_in_workload_reports_hits_for_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--json", "--capacity", "128"]) == 0
     results = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(results) == {"lru", "lru-leaf", "ref-zero", "fifo"}
-    assert results["lru"]["hits"] > 0, "shared system prompts must produce hits under lru"
-    assert results["ref-zero"]["hits"] == 0, "requests run one after another share nothing under ref-zero"
+    assert results["lru"]["block_hits"] > 0, "shared system prompts must produce hits under lru"
+    assert results["ref-zero"]["block_hits"] == 0, "requests run one after another share nothing under ref-zero"
     assert all(r["blocks"] == results["lru"]["blocks"] for r in results.values())
+    assert all(r["block_hit_rate"] <= r["infinite_block_hit_rate"] for r in results.values())
+
+
+@rule("TRACE-1001")
+def test_replay_of_a_missing_trace_exits_with_the_reason(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+    assert main(["replay", "/nonexistent/trace.jsonl"]) == 2
+    assert "[TRACE-1001]" in capsys.readouterr().err
 
 
 @rule("CONF-904")
 def test_a_bad_setting_exits_with_the_rule_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--hash", "md5"]) == 2
+    assert main(["replay", "--hash", "md5"]) == 2
     assert "[CONF-904]" in capsys.readouterr().err

@@ -33,6 +33,7 @@ _CHAPTERS = {
     "REQ": "07-request-manager",
     "DATA": "08-data-plane",
     "CONF": "09-backends",
+    "TRACE": "10-traces-and-replay",
 }
 
 
