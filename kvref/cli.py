@@ -169,6 +169,8 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit("kvref conformance needs the suite's dependencies: pip install 'kvref[conformance]'") from None
     argv = ["--pyargs", "kvref_conformance", "-c", os.devnull, "--rootdir", os.getcwd(), "-p", "no:cacheprovider"]
+    # kvref itself is already imported (this command is part of it): nothing in it needs rewriting.
+    argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if not any(ep.name == "kvref_conformance" for ep in entry_points(group="pytest11")):
         argv += ["-p", "kvref_conformance.plugin"]
     for flag, value in (

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kvref.errors import InvalidValueError
 from kvref.traces import Trace
 
 __all__ = ["ReplayResult", "infinite_capacity_hits", "replay"]
@@ -99,8 +100,8 @@ def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]
 
 def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "oracle") -> ReplayResult:
     """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.protocol.PrefixCache`)."""
-    if not 0.0 <= warmup < 1.0:
-        raise ValueError(f"warmup must lie in [0, 1), got {warmup}")
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
+        raise InvalidValueError("TRACE-1013", f"replay: warmup must be a fraction in [0, 1), got {warmup!r}")
     capacity = pool.num_usable
     first = math.floor(warmup * len(trace.requests))
     blocks = block_hits = tokens = token_hits = 0

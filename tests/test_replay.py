@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kvref.errors import InvalidValueError
 from kvref.oracle import OracleBlockPool
 from kvref.replay import replay
 from kvref.traces import Trace, TraceRequest, load_trace
@@ -40,6 +41,13 @@ def test_warm_up_requests_fill_the_cache_but_are_not_counted() -> None:
     t = trace_of((8, (1, 2)), (8, (1, 2)), (8, (1, 2)), (8, (1, 2)))
     r = replay(t, OracleBlockPool(11), warmup=0.5)
     assert (r.counted_requests, r.blocks, r.block_hits) == (2, 4, 4)
+
+
+@rule("TRACE-1013")
+@pytest.mark.parametrize("warmup", [-0.1, 1.0, 2, "0.5", True])
+def test_a_warm_up_fraction_outside_zero_to_one_is_refused(warmup: object) -> None:
+    with pytest.raises(InvalidValueError, match="TRACE-1013"):
+        replay(trace_of((4, (1,))), OracleBlockPool(4), warmup=warmup)  # type: ignore[arg-type]
 
 
 @rule("TRACE-1014")
