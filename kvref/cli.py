@@ -77,14 +77,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.trace:
         trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
     else:
-        from kvref.workloads import chat_sessions
+        from kvref.workloads import WORKLOADS
 
         size = args.block_size or 16
+        prompts = WORKLOADS[args.workload](seed=args.seed, block_size=size)
         trace = requests_from_tokens(
-            chat_sessions(seed=args.seed, block_size=size),
-            size,
-            source="built-in chat workload",
-            algorithm=settings.hash,
+            prompts, size, source=f"built-in {args.workload} workload", algorithm=settings.hash
         )
     if args.policy:
         policies = args.policy
@@ -219,6 +217,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
     rep.add_argument("--hash", help="hash function for token-level traces")
     rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload")
+    rep.add_argument(
+        "--workload", default="chat", choices=["chat", "agent", "few-shot", "unique"], help="built-in workload"
+    )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.set_defaults(func=_cmd_replay)
 

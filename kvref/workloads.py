@@ -8,8 +8,15 @@ workloads of the replay issue (agent loops, few-shot prompts, unique prompts) jo
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
-__all__ = ["chat_sessions"]
+__all__ = ["WORKLOADS", "agent_loops", "chat_sessions", "few_shot", "unique_prompts"]
+
+VOCAB = 32_000
+
+
+def _tokens(rng: random.Random, low: int, high: int) -> list[int]:
+    return [rng.randrange(VOCAB) for _ in range(rng.randint(low, high))]
 
 
 def chat_sessions(
@@ -21,19 +28,57 @@ def chat_sessions(
     prompt plus that turn's reply; requests are interleaved across sessions as a server sees them.
     """
     rng = random.Random(seed)
-    vocab = 32_000
-    system = [[rng.randrange(vocab) for _ in range(rng.randint(4, 12) * block_size)] for _ in range(groups)]
+    system = [[rng.randrange(VOCAB) for _ in range(rng.randint(4, 12) * block_size)] for _ in range(groups)]
     chats = []
     for g in range(groups):
         for _ in range(sessions):
             context = list(system[g])
             history = []
             for _ in range(turns):
-                context += [rng.randrange(vocab) for _ in range(rng.randint(8, 80))]
+                context += _tokens(rng, 8, 80)
                 history.append(list(context))
-                context += [rng.randrange(vocab) for _ in range(rng.randint(16, 120))]
+                context += _tokens(rng, 16, 120)
             chats.append(history)
     order = [(c, t) for t in range(turns) for c in range(len(chats))]
     rng.shuffle(order)
     order.sort(key=lambda ct: ct[1])  # turn t of every chat before turn t+1 of any
     return [chats[c][t] for c, t in order]
+
+
+def agent_loops(*, seed: int = 0, agents: int = 12, steps: int = 8, block_size: int = 16) -> list[list[int]]:
+    """Agents sharing one tool-use preamble; each step re-sends the transcript plus a tool result.
+
+    Steps of different agents interleave round-robin, as concurrent agents reach a server.
+    """
+    rng = random.Random(seed)
+    preamble = _tokens(rng, 6 * block_size, 10 * block_size)
+    transcripts = [[*preamble, *_tokens(rng, 10, 60)] for _ in range(agents)]
+    out = []
+    for _ in range(steps):
+        for transcript in transcripts:
+            out.append(list(transcript))
+            transcript += _tokens(rng, 20, 90)  # the model's call and the tool's result
+    return out
+
+
+def few_shot(*, seed: int = 0, tasks: int = 4, questions: int = 40, block_size: int = 16) -> list[list[int]]:
+    """Per task, one block of worked examples shared by every question asked under it."""
+    rng = random.Random(seed)
+    examples = [_tokens(rng, 12 * block_size, 24 * block_size) for _ in range(tasks)]
+    prompts = [[*examples[rng.randrange(tasks)], *_tokens(rng, 8, 64)] for _ in range(questions * tasks)]
+    return prompts
+
+
+def unique_prompts(*, seed: int = 0, count: int = 200, block_size: int = 16) -> list[list[int]]:
+    """Prompts with nothing in common."""
+    rng = random.Random(seed)
+    return [_tokens(rng, 2 * block_size, 20 * block_size) for _ in range(count)]
+
+
+#: Generated workloads by name; each takes ``seed`` and ``block_size`` keywords.
+WORKLOADS: dict[str, Callable[..., list[list[int]]]] = {
+    "chat": chat_sessions,
+    "agent": agent_loops,
+    "few-shot": few_shot,
+    "unique": unique_prompts,
+}
