@@ -90,23 +90,32 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         policies = [settings.policy]
     else:
         policies = [p.value for p in EvictionPolicy]
+    capacities = sorted(set(args.capacity or [10_000]))
+    if args.sweep and len(capacities) == 1:
+        base = capacities[0]
+        capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
     results = []
-    for policy in policies:
-        pool = create_pool(args.capacity + 1, backend=settings.backend, policy=policy, device=args.device)
-        results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
+    for capacity in capacities:
+        for policy in policies:
+            pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+            results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
+        if args.sweep:
+            from kvref.belady import belady_replay
+
+            results.append(belady_replay(trace, capacity, warmup=args.warmup))
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
         return 0
     table = Table(
         title=f"kvref replay: {trace.source}, {len(trace.requests)} requests, {trace.block_references} block "
-        f"references, capacity {args.capacity} blocks of {trace.block_size} tokens, backend {settings.backend}"
+        f"references in blocks of {trace.block_size} tokens, backend {settings.backend}"
     )
-    for column in ("policy", "block hits", "token hits", "no-evict", "evictions", "peak", "blocks/s"):
+    for column in ("blocks", "policy", "block hits", "token hits", "no-evict", "evictions", "blocks/s"):
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
-            r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.infinite_token_hit_rate:.2%}",
-            f"{r.evictions:,}", f"{r.peak_occupancy:,}", f"{r.block_ops_per_second:,.0f}",
+            f"{r.capacity:,}", r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}",
+            f"{r.infinite_token_hit_rate:.2%}", f"{r.evictions:,}", f"{r.block_ops_per_second:,.0f}",
         )  # fmt: skip
     _console().print(table)  # type: ignore[attr-defined]
     return 0
@@ -212,7 +221,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
     rep.add_argument("--device", help="device for device backends")
     rep.add_argument("--policy", action="append", help="eviction policy; repeat for several (default: all four)")
-    rep.add_argument("--capacity", type=int, default=10_000, help="cache capacity in blocks")
+    rep.add_argument("--capacity", type=int, action="append", help="cache capacity in blocks; repeat for several")
+    rep.add_argument(
+        "--sweep", action="store_true", help="several capacities (x1/8 .. x2 of one given) and the offline optimum"
+    )
     rep.add_argument("--block-size", type=int, help="tokens per block (default 512 for a trace file, 16 built in)")
     rep.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
     rep.add_argument("--hash", help="hash function for token-level traces")

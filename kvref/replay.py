@@ -17,7 +17,7 @@ from typing import Any
 from kvref.errors import InvalidValueError
 from kvref.traces import Trace
 
-__all__ = ["ReplayResult", "infinite_capacity_hits", "replay"]
+__all__ = ["ReplayResult", "infinite_capacity_hits", "replay", "token_weights"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ class ReplayResult:
         return out
 
 
-def _token_weights(input_length: int, blocks: int, block_size: int) -> list[int]:
+def token_weights(input_length: int, blocks: int, block_size: int) -> list[int]:
+    """Tokens each block of a request stands for: ``block_size``, the last the rest (TRACE-1012)."""
     weights = [block_size] * blocks
     if blocks:
         weights[-1] = input_length - block_size * (blocks - 1)
@@ -93,7 +94,7 @@ def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]
             hit += 1
         if index >= first:
             block_hits += hit
-            token_hits += sum(_token_weights(request.input_length, len(ids), trace.block_size)[:hit])
+            token_hits += sum(token_weights(request.input_length, len(ids), trace.block_size)[:hit])
         seen.update(ids)
     return block_hits, token_hits
 
@@ -120,7 +121,7 @@ def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "orac
         peak = max(peak, capacity - pool.num_free)
         pool.free((hit + fresh)[::-1], holder=index)
         if index >= first:
-            weights = _token_weights(request.input_length, len(ids), trace.block_size)
+            weights = token_weights(request.input_length, len(ids), trace.block_size)
             blocks += len(ids)
             block_hits += len(hit)
             tokens += request.input_length

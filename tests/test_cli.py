@@ -48,3 +48,14 @@ def test_replay_of_a_missing_trace_exits_with_the_reason(capsys: pytest.CaptureF
 def test_a_bad_setting_exits_with_the_rule_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--hash", "md5"]) == 2
     assert "[CONF-904]" in capsys.readouterr().err
+
+
+@rule("TRACE-1017")
+def test_a_sweep_adds_belady_at_every_capacity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--json", "--sweep", "--capacity", "64", "--policy", "lru"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    capacities = sorted({r["capacity"] for r in rows})
+    assert capacities == [8, 16, 32, 64, 128]
+    for capacity in capacities:
+        policies = {r["policy"] for r in rows if r["capacity"] == capacity}
+        assert policies == {"lru", "belady"}, f"capacity {capacity}: {policies}"

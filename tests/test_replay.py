@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kvref.belady import belady_replay
 from kvref.errors import InvalidValueError
 from kvref.oracle import OracleBlockPool
 from kvref.replay import replay
@@ -80,3 +81,34 @@ def test_the_mooncake_conversation_trace_replays_with_both_hit_rates() -> None:
     assert r.blocks == 288_500 and r.peak_occupancy == 10_000
     assert 0.0 < r.token_hit_rate <= r.infinite_token_hit_rate < 1.0
     assert abs(r.token_hit_rate - 0.2157) < 0.001, f"token hit rate {r.token_hit_rate:.4f} moved"
+
+
+@rule("TRACE-1017")
+def test_belady_keeps_the_block_needed_soonest_where_lru_keeps_the_newest() -> None:
+    t = trace_of((4, (1,)), (4, (2,)), (4, (3,)), (4, (1,)))
+    assert replay(t, OracleBlockPool(3, policy="lru")).block_hits == 0
+    offline = belady_replay(t, 2)
+    assert offline.block_hits == 1 and offline.policy == "belady", "MIN evicts 2 (never used again), keeps 1"
+
+
+@rule("TRACE-1017")
+@pytest.mark.parametrize("workload", ["chat", "agent", "few-shot"])
+def test_belady_bounds_the_online_policies_on_the_generated_workloads(workload: str) -> None:
+    from kvref.traces import requests_from_tokens
+    from kvref.workloads import WORKLOADS
+
+    trace = requests_from_tokens(WORKLOADS[workload](seed=1, block_size=16), 16, source=workload)
+    for capacity in (32, 128):
+        offline = belady_replay(trace, capacity)
+        for policy in ("lru", "lru-leaf", "fifo", "ref-zero"):
+            online = replay(trace, OracleBlockPool(capacity + 1, policy=policy))
+            assert online.block_hits <= offline.block_hits <= offline.infinite_block_hits, (
+                f"{workload}, capacity {capacity}: {policy} {online.block_hits} > belady {offline.block_hits}"
+            )
+
+
+@rule("TRACE-1017")
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, True])
+def test_belady_refuses_a_capacity_that_is_not_a_positive_integer(capacity: object) -> None:
+    with pytest.raises(InvalidValueError, match="TRACE-1017"):
+        belady_replay(trace_of((4, (1,))), capacity)  # type: ignore[arg-type]
