@@ -16,7 +16,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvref.errors import KVRefError
@@ -64,6 +65,24 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _progress(*, enabled: bool) -> Iterator[Callable[[str, int], None]]:
+    """A rich progress bar over replay runs, shown on a terminal only."""
+    from rich.progress import Progress
+
+    console = _console()
+    if not enabled or not console.is_terminal:  # type: ignore[attr-defined]
+        yield lambda _label, _total: None
+        return
+    with Progress(console=console, transient=True) as progress:  # type: ignore[arg-type]
+        task = progress.add_task("replaying", total=None)
+
+        def advance(label: str, total: int) -> None:
+            progress.update(task, advance=1, total=total, description=label)
+
+        yield advance
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -94,15 +113,24 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.sweep and len(capacities) == 1:
         base = capacities[0]
         capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
+    runs = [(c, p) for c in capacities for p in [*policies, *(["belady"] if args.sweep else [])]]
     results = []
-    for capacity in capacities:
-        for policy in policies:
-            pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
-            results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
-        if args.sweep:
-            from kvref.belady import belady_replay
+    with _progress(enabled=not args.json and len(runs) > 1) as advance:
+        for capacity, policy in runs:
+            if policy == "belady":
+                from kvref.belady import belady_replay
 
-            results.append(belady_replay(trace, capacity, warmup=args.warmup))
+                results.append(belady_replay(trace, capacity, warmup=args.warmup))
+            else:
+                pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+                results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
+            advance(f"{policy} at {capacity:,} blocks", len(runs))
+    if args.out:
+        from kvref.replay_report import write_replay_report
+
+        title = f"kvref replay: {trace.source}, backend {settings.backend}"
+        for path in write_replay_report(results, Path(args.out), title=title):
+            print(f"wrote {path}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
         return 0
@@ -233,6 +261,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workload", default="chat", choices=["chat", "agent", "few-shot", "unique"], help="built-in workload"
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")
     rep.set_defaults(func=_cmd_replay)
 
     conf = sub.add_parser("conformance", help="run the conformance suite on a backend")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,13 @@ def test_a_sweep_adds_belady_at_every_capacity(capsys: pytest.CaptureFixture[str
     for capacity in capacities:
         policies = {r["policy"] for r in rows if r["capacity"] == capacity}
         assert policies == {"lru", "belady"}, f"capacity {capacity}: {policies}"
+
+
+@rule("TRACE-1017")
+def test_a_sweep_writes_json_markdown_and_a_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    assert main(["replay", "--sweep", "--capacity", "64", "--policy", "lru", "--out", str(out)]) == 0
+    assert json.loads((out / "replay.json").read_text())[0]["policy"] == "lru"
+    summary = (out / "replay.md").read_text()
+    assert "| capacity | lru | belady |" in summary and "hit-rate.png" in summary
+    assert (out / "hit-rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,81 @@
+"""What ``kvref replay --out DIR`` writes: the results as JSON, a Markdown summary and a plot.
+
+``replay.json`` holds every result; ``replay.md`` a table per run and, for a sweep, the token
+hit rate by capacity with one column per policy; ``hit-rate.png`` plots the token hit rate
+against capacity, one curve per policy (Belady's MIN dashed), with the infinite-capacity rate as
+a horizontal line. The plot needs matplotlib (``pip install 'kvref[plots]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvref.errors import BackendUnavailableError
+from kvref.replay import ReplayResult
+
+__all__ = ["render_markdown", "write_replay_report"]
+
+
+def render_markdown(results: list[ReplayResult], title: str) -> str:
+    """The Markdown summary of one replay run."""
+    lines = [f"# {title}", ""]
+    lines.append("| capacity | policy | block hit rate | token hit rate | no-evict (tokens) | evictions | blocks/s |")
+    lines.append("|---:|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        lines.append(
+            f"| {r.capacity:,} | {r.policy} | {r.block_hit_rate:.2%} | {r.token_hit_rate:.2%} | "
+            f"{r.infinite_token_hit_rate:.2%} | {r.evictions:,} | {r.block_ops_per_second:,.0f} |"
+        )
+    capacities = sorted({r.capacity for r in results})
+    policies = list(dict.fromkeys(r.policy for r in results))
+    if len(capacities) > 1:
+        by = {(r.capacity, r.policy): r for r in results}
+        lines += ["", "## Token hit rate by capacity", ""]
+        lines.append("| capacity | " + " | ".join(policies) + " |")
+        lines.append("|---:|" + "---:|" * len(policies))
+        for c in capacities:
+            cells = [f"{by[(c, p)].token_hit_rate:.2%}" if (c, p) in by else "-" for p in policies]
+            lines.append(f"| {c:,} | " + " | ".join(cells) + " |")
+    lines += ["", "![token hit rate against capacity](hit-rate.png)", ""]
+    return "\n".join(lines)
+
+
+def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BackendUnavailableError(
+            "CONF-902", "the replay plot needs matplotlib: pip install 'kvref[plots]'"
+        ) from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in dict.fromkeys(r.policy for r in results):
+        points = sorted((r.capacity, r.token_hit_rate) for r in results if r.policy == policy)
+        style = "--" if policy == "belady" else "-"
+        ax.plot([c for c, _ in points], [h * 100 for _, h in points], style, marker="o", label=policy)
+    ax.axhline(results[0].infinite_token_hit_rate * 100, color="grey", linestyle=":", label="no eviction")
+    if len({r.capacity for r in results}) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("cache capacity (blocks)")
+    ax.set_ylabel("token hit rate (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_replay_report(results: list[ReplayResult], out_dir: Path, *, title: str) -> list[Path]:
+    """Write ``replay.json``, ``replay.md`` and ``hit-rate.png`` under ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / "replay.json"
+    data.write_text(json.dumps([r.to_json() for r in results], indent=1) + "\n", encoding="utf-8")
+    summary = out_dir / "replay.md"
+    summary.write_text(render_markdown(results, title), encoding="utf-8")
+    plot = out_dir / "hit-rate.png"
+    _plot(results, title, plot)
+    return [data, summary, plot]
