@@ -236,6 +236,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from kvref.workloads import WORKLOADS
+
     parser = argparse.ArgumentParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print kvref's version and exit")
     sub = parser.add_subparsers(dest="command")
@@ -258,7 +260,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--hash", help="hash function for token-level traces")
     rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload")
     rep.add_argument(
-        "--workload", default="chat", choices=["chat", "agent", "few-shot", "unique"], help="built-in workload"
+        "--workload",
+        default="chat",
+        choices=["chat", "system-prompt", "agent", "few-shot", "unique"],
+        help="built-in workload",
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-__all__ = ["WORKLOADS", "agent_loops", "chat_sessions", "few_shot", "unique_prompts"]
+__all__ = ["WORKLOADS", "agent_loops", "chat_sessions", "few_shot", "system_prompt_groups", "unique_prompts"]
 
 VOCAB = 32_000
 
@@ -43,6 +43,15 @@ def chat_sessions(
     rng.shuffle(order)
     order.sort(key=lambda ct: ct[1])  # turn t of every chat before turn t+1 of any
     return [chats[c][t] for c, t in order]
+
+
+def system_prompt_groups(
+    *, seed: int = 0, groups: int = 6, requests: int = 240, block_size: int = 16
+) -> list[list[int]]:
+    """Single-turn requests, each opening with one of ``groups`` long system prompts."""
+    rng = random.Random(seed)
+    system = [_tokens(rng, 8 * block_size, 32 * block_size) for _ in range(groups)]
+    return [[*system[rng.randrange(groups)], *_tokens(rng, 8, 200)] for _ in range(requests)]
 
 
 def agent_loops(*, seed: int = 0, agents: int = 12, steps: int = 8, block_size: int = 16) -> list[list[int]]:
@@ -78,6 +87,7 @@ def unique_prompts(*, seed: int = 0, count: int = 200, block_size: int = 16) -> 
 #: Generated workloads by name; each takes ``seed`` and ``block_size`` keywords.
 WORKLOADS: dict[str, Callable[..., list[list[int]]]] = {
     "chat": chat_sessions,
+    "system-prompt": system_prompt_groups,
     "agent": agent_loops,
     "few-shot": few_shot,
     "unique": unique_prompts,

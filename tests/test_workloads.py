@@ -43,7 +43,10 @@ def test_an_agent_step_extends_the_previous_step_of_the_same_agent() -> None:
 
 
 @rule("TRACE-1016")
-@pytest.mark.parametrize(("name", "shares"), [("chat", True), ("agent", True), ("few-shot", True), ("unique", False)])
+@pytest.mark.parametrize(
+    ("name", "shares"),
+    [("chat", True), ("system-prompt", True), ("agent", True), ("few-shot", True), ("unique", False)],
+)
 def test_only_workloads_that_share_prefixes_get_hits(name: str, shares: bool) -> None:
     trace = requests_from_tokens(WORKLOADS[name](seed=0, block_size=16), 16, source=name)
     result = replay(trace, OracleBlockPool(100_001))
