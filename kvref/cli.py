@@ -262,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--workload",
         default="chat",
-        choices=["chat", "system-prompt", "agent", "few-shot", "unique"],
+        choices=list(WORKLOADS),
         help="built-in workload",
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
