@@ -49,9 +49,9 @@ def conformance(session: nox.Session, backend: str) -> None:
 
 @nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
-    """Every results file under results/conformance as one Markdown matrix."""
+    """Conformance results and benchmark runs under results/ as one Markdown report."""
     install(session)
-    session.run("kvref", "report", "results/conformance", "--out", "results/conformance-matrix.md")
+    session.run("kvref", "report", "results/conformance", "results", "--out", "results/report.md")
 
 
 @nox.session(python=PYTHON)
@@ -66,7 +66,7 @@ def bench(session: nox.Session) -> None:
         "--benchmark-only",
         "--benchmark-columns=min,mean,median,ops,rounds",
         "--benchmark-sort=name",
-        "--benchmark-json=results/bench-oracle.json",
+        "--benchmark-json=results/bench.json",
         *session.posargs,
     )
 

@@ -223,16 +223,23 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvref.report import load_results, render_matrix
+    from kvref.report import load_benchmarks, load_results, render_benchmarks, render_matrix
 
-    docs = load_results([Path(p) for p in args.paths])
-    text = render_matrix(docs)
+    paths = [Path(p) for p in args.paths]
+    docs = load_results(paths)
+    benches = load_benchmarks(paths)
+    parts = []
+    if docs or not benches:
+        parts.append(render_matrix(docs))
+    if benches:
+        parts.append(render_benchmarks(benches))
+    text = "\n".join(parts)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out} ({len(docs)} implementation(s))")
+        print(f"wrote {args.out} ({len(docs)} conformance result(s), {len(benches)} benchmark run(s))")
     else:
         print(text, end="")
-    return 0 if docs else 1
+    return 0 if docs or benches else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -280,7 +287,9 @@ def _parser() -> argparse.ArgumentParser:
     conf.set_defaults(func=_cmd_conformance)
 
     report = sub.add_parser("report", help="render results files as a Markdown conformance matrix")
-    report.add_argument("paths", nargs="*", default=["results/conformance"], help="results files or directories")
+    report.add_argument(
+        "paths", nargs="*", default=["results/conformance", "results"], help="results files or directories"
+    )
     report.add_argument("--out", help="write the Markdown here instead of printing it")
     report.set_defaults(func=_cmd_report)
 

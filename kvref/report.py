@@ -1,9 +1,13 @@
-"""``kvref report``: results files of the conformance suite rendered as one Markdown matrix.
+"""``kvref report``: conformance results and benchmark runs rendered as one Markdown report.
 
-Rows are spec chapters (rule families), columns implementations; a cell says ``pass``,
-``partial (n/m)``, ``fail``, ``unsupported`` or ``-`` (not run). Below the matrix, per
+Conformance: rows are spec chapters (rule families), columns implementations; a cell says
+``pass``, ``partial (n/m)``, ``fail``, ``unsupported`` or ``-`` (not run). Below the matrix, per
 implementation: its version, device, profile, state-machine speed, and each failure with the
 rules it names and the first lines of its replay.
+
+Benchmarks (pytest-benchmark JSON from ``nox -s bench``): per workload, the median time per
+round and per block of each backend and its ratio against the oracle, with the machine and
+package versions the run recorded.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_results", "render_matrix"]
+__all__ = ["load_benchmarks", "load_results", "render_benchmarks", "render_matrix"]
 
 _MARK = {"pass": "pass", "fail": "**fail**", "unsupported": "unsupported", "blocked": "blocked"}
 
@@ -74,3 +78,61 @@ def render_matrix(docs: list[dict[str, Any]]) -> str:
         for deviation in d.get("unmatched_deviations", []):
             lines.append(f"- known deviation matching no test: {deviation}")
     return "\n".join(lines) + "\n"
+
+
+def load_benchmarks(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every pytest-benchmark JSON file under ``paths``."""
+    files: list[Path] = []
+    for path in paths:
+        files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+    out = []
+    for file in files:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
+            doc["_file"] = str(file)
+            out.append(doc)
+    return out
+
+
+def _bench_key(bench: dict[str, Any]) -> str:
+    info = bench.get("extra_info", {})
+    params = {k: v for k, v in (bench.get("params") or {}).items() if k != "backend"}
+    label = str(info.get("workload", bench["name"].split("[")[0]))
+    extras = [f"{k}={v}" for k, v in sorted(params.items()) if f"[{v}]" not in label]
+    return label + (f" ({', '.join(extras)})" if extras else "")
+
+
+def render_benchmarks(docs: list[dict[str, Any]]) -> str:
+    """Markdown tables: median per round and per block, by workload and backend, ratio to the oracle."""
+    lines = ["# kvref benchmarks", ""]
+    for doc in docs:
+        machine = doc.get("machine_info", {})
+        cpu = machine.get("cpu", {}).get("brand_raw", "?")
+        lines.append(
+            f"From `{doc['_file']}`: Python {machine.get('python_version', '?')}, {cpu}, "
+            f"packages {machine.get('kvref_packages', {})}, backends {machine.get('kvref_backends', {})}."
+        )
+        rows: dict[str, dict[str, tuple[float, int]]] = {}
+        for bench in doc["benchmarks"]:
+            info = bench.get("extra_info", {})
+            backend = str(info.get("backend", "?"))
+            rows.setdefault(_bench_key(bench), {})[backend] = (
+                float(bench["stats"]["median"]),
+                int(info.get("blocks_per_round", 1)),
+            )
+        backends = sorted({b for r in rows.values() for b in r}, key=lambda b: (b != "oracle", b))
+        lines += ["", "| workload | " + " | ".join(f"{b}: us/round, us/block, x oracle" for b in backends) + " |"]
+        lines.append("|---|" + "---|" * len(backends))
+        for key in sorted(rows):
+            cells = []
+            base = rows[key].get("oracle")
+            for b in backends:
+                if b not in rows[key]:
+                    cells.append("-")
+                    continue
+                median, blocks = rows[key][b]
+                ratio = f"{median / base[0]:.2f}" if base else "-"
+                cells.append(f"{median * 1e6:,.2f}, {median * 1e6 / blocks:.3f}, {ratio}")
+            lines.append(f"| {key} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
