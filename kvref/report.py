@@ -39,6 +39,8 @@ def _cell(chapter: dict[str, Any] | None) -> str:
     if chapter is None:
         return "-"
     status = str(chapter["status"])
+    if status == "fail":
+        return f"**fail** ({chapter['covered']}/{chapter['total']})"
     if status == "partial":
         return f"partial ({chapter['covered']}/{chapter['total']})"
     return _MARK.get(status, status)

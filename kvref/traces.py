@@ -102,16 +102,33 @@ def _parse_line(text: str, where: str, block_size: int, algorithm: str) -> Trace
 
 def _parse(lines: Iterable[str], source: str, block_size: int, algorithm: str) -> Iterator[TraceRequest]:
     last = 0
+    parent_of: dict[int, int | None] = {}  # block id -> the id before it (None: first)
     for number, line in enumerate(lines, 1):
+        where = f"{source}:{number}"
         if not line.strip():
-            raise TraceError("TRACE-1001", f"{source}:{number}: empty line")
-        request = _parse_line(line, f"{source}:{number}", block_size, algorithm)
+            raise TraceError("TRACE-1001", f"{where}: empty line")
+        request = _parse_line(line, where, block_size, algorithm)
         if request.timestamp < last:
-            raise TraceError(
-                "TRACE-1003", f"{source}:{number}: timestamp {request.timestamp} before the previous {last}"
-            )
+            raise TraceError("TRACE-1003", f"{where}: timestamp {request.timestamp} before the previous {last}")
         last = request.timestamp
+        _check_prefix_tree(request.block_ids, parent_of, where)
         yield request
+
+
+def _check_prefix_tree(ids: tuple[int, ...], parent_of: dict[int, int | None], where: str) -> None:
+    """TRACE-1006: an id names one prefix, so it always follows the same id, once per request."""
+    if len(set(ids)) != len(ids):
+        raise TraceError("TRACE-1006", f"{where}: a block id occurs twice in one request")
+    previous: int | None = None
+    for h in ids:
+        known = parent_of.setdefault(h, previous)
+        if known != previous:
+            raise TraceError(
+                "TRACE-1006",
+                f"{where}: block id {h} follows {previous!r} here but {known!r} before; "
+                "equal ids must mean equal prefixes",
+            )
+        previous = h
 
 
 def load_trace(path: str | Path, *, block_size: int = 512, algorithm: str = DEFAULT_ALGORITHM) -> Trace:

@@ -88,3 +88,16 @@ def test_token_lines_get_chained_block_ids_with_the_partial_block_hashed(tmp_pat
     bad = write(tmp_path, {"timestamp": 0, "output_length": 2, "input_length": 5, "token_ids": [1, 2]})
     with pytest.raises(TraceError, match="TRACE-1004"):
         load_trace(bad, block_size=4)
+
+
+@rule("TRACE-1006")
+@pytest.mark.parametrize(
+    "second",
+    [[3, 2], [5, 5], [2, 1]],
+    ids=["an id after another parent", "an id twice in a request", "ids in another order"],
+)
+def test_block_ids_must_form_a_prefix_tree(tmp_path: Path, second: list[int]) -> None:
+    line = {"timestamp": 0, "input_length": 8, "output_length": 1}
+    path = write(tmp_path, {**line, "hash_ids": [1, 2]}, {**line, "hash_ids": second})
+    with pytest.raises(TraceError, match=r"TRACE-1006.*:2"):
+        load_trace(path, block_size=4)

@@ -247,7 +247,9 @@ class DifferentialMachine(RuleBasedStateMachine):
             lambda: self.impl.free(ids, holder=holder),
             lambda: self.oracle.free(mapped, holder=holder),
         )
-        assert kind == "error", f"[POOL-108] free of {label} {ids} by {holder!r} was accepted"
+        # agree() has already failed the step if only the oracle refused; both accepting would mean
+        # the machine chose a valid release, a bug of the machine itself
+        assert kind == "error", f"machine: the oracle accepted a release chosen to be invalid ({label})"
         assert self.impl_view() == before, f"[ERR-501] a refused free ({label}) changed the state"
 
     @rule(holder=holders_st, donor=holders_st, data=st.data())
@@ -489,6 +491,12 @@ class DifferentialMachine(RuleBasedStateMachine):
             return
         impl, oracle = self.impl, self.oracle
         resident = set(impl.resident_hashes())
+        if oracle.policy.prefix_closed:
+            for h in resident:
+                parent = self.parent_of.get(h)
+                assert parent is None or parent in resident, (
+                    f"[EVICT-404] hash {h} is resident but its parent {parent} was evicted (lru-leaf)"
+                )
         assert resident == set(oracle.resident_hashes()), (
             f"[EVICT-401] resident hashes differ from the spec's: extra {resident - oracle.resident_hashes()}, "
             f"missing {set(oracle.resident_hashes()) - resident} (policy {self.policy})"
@@ -505,12 +513,6 @@ class DifferentialMachine(RuleBasedStateMachine):
                     )
             if state is BlockState.CACHED:
                 assert impl.block_hash(b) is not None, f"[STATE-004] cached block {b} has no hash"
-        if oracle.policy.prefix_closed:
-            for h in resident:
-                parent = self.parent_of.get(h)
-                assert parent is None or parent in resident, (
-                    f"[EVICT-404] hash {h} is resident but its parent {parent} was evicted (lru-leaf)"
-                )
         assert impl.stats == oracle.stats, f"[PFX-318] stats {impl.stats}, the spec counts {oracle.stats}"
 
     @invariant()

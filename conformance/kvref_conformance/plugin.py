@@ -166,7 +166,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if target is None:
         return
     rules = tuple(r for m in item.iter_markers("rule") for r in m.args)
-    if report.when == "call" and report.failed:
+    if report.failed:  # a failing setup or call: the rule cannot be relied on by its dependents
         failed_rules(item.config, target.name).update(rules)
     item.config.stash[_RECORDER].record(target, item.nodeid, rules, report)
 

@@ -44,9 +44,9 @@ def chapter_of(rule_id: str) -> str:
 
 def _outcome(report: Any) -> str | None:
     """passed, failed, xfailed, unsupported (capability skip), blocked (prerequisite), or None."""
-    if report.when == "call":
+    if report.when == "call" and not report.skipped:
         if hasattr(report, "wasxfail"):
-            return "xfailed" if report.skipped else "failed"
+            return "failed"  # a strict xfail that passed
         return str(report.outcome)
     if report.skipped:
         reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -82,10 +82,12 @@ class ResultsRecorder:
         entry = self.targets.setdefault(target.name, _TargetResults(target)).tests.setdefault(
             nodeid, {"rules": list(rules), "outcome": outcome}
         )
-        if outcome in ("failed",) or entry["outcome"] == "passed":
+        if outcome == "failed" or entry["outcome"] == "passed":
             entry["outcome"] = outcome
         if outcome == "failed":
-            entry["replay"] = _clip(str(report.longrepr))
+            text = _clip(str(report.longrepr))
+            # the first failure (the test itself) leads; a later one (teardown) is appended
+            entry["replay"] = f"{entry['replay']}\n\n[{report.when}] {text}" if "replay" in entry else text
         if outcome == "xfailed":
             entry["reason"] = str(getattr(report, "wasxfail", ""))
 
@@ -147,15 +149,19 @@ class ResultsRecorder:
 
 
 def _status(outcomes: list[str]) -> str:
-    """pass | fail | partial | unsupported | blocked, from its tests' outcomes."""
+    """The status of a rule from its tests' outcomes, or of a chapter from its rules' statuses.
+
+    fail: something failed; partial: a known deviation, or some parts blocked by a failed
+    prerequisite; blocked / unsupported: nothing ran (blocked wins: it hides a failure); pass.
+    """
+    if any(o in ("failed", "fail") for o in outcomes):
+        return "fail"
+    if any(o in ("xfailed", "partial") for o in outcomes):
+        return "partial"
     ran = [o for o in outcomes if o not in ("unsupported", "blocked")]
     if not ran:
-        return "unsupported" if "unsupported" in outcomes else "blocked"
-    if all(o == "passed" or o == "pass" for o in ran):
-        return "pass" if len(ran) == len(outcomes) or "blocked" not in outcomes else "partial"
-    if all(o in ("failed", "fail") for o in ran):
-        return "fail"
-    return "partial"
+        return "blocked" if "blocked" in outcomes else "unsupported"
+    return "partial" if "blocked" in outcomes else "pass"
 
 
 def _count(tests: Any) -> dict[str, int]:
