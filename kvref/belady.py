@@ -16,7 +16,7 @@ import math
 import time
 
 from kvref.errors import InvalidValueError
-from kvref.replay import ReplayResult, infinite_capacity_hits, token_weights
+from kvref.replay import ReplayResult, Tally, check_warmup
 from kvref.traces import Trace
 
 __all__ = ["belady_replay"]
@@ -40,13 +40,12 @@ def belady_replay(trace: Trace, capacity: int, *, warmup: float = 0.0) -> Replay
     """Replay ``trace`` through an offline-optimal (MIN) cache of ``capacity`` blocks."""
     if type(capacity) is not int or capacity < 1:
         raise InvalidValueError("TRACE-1017", f"belady_replay: capacity must be a positive integer, got {capacity!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
-        raise InvalidValueError("TRACE-1013", f"belady_replay: warmup must be a fraction in [0, 1), got {warmup!r}")
+    tally = Tally(trace, check_warmup(warmup, "belady_replay"))
     next_uses = _next_uses(trace)
-    first = math.floor(warmup * len(trace.requests))
+    first = tally.first_counted
     cached: dict[int, float] = {}  # block id -> its next use
     heap: list[tuple[float, int, int]] = []  # (-next use, -position, id); stale entries skipped
-    blocks = block_hits = tokens = token_hits = evictions = counted_evictions = 0
+    counted_evictions = 0
     start = time.perf_counter()
     for index, request in enumerate(trace.requests):
         ids = request.block_ids
@@ -68,34 +67,14 @@ def belady_replay(trace: Trace, capacity: int, *, warmup: float = 0.0) -> Replay
                 deferred.append(entry)
                 continue
             del cached[h]
-            evictions += 1
             if index >= first:
                 counted_evictions += 1
         for entry in deferred:
             heapq.heappush(heap, entry)
         if index >= first:
-            blocks += len(ids)
-            block_hits += hit
-            tokens += request.input_length
-            token_hits += sum(token_weights(request.input_length, len(ids), trace.block_size)[:hit])
+            tally.add(request, hit)
     seconds = time.perf_counter() - start
-    inf_blocks, inf_tokens = infinite_capacity_hits(trace, warmup)
-    return ReplayResult(
-        source=trace.source,
-        backend="offline",
-        policy="belady",
-        capacity=capacity,
-        block_size=trace.block_size,
-        requests=len(trace.requests),
-        counted_requests=len(trace.requests) - first,
-        blocks=blocks,
-        block_hits=block_hits,
-        tokens=tokens,
-        token_hits=token_hits,
-        infinite_block_hits=inf_blocks,
-        infinite_token_hits=inf_tokens,
-        evictions=counted_evictions,
-        peak_occupancy=min(capacity, len({h for r in trace.requests for h in r.block_ids})),
-        seconds=seconds,
-        block_references=trace.block_references,
+    peak = min(capacity, len({h for r in trace.requests for h in r.block_ids}))
+    return tally.result(
+        backend="offline", policy="belady", capacity=capacity, evictions=counted_evictions, peak=peak, seconds=seconds
     )

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvref.errors import InvalidValueError
-from kvref.traces import Trace
+from kvref.traces import Trace, TraceRequest
 
-__all__ = ["ReplayResult", "infinite_capacity_hits", "replay", "token_weights"]
+__all__ = ["ReplayResult", "Tally", "check_warmup", "infinite_capacity_hits", "replay", "token_weights"]
 
 
 @dataclass(frozen=True)
@@ -99,13 +99,68 @@ def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]
     return block_hits, token_hits
 
 
+def check_warmup(warmup: object, op: str) -> float:
+    """``warmup`` as a fraction in [0, 1), or InvalidValueError (TRACE-1013)."""
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
+        raise InvalidValueError("TRACE-1013", f"{op}: warmup must be a fraction in [0, 1), got {warmup!r}")
+    return float(warmup)
+
+
+@dataclass
+class Tally:
+    """The counts of one replay over its counted requests, and the result they make."""
+
+    trace: Trace
+    warmup: float
+    blocks: int = 0
+    block_hits: int = 0
+    tokens: int = 0
+    token_hits: int = 0
+
+    @property
+    def first_counted(self) -> int:
+        """Index of the first request counted (TRACE-1013)."""
+        return math.floor(self.warmup * len(self.trace.requests))
+
+    def add(self, request: TraceRequest, hit: int) -> None:
+        """Count one request whose first ``hit`` blocks were cached (TRACE-1011, TRACE-1012)."""
+        weights = token_weights(request.input_length, len(request.block_ids), self.trace.block_size)
+        self.blocks += len(request.block_ids)
+        self.block_hits += hit
+        self.tokens += request.input_length
+        self.token_hits += sum(weights[:hit])
+
+    def result(
+        self, *, backend: str, policy: str, capacity: int, evictions: int, peak: int, seconds: float
+    ) -> ReplayResult:
+        """The ReplayResult of these counts, with the infinite-capacity hits beside them."""
+        inf_blocks, inf_tokens = infinite_capacity_hits(self.trace, self.warmup)
+        return ReplayResult(
+            source=self.trace.source,
+            backend=backend,
+            policy=policy,
+            capacity=capacity,
+            block_size=self.trace.block_size,
+            requests=len(self.trace.requests),
+            counted_requests=len(self.trace.requests) - self.first_counted,
+            blocks=self.blocks,
+            block_hits=self.block_hits,
+            tokens=self.tokens,
+            token_hits=self.token_hits,
+            infinite_block_hits=inf_blocks,
+            infinite_token_hits=inf_tokens,
+            evictions=evictions,
+            peak_occupancy=peak,
+            seconds=seconds,
+            block_references=self.trace.block_references,
+        )
+
+
 def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "oracle") -> ReplayResult:
     """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.protocol.PrefixCache`)."""
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0.0 <= warmup < 1.0:
-        raise InvalidValueError("TRACE-1013", f"replay: warmup must be a fraction in [0, 1), got {warmup!r}")
+    tally = Tally(trace, check_warmup(warmup, "replay"))
     capacity = pool.num_usable
-    first = math.floor(warmup * len(trace.requests))
-    blocks = block_hits = tokens = token_hits = 0
+    first = tally.first_counted
     peak = evictions_at_start = 0
     start = time.perf_counter()
     for index, request in enumerate(trace.requests):
@@ -121,29 +176,13 @@ def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "orac
         peak = max(peak, capacity - pool.num_free)
         pool.free((hit + fresh)[::-1], holder=index)
         if index >= first:
-            weights = token_weights(request.input_length, len(ids), trace.block_size)
-            blocks += len(ids)
-            block_hits += len(hit)
-            tokens += request.input_length
-            token_hits += sum(weights[: len(hit)])
+            tally.add(request, len(hit))
     seconds = time.perf_counter() - start
-    inf_blocks, inf_tokens = infinite_capacity_hits(trace, warmup)
-    return ReplayResult(
-        source=trace.source,
+    return tally.result(
         backend=backend,
         policy=pool.policy.value,
         capacity=capacity,
-        block_size=trace.block_size,
-        requests=len(trace.requests),
-        counted_requests=len(trace.requests) - first,
-        blocks=blocks,
-        block_hits=block_hits,
-        tokens=tokens,
-        token_hits=token_hits,
-        infinite_block_hits=inf_blocks,
-        infinite_token_hits=inf_tokens,
         evictions=pool.stats.evictions - evictions_at_start,
-        peak_occupancy=peak,
+        peak=peak,
         seconds=seconds,
-        block_references=trace.block_references,
     )
