@@ -223,11 +223,12 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvref.report import load_benchmarks, load_results, render_benchmarks, render_matrix
+    from kvref.report import json_documents, load_benchmarks, load_results, render_benchmarks, render_matrix
 
     paths = [Path(p) for p in args.paths]
-    docs = load_results(paths)
-    benches = load_benchmarks(paths)
+    documents = json_documents(paths)
+    docs = load_results(paths, documents)
+    benches = load_benchmarks(paths, documents)
     parts = []
     if docs or not benches:
         parts.append(render_matrix(docs))

@@ -17,19 +17,23 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_benchmarks", "load_results", "render_benchmarks", "render_matrix"]
+__all__ = ["json_documents", "load_benchmarks", "load_results", "render_benchmarks", "render_matrix"]
 
 _MARK = {"pass": "pass", "fail": "**fail**", "unsupported": "unsupported", "blocked": "blocked"}
 
 
-def load_results(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every results file under ``paths`` (files or directories), sorted by implementation name."""
+def json_documents(paths: list[Path]) -> list[tuple[Path, Any]]:
+    """``(file, parsed JSON)`` for each file given and each ``*.json`` in each directory given."""
     files: list[Path] = []
     for path in paths:
         files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+    return [(file, json.loads(file.read_text(encoding="utf-8"))) for file in files]
+
+
+def load_results(paths: list[Path], documents: list[tuple[Path, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every conformance results file among ``documents`` (default: read from ``paths``), by name."""
     docs = []
-    for file in files:
-        doc = json.loads(file.read_text(encoding="utf-8"))
+    for _, doc in json_documents(paths) if documents is None else documents:
         if isinstance(doc, dict) and "implementation" in doc and "chapters" in doc:
             docs.append(doc)
     return sorted(docs, key=lambda d: str(d["implementation"]["name"]))
@@ -82,14 +86,10 @@ def render_matrix(docs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_benchmarks(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every pytest-benchmark JSON file under ``paths``."""
-    files: list[Path] = []
-    for path in paths:
-        files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+def load_benchmarks(paths: list[Path], documents: list[tuple[Path, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every pytest-benchmark run among ``documents`` (default: read from ``paths``)."""
     out = []
-    for file in files:
-        doc = json.loads(file.read_text(encoding="utf-8"))
+    for file, doc in json_documents(paths) if documents is None else documents:
         if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
             doc["_file"] = str(file)
             out.append(doc)

@@ -24,6 +24,7 @@ __all__ = [
     "as_holder",
     "as_int",
     "as_list",
+    "as_pool_shape",
 ]
 
 #: Block hashes are integers in ``[0, HASH_MAX)``: they fit a signed 64-bit slot and leave the
@@ -133,3 +134,23 @@ def as_holder(value: object, *, op: str) -> Hashable:
     except Exception:  # any failure to hash makes it unusable as a holder
         raise InvalidTypeError("ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}") from None
     return value
+
+
+def as_pool_shape(num_blocks: object, reserved_ids: object, *, op: str) -> tuple[int, tuple[int, ...]]:
+    """``(num_blocks, reserved_ids)`` of a new pool, checked as POOL-101 requires.
+
+    Reserved ids must be distinct and in ``[0, num_blocks)``, and at least one block must be left
+    usable; otherwise InvalidValueError citing POOL-101.
+    """
+    n = as_count(num_blocks, op=op, arg="num_blocks")
+    reserved = tuple(as_block_id_list(reserved_ids, op=op, arg="reserved_ids"))
+    if len(set(reserved)) != len(reserved):
+        raise InvalidValueError("POOL-101", f"{op}: reserved_ids has duplicates: {list(reserved)}")
+    for r in reserved:
+        if not 0 <= r < n:
+            raise InvalidValueError("POOL-101", f"{op}: reserved id {r} outside [0, {n}) for num_blocks={n}")
+    if n - len(reserved) < 1:
+        raise InvalidValueError(
+            "POOL-101", f"{op}: num_blocks={n} leaves no usable block after {len(reserved)} reserved"
+        )
+    return n, reserved

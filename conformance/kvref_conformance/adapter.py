@@ -33,7 +33,7 @@ from kvref.errors import (
 )
 from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
-from kvref.validate import as_block_id_list, as_count, as_holder, as_int
+from kvref.validate import as_block_id_list, as_count, as_holder, as_int, as_pool_shape
 
 __all__ = ["ForeignPoolAdapter"]
 
@@ -43,15 +43,8 @@ class ForeignPoolAdapter(PausedHolders):
 
     def __init__(self, num_blocks: int, *, reserved_ids: Sequence[int] = (0,), paused_limit: int = 0) -> None:
         op = type(self).__name__
-        self._n = as_count(num_blocks, op=op, arg="num_blocks")
-        self._reserved = tuple(as_block_id_list(reserved_ids, op=op, arg="reserved_ids"))
-        if len(set(self._reserved)) != len(self._reserved) or not all(0 <= r < self._n for r in self._reserved):
-            raise InvalidValueError(
-                "POOL-101", f"{op}: reserved ids {self._reserved} repeated or outside [0, {self._n})"
-            )
-        if self._n - len(self._reserved) < 1:
-            raise InvalidValueError("POOL-101", f"{op}: no usable block left of {self._n}")
-        self._paused_limit = as_count(paused_limit, op=type(self).__name__, arg="paused_limit")
+        self._n, self._reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
+        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._holders: dict[int, dict[Hashable, int]] = {}
         self._gen = [0] * self._n
         self._paused: set[Hashable] = set()

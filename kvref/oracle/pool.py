@@ -52,6 +52,7 @@ from kvref.validate import (
     as_holder,
     as_int,
     as_list,
+    as_pool_shape,
 )
 
 __all__ = ["OracleBlockPool"]
@@ -83,22 +84,12 @@ class OracleBlockPool(PausedHolders):
         enable_events: bool = False,
     ) -> None:
         op = "OracleBlockPool"
-        n = as_count(num_blocks, op=op, arg="num_blocks")
-        reserved = as_block_id_list(reserved_ids, op=op, arg="reserved_ids")
-        if len(set(reserved)) != len(reserved):
-            raise InvalidValueError("POOL-101", f"{op}: reserved_ids has duplicates: {reserved}")
-        for r in reserved:
-            if not 0 <= r < n:
-                raise InvalidValueError("POOL-101", f"{op}: reserved id {r} outside [0, {n}) for num_blocks={n}")
-        if n - len(reserved) < 1:
-            raise InvalidValueError(
-                "POOL-101", f"{op}: num_blocks={n} leaves no usable block after {len(reserved)} reserved"
-            )
+        n, reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
         if not isinstance(enable_events, bool):
             raise InvalidTypeError("POOL-101", f"{op}: enable_events must be a bool")
         self._policy = as_policy(policy)
         self._n = n
-        self._reserved = tuple(reserved)
+        self._reserved = reserved
         self._is_reserved = bytearray(n)
         for r in reserved:
             self._is_reserved[r] = 1
