@@ -32,8 +32,8 @@ GROUP = "kvref.backends"
 #: How to get each backend kvref knows of, when it is missing.
 INSTALL_HINTS: dict[str, str] = {
     "oracle": "pip install kvref",
-    "torch": "pip install 'kvref[torch]' (the torch backend ships with kvref's device-backend release)",
-    "cupy": "pip install 'kvref[cupy]' (the CuPy backend ships with kvref's device-backend release)",
+    "torch": "pip install 'kvref[torch]' (CPU-only: pip install torch==2.13.0)",
+    "cupy": "pip install 'kvref[cupy]' (runs on NumPy on a host without CUDA)",
 }
 
 # Used only when kvref runs from a source tree without installed metadata.

@@ -1,0 +1,58 @@
+"""Caller input to host int64 arrays, with exactly the oracle's errors for bad input (ERR-503, HASH-207).
+
+NumPy arrays and tensors of an integer dtype are taken as they are, checked with array
+operations; Python sequences go through :mod:`kvref.validate` (the oracle's own checks), so a
+bool, float or string anywhere is refused with the same exception and message as the oracle's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvref.validate import as_block_id_list, as_hash_list
+
+__all__ = ["hash_array", "index_array"]
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _integer_array(values: Any) -> np.ndarray | None:
+    """``values`` as a 1-d host int64 array when it is an integer array or tensor, else None."""
+    if isinstance(values, np.ndarray):
+        if values.ndim == 1 and values.dtype.kind in "iu" and (values.dtype.kind == "i" or values.dtype.itemsize < 8):
+            return values.astype(np.int64, copy=False)
+        return None
+    module = type(values).__module__
+    if module.startswith("torch") and getattr(values, "ndim", None) == 1:
+        dtype = str(values.dtype)
+        if dtype in ("torch.int64", "torch.int32", "torch.int16", "torch.int8", "torch.uint8"):
+            host: np.ndarray = values.detach().cpu().numpy()
+            return host.astype(np.int64, copy=False)
+    return None
+
+
+def index_array(values: Any, *, op: str, arg: str = "block_ids") -> tuple[np.ndarray, list[int] | None]:
+    """Block ids (or counts) as a host int64 array, and the Python list when one was built.
+
+    Values beyond int64 are replaced by -1 in the array (still out of range); the list keeps the
+    true values for error messages.
+    """
+    arr = _integer_array(values)
+    if arr is not None:
+        return arr, None
+    items = as_block_id_list(values, op=op, arg=arg)
+    try:
+        return np.array(items, dtype=np.int64), items
+    except OverflowError:
+        clipped = [x if _I64_MIN <= x <= _I64_MAX else -1 for x in items]
+        return np.array(clipped, dtype=np.int64), items
+
+
+def hash_array(values: Any, *, op: str, arg: str = "block_hashes") -> np.ndarray:
+    """Block hashes as a host int64 array; each must lie in ``[0, 2**63)`` (HASH-207)."""
+    arr = _integer_array(values)
+    if arr is not None and (len(arr) == 0 or int(arr.min()) >= 0):
+        return arr
+    return np.array(as_hash_list(values, op=op, arg=arg), dtype=np.int64)

@@ -1,0 +1,235 @@
+"""The thin per-library layer under the array core: what NumPy, CuPy and torch do differently.
+
+The core (:mod:`kvref_arraypool.pool`) is written once against :class:`ArrayOps`. Indexing,
+slicing, comparisons, arithmetic and bit operations on 1-d int64/bool arrays are spelled the same
+in NumPy, CuPy and torch and are used directly; everything else goes through these methods:
+scatter with duplicate indices, unique, stable sorting, copies, and moving data to and from the
+host. Every array the core keeps is one-dimensional, int64 or bool, and lives on ``device``.
+
+:class:`NumpyLikeOps` serves NumPy (host) and CuPy (CUDA); ``kvref_torch`` has its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArrayOps", "NumpyLikeOps"]
+
+Array = Any
+
+
+class ArrayOps(ABC):
+    """Array operations the core needs beyond the spelling NumPy, CuPy and torch share.
+
+    ``scatter_*`` accept duplicate indices and combine them (sum, max, min), unlike plain
+    ``a[idx] = v`` whose winner among duplicates is unspecified. ``is_device`` is True when the
+    arrays live in GPU memory; ``device`` names where they live, as ``kvref backends`` shows it.
+    """
+
+    name: str
+    device: str
+    is_device: bool
+
+    @abstractmethod
+    def zeros(self, n: int) -> Array:
+        """int64 zeros of length ``n``."""
+
+    @abstractmethod
+    def full(self, n: int, value: int) -> Array:
+        """int64 array of length ``n`` filled with ``value``."""
+
+    @abstractmethod
+    def falses(self, n: int) -> Array:
+        """bool array of length ``n``, all False."""
+
+    @abstractmethod
+    def arange(self, start: int, stop: int | None = None) -> Array:
+        """int64 ``[start, stop)`` (or ``[0, start)``)."""
+
+    @abstractmethod
+    def asarray(self, host: np.ndarray) -> Array:
+        """A host int64/bool NumPy array as a device array (a view where the library allows)."""
+
+    @abstractmethod
+    def to_host(self, a: Array) -> np.ndarray:
+        """A device array as a host NumPy array."""
+
+    @abstractmethod
+    def copy(self, a: Array) -> Array:
+        """An independent copy."""
+
+    @abstractmethod
+    def concat(self, parts: list[Array]) -> Array:
+        """Concatenation of 1-d arrays."""
+
+    @abstractmethod
+    def flip(self, a: Array) -> Array:
+        """``a`` reversed."""
+
+    @abstractmethod
+    def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
+        """``a[idx[i]] += values[i]`` for every ``i``, duplicates summed, in place."""
+
+    @abstractmethod
+    def scatter_max(self, a: Array, idx: Array, values: Array) -> None:
+        """``a[idx[i]] = max(a[idx[i]], values[i])``, duplicates combined, in place."""
+
+    @abstractmethod
+    def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
+        """``a[idx[i]] = min(a[idx[i]], values[i])``, duplicates combined, in place."""
+
+    @abstractmethod
+    def unique(self, a: Array) -> tuple[Array, Array, Array]:
+        """Sorted distinct values, the inverse map and the counts."""
+
+    @abstractmethod
+    def argsort(self, a: Array) -> Array:
+        """Stable ascending argsort (int64)."""
+
+    @abstractmethod
+    def nonzero(self, mask: Array) -> Array:
+        """Positions of True entries (int64)."""
+
+    @abstractmethod
+    def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
+        """Elementwise ``a if mask else b``."""
+
+    @abstractmethod
+    def maximum(self, a: Array, b: Array) -> Array:
+        """Elementwise maximum."""
+
+    @abstractmethod
+    def cumsum(self, a: Array) -> Array:
+        """Inclusive prefix sum (int64)."""
+
+    @abstractmethod
+    def isin(self, a: Array, values: Array) -> Array:
+        """Elementwise membership of ``a`` in ``values``."""
+
+    def count(self, mask: Array) -> int:
+        """How many entries of ``mask`` are True (a host int: one device sync)."""
+        return int(mask.sum())
+
+    def any(self, mask: Array) -> bool:
+        """Whether any entry is True (one device sync)."""
+        return bool(mask.any())
+
+    def tolist(self, a: Array) -> list[int]:
+        """Host list of Python ints."""
+        return list(a.tolist())
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the host); benchmarks call it before stopping a clock."""
+
+
+class NumpyLikeOps(ArrayOps):
+    """NumPy on the host, or CuPy on a CUDA device, through one ``xp`` module (``numpy`` or ``cupy``)."""
+
+    def __init__(self, xp: Any, *, device: str, is_device: bool) -> None:
+        self.xp = xp
+        self.name = xp.__name__
+        self.device = device
+        self.is_device = is_device
+        if is_device:  # pragma: no cover - needs a CUDA device
+            import cupyx
+
+            self._add_at = cupyx.scatter_add
+            self._max_at = cupyx.scatter_max
+            self._min_at = cupyx.scatter_min
+        else:
+            self._add_at = np.add.at
+            self._max_at = np.maximum.at
+            self._min_at = np.minimum.at
+
+    def zeros(self, n: int) -> Array:
+        """int64 zeros."""
+        return self.xp.zeros(n, dtype=self.xp.int64)
+
+    def full(self, n: int, value: int) -> Array:
+        """int64 filled with ``value``."""
+        return self.xp.full(n, value, dtype=self.xp.int64)
+
+    def falses(self, n: int) -> Array:
+        """bool zeros."""
+        return self.xp.zeros(n, dtype=self.xp.bool_)
+
+    def arange(self, start: int, stop: int | None = None) -> Array:
+        """int64 range."""
+        if stop is None:
+            return self.xp.arange(start, dtype=self.xp.int64)
+        return self.xp.arange(start, stop, dtype=self.xp.int64)
+
+    def asarray(self, host: np.ndarray) -> Array:
+        """The host array itself on NumPy; a copy in device memory on CuPy."""
+        return self.xp.asarray(host)
+
+    def to_host(self, a: Array) -> np.ndarray:
+        """Host NumPy array (the array itself on NumPy)."""
+        if self.is_device:  # pragma: no cover - needs a CUDA device
+            return np.asarray(a.get())
+        return np.asarray(a)
+
+    def copy(self, a: Array) -> Array:
+        """``a.copy()``."""
+        return a.copy()
+
+    def concat(self, parts: list[Array]) -> Array:
+        """``xp.concatenate``."""
+        return self.xp.concatenate(parts)
+
+    def flip(self, a: Array) -> Array:
+        """``a[::-1]``."""
+        return a[::-1]
+
+    def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
+        """``np.add.at`` / ``cupyx.scatter_add``."""
+        self._add_at(a, idx, values)
+
+    def scatter_max(self, a: Array, idx: Array, values: Array) -> None:
+        """``np.maximum.at`` / ``cupyx.scatter_max``."""
+        self._max_at(a, idx, values)
+
+    def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
+        """``np.minimum.at`` / ``cupyx.scatter_min``."""
+        self._min_at(a, idx, values)
+
+    def unique(self, a: Array) -> tuple[Array, Array, Array]:
+        """``xp.unique`` with inverse and counts."""
+        u, inv, cnt = self.xp.unique(a, return_inverse=True, return_counts=True)
+        return u, inv.reshape(-1).astype(self.xp.int64, copy=False), cnt.astype(self.xp.int64, copy=False)
+
+    def argsort(self, a: Array) -> Array:
+        """Stable argsort."""
+        return self.xp.argsort(a, kind="stable").astype(self.xp.int64, copy=False)
+
+    def nonzero(self, mask: Array) -> Array:
+        """``xp.flatnonzero``."""
+        return self.xp.flatnonzero(mask).astype(self.xp.int64, copy=False)
+
+    def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
+        """``xp.where``."""
+        return self.xp.where(mask, a, b)
+
+    def maximum(self, a: Array, b: Array) -> Array:
+        """``xp.maximum``."""
+        return self.xp.maximum(a, b)
+
+    def cumsum(self, a: Array) -> Array:
+        """``xp.cumsum`` as int64."""
+        return self.xp.cumsum(a, dtype=self.xp.int64)
+
+    def isin(self, a: Array, values: Array) -> Array:
+        """``xp.isin``."""
+        return self.xp.isin(a, values)
+
+    def count(self, mask: Array) -> int:
+        """``count_nonzero`` as a host int."""
+        return int(self.xp.count_nonzero(mask))
+
+    def synchronize(self) -> None:
+        """Wait for the current CUDA stream on CuPy; nothing on NumPy."""
+        if self.is_device:  # pragma: no cover - needs a CUDA device
+            self.xp.cuda.get_current_stream().synchronize()

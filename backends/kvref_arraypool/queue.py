@@ -1,0 +1,114 @@
+"""An order of blocks (release order or registration order) kept as an append-only array (EVICT-401, EVICT-406).
+
+Each entry is a block and the stamp it got when it joined; the entry is live while the pool's
+stamp array still holds that stamp for the block (``stamp_of[block] == stamp``). Leaving the order
+is therefore one scalar write in the pool (``stamp_of[block] = -1``), never a search: dead entries
+are skipped lazily and dropped when the head passes them or when the array fills up and is
+compacted. The oldest live entries are read window by window from the head, so taking the first
+``k`` costs O(k + dead entries skipped), independent of the pool size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvref_arraypool.ops import Array, ArrayOps
+
+__all__ = ["StampQueue"]
+
+Eligible = Callable[[Array], Array]
+
+
+class StampQueue:
+    """Blocks in the order they joined, live while ``stamp_of[block]`` equals their entry's stamp.
+
+    ``capacity`` must be at least twice the most blocks that can be live at once plus the largest
+    single push, so a compaction always makes room.
+    """
+
+    def __init__(self, ops: ArrayOps, stamp_of: Array, capacity: int) -> None:
+        self.ops = ops
+        self.stamp_of = stamp_of
+        self.blocks = ops.full(capacity, -1)
+        self.stamps = ops.full(capacity, -1)
+        self.capacity = capacity
+        self.head = 0
+        self.tail = 0
+
+    def push(self, blocks: Array, stamps: Array) -> None:
+        """Append blocks (with their new stamps) at the young end, in order."""
+        m = len(blocks)
+        if m == 0:
+            return
+        if self.tail + m > self.capacity:
+            self.compact()
+        self.blocks[self.tail : self.tail + m] = blocks
+        self.stamps[self.tail : self.tail + m] = stamps
+        self.tail += m
+
+    def _live(self, qb: Array, qs: Array) -> Array:
+        return self.stamp_of[qb] == qs
+
+    def compact(self) -> None:
+        """Move the live entries to the front, in order."""
+        qb, qs = self.blocks[self.head : self.tail], self.stamps[self.head : self.tail]
+        keep = self._live(qb, qs)
+        qb, qs = qb[keep], qs[keep]
+        n = len(qb)
+        self.blocks[:n] = self.ops.copy(qb)
+        self.stamps[:n] = self.ops.copy(qs)
+        self.head, self.tail = 0, n
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self.head = self.tail = 0
+
+    def oldest(self, k: int, eligible: Eligible | None = None) -> Array:
+        """Up to ``k`` oldest live blocks (that ``eligible`` accepts), oldest first; changes nothing."""
+        blocks, _, _ = self.live_prefix(k, eligible)
+        return blocks
+
+    def live_prefix(self, k: int | None, eligible: Eligible | None = None) -> tuple[Array, Array, bool]:
+        """The ``k`` oldest live entries (all of them for None) as ``(blocks, stamps, exhausted)``.
+
+        ``exhausted`` is True when the whole order was read, i.e. there are no more.
+        """
+        ops = self.ops
+        parts_b: list[Array] = []
+        parts_s: list[Array] = []
+        got = 0
+        pos = self.head
+        while (k is None or got < k) and pos < self.tail:
+            width = self.tail - pos if k is None else min(self.tail - pos, max(2 * (k - got), 256))
+            qb = self.blocks[pos : pos + width]
+            qs = self.stamps[pos : pos + width]
+            ok = self._live(qb, qs)
+            if eligible is not None:
+                ok &= eligible(qb)
+            idx = ops.nonzero(ok)
+            if k is not None:
+                idx = idx[: k - got]
+            parts_b.append(qb[idx])
+            parts_s.append(qs[idx])
+            got += len(idx)
+            pos += width
+        exhausted = pos >= self.tail
+        if not parts_b:
+            empty = ops.zeros(0)
+            return empty, empty, exhausted
+        if len(parts_b) == 1:
+            return parts_b[0], parts_s[0], exhausted
+        return ops.concat(parts_b), ops.concat(parts_s), exhausted
+
+    def trim(self) -> None:
+        """Advance the head past dead entries (after blocks left the order)."""
+        ops = self.ops
+        width = 64
+        while self.head < self.tail:
+            end = min(self.tail, self.head + width)
+            live = ops.nonzero(self._live(self.blocks[self.head : end], self.stamps[self.head : end]))
+            if len(live):
+                self.head += int(live[0])
+                return
+            self.head = end
+            width *= 2

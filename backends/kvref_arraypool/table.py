@@ -1,0 +1,172 @@
+"""An open-addressing hash table over non-negative int64 keys, with batched probes (STATE-006).
+
+Keys and values live in two device arrays of a power-of-two capacity; a slot holds a key, or
+``EMPTY`` (never used) or ``TOMB`` (deleted). Every operation takes a whole batch of keys and
+probes all of them at once, one vectorized round per probe step (linear probing after a 64-bit
+mix), so a batch costs a handful of array operations however large it is. Deleting leaves a
+tombstone; when live keys plus tombstones pass 60% of the capacity the table is rebuilt in place
+(or grown, for a table with ``growable=True``), so probe sequences stay short.
+
+A table built with ``growable=False`` never reallocates its arrays: their addresses are fixed for
+the pool's lifetime, which is what lets a captured CUDA graph read them (spec chapter 09,
+CONF-908).
+"""
+
+from __future__ import annotations
+
+from kvref_arraypool.ops import Array, ArrayOps
+
+__all__ = ["EMPTY", "TOMB", "HashTable"]
+
+EMPTY = -1
+TOMB = -2
+_MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
+_MAX_LOAD = 0.6
+
+
+def _pow2_at_least(n: int) -> int:
+    size = 16
+    while size < n:
+        size *= 2
+    return size
+
+
+class HashTable:
+    """int64 key -> int64 value, for keys in ``[0, 2**63)``; all operations batched.
+
+    Callers guarantee what each method states about its keys (present, absent, distinct); the
+    table does not re-check, since the pool has already validated them.
+    """
+
+    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool) -> None:
+        self.ops = ops
+        self.growable = growable
+        self.capacity = _pow2_at_least(int(capacity_hint / _MAX_LOAD) + 1)
+        self.keys = ops.full(self.capacity, EMPTY)
+        self.values = ops.zeros(self.capacity)
+        self.live = 0
+        self.tombs = 0
+
+    def _home(self, keys: Array) -> Array:
+        x = keys ^ (keys >> 33)
+        x = x * _MIX
+        x = x ^ (x >> 33)
+        return x & (self.capacity - 1)
+
+    def find_slots(self, keys: Array) -> Array:
+        """The slot of each key, or -1 where the key is absent."""
+        ops = self.ops
+        n = len(keys)
+        out = ops.full(n, -1)
+        if n == 0:
+            return out
+        slot = self._home(keys)
+        pending = ops.arange(n)
+        mask = self.capacity - 1
+        tkeys = self.keys
+        while len(pending):
+            seen = tkeys[slot]
+            want = keys[pending]
+            hit = seen == want
+            if ops.any(hit):
+                out[pending[hit]] = slot[hit]
+            go_on = ~hit & (seen != EMPTY)
+            pending = pending[go_on]
+            slot = (slot[go_on] + 1) & mask
+        return out
+
+    def find(self, keys: Array, default: int = -1) -> Array:
+        """The value of each key, or ``default`` where absent."""
+        slots = self.find_slots(keys)
+        found = slots >= 0
+        return self.ops.where(found, self.values[self.ops.where(found, slots, 0)], default)
+
+    def insert(self, keys: Array, values: Array) -> None:
+        """Add distinct keys that are absent, with their values."""
+        n = len(keys)
+        if n == 0:
+            return
+        if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
+            self._rebuild(self.live + n)
+        ops = self.ops
+        mask = self.capacity - 1
+        slot = self._home(keys)
+        pending = ops.arange(n)
+        claim = self._claim_scratch()
+        tkeys = self.keys
+        while len(pending):
+            seen = tkeys[slot]
+            open_ = ops.nonzero(seen < 0)
+            won = ops.falses(len(pending))
+            if len(open_):
+                tried = pending[open_]
+                tried_slots = slot[open_]
+                claim[tried_slots] = tried
+                got = claim[tried_slots] == tried
+                ws = tried_slots[got]
+                wk = tried[got]
+                self.tombs -= ops.count(tkeys[ws] == TOMB)
+                tkeys[ws] = keys[wk]
+                self.values[ws] = values[wk]
+                won[open_[got]] = True
+            keep = ~won
+            pending = pending[keep]
+            slot = (slot[keep] + 1) & mask
+        self.live += n
+
+    def _claim_scratch(self) -> Array:
+        scratch = getattr(self, "_claim", None)
+        if scratch is None or len(scratch) != self.capacity:
+            scratch = self.ops.full(self.capacity, -1)
+            self._claim = scratch
+        return scratch
+
+    def set_at(self, slots: Array, values: Array) -> None:
+        """Overwrite the values at ``slots`` (from :meth:`find_slots`)."""
+        self.values[slots] = values
+
+    def delete_at(self, slots: Array) -> None:
+        """Delete the keys at distinct ``slots`` (from :meth:`find_slots`)."""
+        n = len(slots)
+        if n == 0:
+            return
+        self.keys[slots] = TOMB
+        self.live -= n
+        self.tombs += n
+        if self.live + self.tombs > _MAX_LOAD * self.capacity:
+            self._rebuild(self.live)
+
+    def delete(self, keys: Array) -> None:
+        """Delete distinct keys that are present."""
+        self.delete_at(self.find_slots(keys))
+
+    def items(self) -> tuple[Array, Array]:
+        """All live keys and their values (slot order)."""
+        live = self.keys >= 0
+        return self.keys[live], self.values[live]
+
+    def clear(self) -> None:
+        """Remove every key, keeping the arrays."""
+        self.keys[:] = EMPTY
+        self.live = 0
+        self.tombs = 0
+
+    def _rebuild(self, need: int) -> None:
+        keys, values = self.items()
+        keys, values = self.ops.copy(keys), self.ops.copy(values)
+        capacity = self.capacity
+        if self.growable:
+            while need > _MAX_LOAD * capacity / 2:
+                capacity *= 2
+        elif need > _MAX_LOAD * capacity:  # pragma: no cover - sized by the pool so it cannot happen
+            raise RuntimeError(f"hash table of capacity {capacity} cannot hold {need} keys")
+        if capacity != self.capacity:
+            self.capacity = capacity
+            self.keys = self.ops.full(capacity, EMPTY)
+            self.values = self.ops.zeros(capacity)
+        else:
+            self.keys[:] = EMPTY
+        self.live = 0
+        self.tombs = 0
+        if len(keys):
+            self.insert(keys, values)

@@ -1,0 +1,126 @@
+"""The CuPy backend object: availability, device choice and pool creation (CONF-901, CONF-906, CONF-907).
+
+On a host where ``cupy.cuda.is_available()`` is False (no driver, no device) the pools run on
+NumPy arrays under the very same core, and the device is reported as ``host``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+
+from typing import TYPE_CHECKING
+
+from kvref.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvref_arraypool.pool import ArrayBlockPool
+
+__all__ = ["CupyBackend", "backend"]
+
+
+def _cuda_available() -> bool:
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return bool(cupy.cuda.is_available())
+    except Exception:  # pragma: no cover - a broken driver counts as no device
+        return False
+
+
+class CupyBackend:
+    """Factory of :class:`ArrayBlockPool` on CuPy (``cuda:N``) or, without CUDA, on NumPy (``host``)."""
+
+    name = "cupy"
+    conformance_profile = "exact-order"
+
+    def version(self) -> str:
+        """The installed cupy distribution's version, or ``numpy <v>`` when only NumPy is there."""
+        for dist in ("cupy-cuda12x", "cupy-cuda11x", "cupy"):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        import numpy
+
+        return f"numpy {numpy.__version__}"
+
+    def availability(self) -> str | None:
+        """None when CuPy (or, for the host path, NumPy) imports; else why not."""
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            return "numpy is not installed"
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            return "cupy is not installed"
+        return None
+
+    def device(self, requested: str | None = None) -> str:
+        """``cuda:N`` when CUDA works (``cuda`` = ``cuda:0``), else ``host``; refuses what cannot be had."""
+        cuda = _cuda_available()
+        if requested is None:
+            return "cuda:0" if cuda else "host"
+        if requested in ("host", "cpu"):
+            return "host"
+        if requested == "cuda" or requested.startswith("cuda:"):
+            if not cuda:
+                raise ConfigError(
+                    "CONF-907", f"backend 'cupy': device {requested!r} needs CUDA, and cupy.cuda.is_available() is False"
+                )
+            index = requested.partition(":")[2] or "0"
+            if not index.isdigit():
+                raise ConfigError("CONF-907", f"backend 'cupy': device {requested!r} is not cuda:N")
+            import cupy
+
+            if int(index) >= cupy.cuda.runtime.getDeviceCount():
+                raise ConfigError("CONF-907", f"backend 'cupy': device {requested!r} does not exist here")
+            return f"cuda:{index}"
+        raise ConfigError("CONF-907", f"backend 'cupy' runs on 'host' or 'cuda:N'; device {requested!r} is not possible")
+
+    def capabilities(self) -> frozenset[str]:
+        """Everything the spec defines (the array core is complete)."""
+        return self.create(2, device="host").capabilities()
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> ArrayBlockPool:
+        """A new pool on ``device`` (default: the first CUDA device, else the host)."""
+        from kvref_arraypool.ops import NumpyLikeOps
+        from kvref_arraypool.pool import ArrayBlockPool
+
+        where = self.device(device)
+        if where == "host":
+            import numpy
+
+            ops = NumpyLikeOps(numpy, device="host", is_device=False)
+            name = "cupy (host: numpy)"
+        else:  # pragma: no cover - needs a CUDA device
+            import cupy
+
+            cupy.cuda.Device(int(where.partition(":")[2])).use()
+            ops = NumpyLikeOps(cupy, device=where, is_device=True)
+            name = "cupy"
+        return ArrayBlockPool(
+            num_blocks,
+            ops=ops,
+            policy=policy,
+            reserved_ids=reserved_ids,
+            paused_limit=paused_limit,
+            enable_events=enable_events,
+            name=name,
+        )
+
+
+#: The object the entry point names.
+backend = CupyBackend()

@@ -1,0 +1,95 @@
+"""The torch backend object: availability, device choice and pool creation (CONF-901, CONF-906, CONF-907).
+
+``torch`` is imported only when the backend is asked for (``availability``, ``device`` or
+``create``), never when the entry point is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+
+from typing import TYPE_CHECKING
+
+from kvref.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvref_arraypool.pool import ArrayBlockPool
+
+__all__ = ["TorchBackend", "backend"]
+
+
+class TorchBackend:
+    """Factory of :class:`ArrayBlockPool` on torch tensors (``cpu`` or ``cuda:N``)."""
+
+    name = "torch"
+    conformance_profile = "exact-order"
+
+    def version(self) -> str:
+        """The installed torch version."""
+        try:
+            return metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    def availability(self) -> str | None:
+        """None when torch imports; else why not."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return "torch is not installed"
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            return "numpy is not installed (the array core takes caller input through it)"
+        return None
+
+    def device(self, requested: str | None = None) -> str:
+        """``cpu`` by default; ``cuda``/``cuda:N`` when torch sees that device."""
+        import torch
+
+        if requested is None or requested == "cpu":
+            return "cpu"
+        if requested == "cuda" or requested.startswith("cuda:"):
+            index = requested.partition(":")[2] or "0"
+            if not index.isdigit():
+                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} is not cuda:N")
+            if not torch.cuda.is_available():
+                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} needs CUDA, which torch cannot use here")
+            if int(index) >= torch.cuda.device_count():
+                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} does not exist here")
+            return f"cuda:{index}"
+        raise ConfigError("CONF-907", f"backend 'torch' runs on 'cpu' or 'cuda:N'; device {requested!r} is not possible")
+
+    def capabilities(self) -> frozenset[str]:
+        """Everything the spec defines (the array core is complete)."""
+        return self.create(2).capabilities()
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> ArrayBlockPool:
+        """A new pool on ``device`` (default ``cpu``)."""
+        from kvref_arraypool.pool import ArrayBlockPool
+        from kvref_torch.ops import TorchOps
+
+        where = self.device(device)
+        return ArrayBlockPool(
+            num_blocks,
+            ops=TorchOps(where),
+            policy=policy,
+            reserved_ids=reserved_ids,
+            paused_limit=paused_limit,
+            enable_events=enable_events,
+            name=f"torch ({where})",
+        )
+
+
+#: The object the entry point names.
+backend = TorchBackend()

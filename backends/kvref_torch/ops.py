@@ -1,0 +1,125 @@
+"""torch's side of the array layer (:class:`kvref_arraypool.ops.ArrayOps`) on ``cpu`` or ``cuda:N``.
+
+Host input arrive as NumPy arrays and are moved with one copy (a view on ``cpu``; pinned staging
+is left to torch's caching allocator on CUDA). Scatters with duplicate indices use
+``index_add_`` and ``scatter_reduce_``, which combine duplicates deterministically in value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from kvref_arraypool.ops import Array, ArrayOps
+
+__all__ = ["TorchOps"]
+
+
+class TorchOps(ArrayOps):
+    """int64/bool tensors on one torch device."""
+
+    name = "torch"
+
+    def __init__(self, device: str) -> None:
+        self.torch_device = torch.device(device)
+        self.device = str(self.torch_device)
+        self.is_device = self.torch_device.type == "cuda"
+
+    def zeros(self, n: int) -> Array:
+        """int64 zeros."""
+        return torch.zeros(n, dtype=torch.int64, device=self.torch_device)
+
+    def full(self, n: int, value: int) -> Array:
+        """int64 filled with ``value``."""
+        return torch.full((n,), value, dtype=torch.int64, device=self.torch_device)
+
+    def falses(self, n: int) -> Array:
+        """bool zeros."""
+        return torch.zeros(n, dtype=torch.bool, device=self.torch_device)
+
+    def arange(self, start: int, stop: int | None = None) -> Array:
+        """int64 range."""
+        if stop is None:
+            return torch.arange(start, dtype=torch.int64, device=self.torch_device)
+        return torch.arange(start, stop, dtype=torch.int64, device=self.torch_device)
+
+    def asarray(self, host: np.ndarray) -> Array:
+        """A view of the host array on ``cpu``; a copy in device memory on CUDA."""
+        tensor = torch.from_numpy(np.ascontiguousarray(host))
+        if self.is_device:  # pragma: no cover - needs a CUDA device
+            return tensor.to(self.torch_device, non_blocking=False)
+        return tensor
+
+    def to_host(self, a: Array) -> np.ndarray:
+        """Host NumPy array."""
+        result: np.ndarray = a.detach().cpu().numpy()
+        return result
+
+    def copy(self, a: Array) -> Array:
+        """``a.clone()``."""
+        return a.clone()
+
+    def concat(self, parts: list[Array]) -> Array:
+        """``torch.cat``."""
+        return torch.cat(parts)
+
+    def flip(self, a: Array) -> Array:
+        """``torch.flip`` (a copy)."""
+        return torch.flip(a, dims=(0,))
+
+    def _values(self, values: Array | int, like: Array) -> Any:
+        if isinstance(values, int):
+            return torch.full(like.shape, values, dtype=torch.int64, device=self.torch_device)
+        return values
+
+    def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
+        """``index_add_``."""
+        a.index_add_(0, idx, self._values(values, idx))
+
+    def scatter_max(self, a: Array, idx: Array, values: Array) -> None:
+        """``scatter_reduce_(amax)``."""
+        a.scatter_reduce_(0, idx, values, reduce="amax")
+
+    def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
+        """``scatter_reduce_(amin)``."""
+        a.scatter_reduce_(0, idx, values, reduce="amin")
+
+    def unique(self, a: Array) -> tuple[Array, Array, Array]:
+        """``torch.unique`` (sorted) with inverse and counts."""
+        u, inv, cnt = torch.unique(a, sorted=True, return_inverse=True, return_counts=True)
+        return u, inv, cnt
+
+    def argsort(self, a: Array) -> Array:
+        """Stable ``torch.sort`` indices."""
+        return torch.sort(a, stable=True).indices
+
+    def nonzero(self, mask: Array) -> Array:
+        """``torch.nonzero`` flattened."""
+        return torch.nonzero(mask).flatten()
+
+    def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
+        """``torch.where``."""
+        return torch.where(mask, a, b)
+
+    def maximum(self, a: Array, b: Array) -> Array:
+        """``torch.maximum``."""
+        return torch.maximum(a, b)
+
+    def cumsum(self, a: Array) -> Array:
+        """``torch.cumsum`` as int64."""
+        return torch.cumsum(a, 0, dtype=torch.int64)
+
+    def isin(self, a: Array, values: Array) -> Array:
+        """``torch.isin``."""
+        return torch.isin(a, values)
+
+    def count(self, mask: Array) -> int:
+        """``count_nonzero`` as a host int."""
+        return int(torch.count_nonzero(mask))
+
+    def synchronize(self) -> None:
+        """``torch.cuda.synchronize`` on CUDA; nothing on the CPU."""
+        if self.is_device:  # pragma: no cover - needs a CUDA device
+            torch.cuda.synchronize(self.torch_device)
