@@ -39,12 +39,45 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env=env)
 
 
+#: Extras each backend needs on top of the conformance suite (torch itself comes pinned).
+BACKEND_EXTRAS = {"oracle": (), "torch": ("torch",), "cupy": ("cupy",)}
+
+
 @nox.session(python=PYTHON)
-@nox.parametrize("backend", ["oracle"])
+@nox.parametrize("backend", list(BACKEND_EXTRAS))
 def conformance(session: nox.Session, backend: str) -> None:
-    """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json."""
-    install(session, "conformance")
+    """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json.
+
+    torch runs on its CPU build and CuPy on its NumPy host path when there is no CUDA device.
+    """
+    install(session, "conformance", *BACKEND_EXTRAS[backend], torch=backend == "torch")
     session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def gpu(session: nox.Session) -> None:
+    """On a machine with a CUDA device: conformance and benchmarks of torch and CuPy on ``cuda:0``.
+
+    Installs the CUDA build torch's index gives for this machine (not the pinned CPU build), so
+    run it only where the GPU and its driver are. Results land in results/gpu/.
+    """
+    install(session, "conformance", "bench", "test", "cupy")
+    session.install("torch")
+    probe = "import torch; print('cuda' if torch.cuda.is_available() else 'none')"
+    seen = session.run("python", "-c", probe, silent=True)
+    if not isinstance(seen, str) or "cuda" not in seen:
+        session.skip("no CUDA device visible to torch here")
+    os.makedirs("results/gpu", exist_ok=True)
+    for backend in ("torch", "cupy"):
+        session.run(
+            "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
+            "--results", "results/gpu",
+        )  # fmt: skip
+    session.run("pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
+    session.run(
+        "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--kvref-bench-device=cuda:0",
+        "--benchmark-json=results/gpu/bench.json", *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON)

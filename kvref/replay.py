@@ -168,7 +168,10 @@ def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "orac
             evictions_at_start = pool.stats.evictions
         ids = request.block_ids
         hit = pool.match(ids, holder=index)
-        room = min(len(ids) - len(hit), pool.num_available)  # TRACE-1015: beyond capacity, not cached
+        need = len(ids) - len(hit)
+        # TRACE-1015: beyond capacity, not cached. num_available can cost a scan under lru-leaf;
+        # it is only needed when the free blocks do not cover the request.
+        room = need if need <= pool.num_free else min(need, pool.num_available)
         fresh = pool.allocate(room, holder=index)
         if fresh:
             parent = ids[len(hit) - 1] if hit else None

@@ -83,7 +83,9 @@ def check_array_invariants(pool: ArrayBlockPool) -> None:
         raise _fail("EVICT-405", f"{cached} unreferenced hashed block(s) stayed cached under ref-zero")
     order = np.array(pool.eviction_order(), dtype=np.int64)
     if not np.array_equal(np.sort(order), np.flatnonzero(cached_mask)):
-        raise _fail("STATE-004", f"eviction order {order.tolist()} != cached blocks {np.flatnonzero(cached_mask).tolist()}")
+        raise _fail(
+            "STATE-004", f"eviction order {order.tolist()} != cached blocks {np.flatnonzero(cached_mask).tolist()}"
+        )
     if ((evstamp >= 0) != cached_mask).any():
         raise _fail("PFX-310", "a block in use (or unhashed) has a release stamp, or a cached one lacks it")
 
@@ -118,7 +120,9 @@ def check_array_invariants(pool: ArrayBlockPool) -> None:
 
     # EVICT-404: prefix closure where the policy promises it.
     if pool._policy.prefix_closed and len(with_parent) and (ecopies[epentry[with_parent]] == 0).any():
-        raise _fail("EVICT-404", "a resident hash has a parent that is not resident (lru-leaf keeps the set prefix-closed)")
+        raise _fail(
+            "EVICT-404", "a resident hash has a parent that is not resident (lru-leaf keeps the set prefix-closed)"
+        )
 
     # EVICT-406: under fifo every hashed block is in the registration order, and nothing else.
     if pool._policy is EvictionPolicy.FIFO:

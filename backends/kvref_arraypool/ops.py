@@ -121,7 +121,7 @@ class ArrayOps(ABC):
         """Host list of Python ints."""
         return list(a.tolist())
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a no-op is the right default for host arrays
         """Wait for queued device work (no-op on the host); benchmarks call it before stopping a clock."""
 
 

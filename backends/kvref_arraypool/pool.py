@@ -50,7 +50,6 @@ from kvref.errors import (
     InvariantViolation,
     NotHeldError,
     OutOfBlocksError,
-    PausedHolderError,
     ReservedBlockError,
     StaleBlockError,
     UnknownHashError,
@@ -129,6 +128,7 @@ class ArrayBlockPool(PausedHolders):
         self._regstamp = ops.full(n, -1)
         self._evstamp = ops.full(n, -1)
         self._mark = ops.full(n, -1)
+        self._positions = ops.arange(n)
 
         n_entries = 2 * n + 2
         self._n_entries = n_entries
@@ -303,11 +303,13 @@ class ArrayBlockPool(PausedHolders):
     # ---------------------------------------------------------------- helpers
 
     def _distinct(self, ids: Array) -> bool:
-        """Whether device ids (all in range) are pairwise distinct: two scatters, no sort."""
+        """Whether device ids (all in range) are pairwise distinct: a scatter and a gather, no sort."""
         m = len(ids)
         if m < 2:
             return True
-        pos = self.ops.arange(m)
+        if m > self._n:
+            return False
+        pos = self._positions[:m]
         self._mark[ids] = pos
         return not self.ops.any(self._mark[ids] != pos)
 
@@ -333,17 +335,24 @@ class ArrayBlockPool(PausedHolders):
         Free blocks are taken first (top of the stack first); cached blocks are evicted only for
         the shortfall (EVICT-408) and come back without their hash (PFX-312).
         """
+        return self.ops.tolist(self.allocate_ids(count, holder=holder))
+
+    def allocate_ids(self, count: SupportsIndex, *, holder: Hashable = None) -> Array:
+        """``allocate``, returning the ids as a device array (int64) instead of a list.
+
+        The form an engine uses to write block tables without a round trip through Python ints.
+        """
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
         self._refuse_if_paused(holder, n, "allocate")
         if n == 0:
-            return []
+            return self.ops.zeros(0)
         ids = self._take(n, "allocate")
-        self._hand_out(ids, self.ops.full(n, self._hid(holder)))
+        self._hand_out(ids, self._hid(holder))
         self._add_held(holder, n)
-        return self.ops.tolist(ids)
+        return ids
 
-    def _hand_out(self, ids: Array, hids: Array) -> None:
+    def _hand_out(self, ids: Array, hids: Array | int) -> None:
         self._ref[ids] = 1
         self._gen[ids] += 1
         self._owner[ids] = hids
@@ -391,9 +400,8 @@ class ArrayBlockPool(PausedHolders):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
-        hids = self.ops.full(len(host), hid)
-        ids = self._check_release(host, items, hids, [(holder, hid, host, items)], gens, op)
-        self._release(ids, hids)
+        ids, distinct = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
+        self._release(ids, hid, distinct)
         self._drop_held(holder, len(host))
 
     def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
@@ -424,11 +432,11 @@ class ArrayBlockPool(PausedHolders):
         self,
         host: np.ndarray,
         items: list[int] | None,
-        hids: Array,
-        groups: list[tuple[Hashable, int, np.ndarray, list[int] | None]],
+        hids: Array | int,
+        groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
         gens: np.ndarray | None,
         op: str,
-    ) -> Array:
+    ) -> tuple[Array, bool]:
         """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
 
         ``groups`` lists each holder with its ids in order, for naming the first bad entry.
@@ -439,24 +447,25 @@ class ArrayBlockPool(PausedHolders):
         if known and self._in_range(host):
             ids = self.ops.asarray(host)
             owner = self._owner[ids]
-            if self._distinct(ids) and not self.ops.any(owner != hids):
-                return ids
+            distinct = self._distinct(ids)
+            if distinct and not self.ops.any(owner != hids):
+                return ids, True
             if not self.ops.any((owner != hids) & (owner != _SHARED)) and self._counts_cover(ids, hids):
-                return ids
+                return ids, distinct
         for holder, _, g_host, g_items in groups:
             self._explain_release(g_items if g_items is not None else g_host.tolist(), holder, op)
         raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
 
-    def _pair_counts(self, ids: Array, hids: Array) -> tuple[Array, Array, Array]:
+    def _pair_counts(self, ids: Array, hids: Array | int) -> tuple[Array, Array, Array]:
         """Distinct (block, holder) pairs as keys, blocks and occurrence counts."""
         keys = (ids << _HID_BITS) | hids
         uk, _, cnt = self.ops.unique(keys)
         return uk, uk >> _HID_BITS, cnt
 
-    def _counts_cover(self, ids: Array, hids: Array) -> bool:
+    def _counts_cover(self, ids: Array, hids: Array | int) -> bool:
         """Each (block, holder) occurs no more often than the holder's references to the block."""
-        if self.ops.any(hids < 0):
-            return False
+        if isinstance(hids, int) and self._distinct(ids):
+            return not self.ops.any(self._have((ids << _HID_BITS) | hids, ids) < 1)
         uk, ub, cnt = self._pair_counts(ids, hids)
         have = self._have(uk, ub)
         return not self.ops.any(have < cnt)
@@ -466,9 +475,9 @@ class ArrayBlockPool(PausedHolders):
         owner = self._owner[ub]
         sole = owner == (uk & _HID_MASK)
         have = self.ops.where(sole, self._ref[ub], 0)
-        shared = owner == _SHARED
-        if self.ops.any(shared):
-            have = self.ops.where(shared, self._shared.find(uk, 0), have)
+        shared = self.ops.nonzero(owner == _SHARED)
+        if len(shared):
+            have[shared] = self._shared.find(uk[shared], 0)
         return have
 
     def _explain_release(self, ids: list[int], holder: Hashable, op: str, rule: str = "POOL-108") -> None:
@@ -497,14 +506,29 @@ class ArrayBlockPool(PausedHolders):
             f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {self._holders_of(b)!r})",
         )
 
-    def _release(self, ids: Array, hids: Array) -> None:
-        """Drop one reference per position (validated); blocks reaching zero leave in list order."""
+    def _release(self, ids: Array, hids: Array | int, distinct: bool) -> None:
+        """Drop one reference per position (validated); blocks reaching zero leave in list order.
+
+        ``distinct``: the ids are known to be pairwise distinct (saves a check).
+        """
         ops = self.ops
         m = len(ids)
-        if self._distinct(ids) and not ops.any(self._owner[ids] < 0):
-            self._ref[ids] -= 1
-            zero = self._ref[ids] == 0
-            zeroed = ids[zero]
+        if distinct and not ops.any(self._owner[ids] < 0):
+            left = self._ref[ids] - 1
+            self._ref[ids] = left
+            zeroed = ids[left == 0]
+            self._owner[zeroed] = _NOBODY
+        elif distinct and isinstance(hids, int):
+            # One holder, distinct blocks: one reference each, some of them shared.
+            shared = ids[self._owner[ids] == _SHARED]
+            if len(shared):
+                slots = self._shared.find_slots((shared << _HID_BITS) | hids)
+                left = self._shared.values[slots] - 1
+                self._shared.set_at(slots, left)
+                self._shared.delete_at(slots[left == 0])
+            left = self._ref[ids] - 1
+            self._ref[ids] = left
+            zeroed = ids[left == 0]
             self._owner[zeroed] = _NOBODY
         else:
             uk, ub, cnt = self._pair_counts(ids, hids)
@@ -571,7 +595,7 @@ class ArrayBlockPool(PausedHolders):
             ids = self.ops.asarray(host)
             bad = self._is_reserved[ids] | ((self._ref[ids] == 0) & (self._bhash[ids] < 0))
             if not self.ops.any(bad):
-                self._pin(ids, self.ops.full(len(host), self._hid(holder)))
+                self._pin(ids, self._hid(holder))
                 self._add_held(holder, len(host))
                 return
         self._explain_acquire(items if items is not None else host.tolist(), op)
@@ -587,13 +611,17 @@ class ArrayBlockPool(PausedHolders):
                     "POOL-119", f"{op}: block {b} is free; only blocks in use or cached can be acquired"
                 )
 
-    def _pin(self, ids: Array, hids: Array) -> None:
-        """Add one reference per position (validated: every block in use or cached)."""
+    def _pin(self, ids: Array, hids: Array | int) -> None:
+        """Add one reference per position (validated: every block in use or cached).
+
+        A block gaining a second holder becomes shared: its per-holder counts move to ``shared``.
+        """
         ops = self.ops
         if len(ids) == 0:
             return
         owner = self._owner[ids]
-        if self._distinct(ids) and not ops.any((owner != hids) & (owner != _NOBODY)):
+        distinct = self._distinct(ids)
+        if distinct and not ops.any((owner != hids) & (owner != _NOBODY)):
             cached = ids[owner == _NOBODY]
             if len(cached):
                 self._evstamp[cached] = -1
@@ -601,34 +629,49 @@ class ArrayBlockPool(PausedHolders):
             self._owner[ids] = hids
             self._ref[ids] += 1
             return
-        uk, ub, cnt = self._pair_counts(ids, hids)
-        uh = uk & _HID_MASK
-        blocks, inverse, holders_per_block = ops.unique(ub)
-        current = self._owner[ub]
-        alone = holders_per_block[inverse] == 1
-        stays_sole = alone & ((current == _NOBODY) | (current == uh))
-        cached = blocks[self._ref[blocks] == 0]
+        cnt: Array | int
+        if distinct and isinstance(hids, int):
+            # One holder, distinct blocks: every pair occurs once, no sort needed.
+            ub, current, cnt = ids, owner, 1
+            uh: Array | int = hids
+            uk = (ids << _HID_BITS) | hids
+            stays_sole = (current == _NOBODY) | (current == hids)
+            cached = ids[current == _NOBODY]
+        else:
+            if isinstance(hids, int):
+                hids = ops.full(len(ids), hids)
+            uk, ub, cnt = self._pair_counts(ids, hids)
+            uh = uk & _HID_MASK
+            blocks, inverse, holders_per_block = ops.unique(ub)
+            current = self._owner[ub]
+            stays_sole = (holders_per_block[inverse] == 1) & ((current == _NOBODY) | (current == uh))
+            cached = blocks[self._ref[blocks] == 0]
         if len(cached):
             self._evstamp[cached] = -1
             self._ncached -= len(cached)
         to_shared = ~stays_sole
-        if ops.any(to_shared):
-            convert = ops.unique(ub[to_shared & (current >= 0)])[0]
-            if len(convert):
-                self._shared.insert((convert << _HID_BITS) | self._owner[convert], self._ref[convert])
-            self._owner[ub[to_shared]] = _SHARED
-            sk, sc = uk[to_shared], cnt[to_shared]
-            slots = self._shared.find_slots(sk)
-            present = slots >= 0
-            if ops.any(present):
-                ps = slots[present]
-                self._shared.set_at(ps, self._shared.values[ps] + sc[present])
-            absent = ~present
-            if ops.any(absent):
-                self._shared.insert(sk[absent], sc[absent])
-        sole = ub[stays_sole]
-        self._owner[sole] = uh[stays_sole]
-        ops.scatter_add(self._ref, ub, cnt)
+        convert = ub[to_shared & (current >= 0)]
+        if len(convert) and not distinct:
+            convert = ops.unique(convert)[0]
+        if len(convert):
+            self._shared.insert((convert << _HID_BITS) | self._owner[convert], self._ref[convert])
+        self._owner[ub[to_shared]] = _SHARED
+        sk = uk[to_shared]
+        sc = cnt if isinstance(cnt, int) else cnt[to_shared]
+        slots = self._shared.find_slots(sk)
+        present = slots >= 0
+        if ops.any(present):
+            ps = slots[present]
+            self._shared.set_at(ps, self._shared.values[ps] + (sc if isinstance(sc, int) else sc[present]))
+        absent = ~present
+        if ops.any(absent):
+            add = sk[absent]
+            self._shared.insert(add, ops.full(len(add), sc) if isinstance(sc, int) else sc[absent])
+        self._owner[ub[stays_sole]] = uh if isinstance(uh, int) else uh[stays_sole]
+        if isinstance(cnt, int):
+            self._ref[ids] += 1
+        else:
+            ops.scatter_add(self._ref, ub, cnt)
 
     # --------------------------------------------------------------- batching
 
@@ -700,8 +743,8 @@ class ArrayBlockPool(PausedHolders):
         for (a, items), h in zip(arrays, hs, strict=True):
             by_holder.setdefault(h, []).extend(items if items is not None else a.tolist())
         groups = [(h, self._hids.get(h, -1), np.array(ids, dtype=np.int64), ids) for h, ids in by_holder.items()]
-        ids = self._check_release(host, None, hids, groups, None, op)
-        self._release(ids, hids)
+        ids, distinct = self._check_release(host, None, hids, groups, None, op)
+        self._release(ids, hids, distinct)
         for (a, _), h in zip(arrays, hs, strict=True):
             self._drop_held(h, len(a))
 
@@ -799,7 +842,9 @@ class ArrayBlockPool(PausedHolders):
                     "PFX-302", f"{op}: block {b} is {self._state_of(b).value}; only blocks in use can be registered"
                 )
             if int(self._bhash[b]) >= 0:
-                raise HashConflictError("PFX-303", f"{op}: block {b} is already registered under {int(self._bhash[b]):#x}")
+                raise HashConflictError(
+                    "PFX-303", f"{op}: block {b} is already registered under {int(self._bhash[b]):#x}"
+                )
             if h == prev:
                 raise HashConflictError("PFX-306", f"{op}: hash {h:#x} cannot be its own parent")
             info = self._entry_info(h)
@@ -966,6 +1011,12 @@ class ArrayBlockPool(PausedHolders):
         self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
     ) -> list[int]:
         """``lookup``, acquire the hit for ``holder`` and count it in the stats (PFX-309, PFX-318)."""
+        return self.ops.tolist(self.match_ids(block_hashes, holder=holder, parent_hash=parent_hash))
+
+    def match_ids(
+        self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
+    ) -> Array:
+        """``match``, returning the hit as a device array (int64) instead of a list."""
         hs = hash_array(block_hashes, op="match")
         holder = as_holder(holder, op="match")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
@@ -973,12 +1024,12 @@ class ArrayBlockPool(PausedHolders):
         hit = self._lookup(hs, parent)
         k = len(hit)
         if k:
-            self._pin(hit, self.ops.full(k, self._hid(holder)))
+            self._pin(hit, self._hid(holder))
             self._add_held(holder, k)
         self._requests += 1
         self._queries += len(hs)
         self._hits += k
-        return self.ops.tolist(hit)
+        return hit
 
     def match_request(
         self,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-
 from typing import TYPE_CHECKING
 
 from kvref.errors import ConfigError
@@ -69,7 +68,8 @@ class CupyBackend:
         if requested == "cuda" or requested.startswith("cuda:"):
             if not cuda:
                 raise ConfigError(
-                    "CONF-907", f"backend 'cupy': device {requested!r} needs CUDA, and cupy.cuda.is_available() is False"
+                    "CONF-907",
+                    f"backend 'cupy': device {requested!r} needs CUDA, and cupy.cuda.is_available() is False",
                 )
             index = requested.partition(":")[2] or "0"
             if not index.isdigit():
@@ -79,7 +79,9 @@ class CupyBackend:
             if int(index) >= cupy.cuda.runtime.getDeviceCount():
                 raise ConfigError("CONF-907", f"backend 'cupy': device {requested!r} does not exist here")
             return f"cuda:{index}"
-        raise ConfigError("CONF-907", f"backend 'cupy' runs on 'host' or 'cuda:N'; device {requested!r} is not possible")
+        raise ConfigError(
+            "CONF-907", f"backend 'cupy' runs on 'host' or 'cuda:N'; device {requested!r} is not possible"
+        )
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-
 from typing import TYPE_CHECKING
 
 from kvref.errors import ConfigError
@@ -55,11 +54,15 @@ class TorchBackend:
             if not index.isdigit():
                 raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} is not cuda:N")
             if not torch.cuda.is_available():
-                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} needs CUDA, which torch cannot use here")
+                raise ConfigError(
+                    "CONF-907", f"backend 'torch': device {requested!r} needs CUDA, which torch cannot use here"
+                )
             if int(index) >= torch.cuda.device_count():
                 raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} does not exist here")
             return f"cuda:{index}"
-        raise ConfigError("CONF-907", f"backend 'torch' runs on 'cpu' or 'cuda:N'; device {requested!r} is not possible")
+        raise ConfigError(
+            "CONF-907", f"backend 'torch' runs on 'cpu' or 'cuda:N'; device {requested!r} is not possible"
+        )
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete)."""
@@ -77,6 +80,7 @@ class TorchBackend:
     ) -> ArrayBlockPool:
         """A new pool on ``device`` (default ``cpu``)."""
         from kvref_arraypool.pool import ArrayBlockPool
+
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)

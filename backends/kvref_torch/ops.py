@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["TorchOps"]
