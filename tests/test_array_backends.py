@@ -148,7 +148,7 @@ class Driver:
         assert self.impl.resident_hashes() == self.oracle.resident_hashes(), f"step {self.step_no}: resident hashes"
 
 
-@rule("POOL-115", "EVICT-401", "EVICT-402", "EVICT-403", "EVICT-406", "PFX-307", "STATE-003")
+@rule("POOL-115", "EVICT-401", "EVICT-402", "EVICT-403", "EVICT-406", "PFX-307", "STATE-003", "CONF-910", "CONF-911")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_traffic_gives_the_oracles_exact_results_step_by_step(backend: str, policy: str) -> None:
@@ -220,7 +220,7 @@ def test_loading_a_backend_entry_point_imports_neither_torch_nor_numpy(backend: 
     assert out == "", f"loading the {backend!r} entry point imported {out}; heavy imports belong in create()"
 
 
-@rule("CONF-907")
+@rule("CONF-907", "CONF-909")
 def test_the_cupy_backend_reports_host_and_refuses_cuda_without_a_device() -> None:
     found = load_backend("cupy")
     if found.availability() is not None:
@@ -233,6 +233,26 @@ def test_the_cupy_backend_reports_host_and_refuses_cuda_without_a_device() -> No
     assert "host" in getattr(found.create(4), "name", ""), "the pool's name must say it runs on NumPy on the host"
     with pytest.raises(KVRefError, match="CONF-907"):
         found.create(4, device="cuda:0")
+
+
+def _address(array: Any) -> int:
+    return int(array.data_ptr()) if hasattr(array, "data_ptr") else int(array.ctypes.data)
+
+
+@rule("CONF-908")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_arrays_a_cuda_graph_may_read_keep_their_addresses_through_heavy_traffic(backend: str) -> None:
+    impl = create(backend, 150, policy="lru-leaf", enable_events=True)
+    fixed = ("_ref", "_gen", "_bhash", "_stack", "_ehash", "_ehead", "_eparent")
+    before = {name: _address(getattr(impl, name)) for name in fixed}
+    before |= {"index.keys": _address(impl._index.keys), "index.values": _address(impl._index.values)}
+    driver = Driver(impl, OracleBlockPool(150, policy="lru-leaf", enable_events=True), seed=5)
+    for _ in range(400):  # enough for table rebuilds, queue compactions and resets
+        driver.step()
+    after = {name: _address(getattr(impl, name)) for name in fixed}
+    after |= {"index.keys": _address(impl._index.keys), "index.values": _address(impl._index.values)}
+    moved = sorted(k for k in before if before[k] != after[k])
+    assert not moved, f"arrays {moved} were reallocated; CONF-908 promises fixed addresses for the pool's lifetime"
 
 
 def _cuda_devices() -> list[str]:
