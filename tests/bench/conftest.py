@@ -40,7 +40,8 @@ def device(request: pytest.FixtureRequest, backend: Any) -> str | None:
 @pytest.fixture
 def measuring(request: pytest.FixtureRequest) -> bool:
     """Whether this run measures (``--benchmark-enable``) rather than executing each benchmark once."""
-    return not request.config.getoption("benchmark_disable")
+    config = request.config
+    return bool(config.getoption("benchmark_enable")) or not config.getoption("benchmark_disable")
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
