@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kvref.errors import KVRefError
 
@@ -125,15 +126,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
                 results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
             advance(f"{policy} at {capacity:,} blocks", len(runs))
+    compared = _compare_backends(trace, results, args) if args.backends else []
     if args.out:
         from kvref.replay_report import write_replay_report
 
         title = f"kvref replay: {trace.source}, backend {settings.backend}"
-        for path in write_replay_report(results, Path(args.out), title=title):
+        for path in write_replay_report(results, Path(args.out), title=title, backend_runs=compared):
             print(f"wrote {path}", file=sys.stderr)
+    disagree = [r.backend for r in compared if _counts(r) != _counts(compared[0])]
     if args.json:
-        print(json.dumps([r.to_json() for r in results], indent=2))
-        return 0
+        print(json.dumps([r.to_json() for r in results + compared], indent=2))
+        return 1 if disagree else 0
     table = Table(
         title=f"kvref replay: {trace.source}, {len(trace.requests)} requests, {trace.block_references} block "
         f"references in blocks of {trace.block_size} tokens, backend {settings.backend}"
@@ -146,7 +149,47 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             f"{r.infinite_token_hit_rate:.2%}", f"{r.evictions:,}", f"{r.block_ops_per_second:,.0f}",
         )  # fmt: skip
     _console().print(table)  # type: ignore[attr-defined]
+    if compared:
+        _print_backend_runs(compared)
+    if disagree:
+        print(f"kvref replay: backends {disagree} counted differently from {compared[0].backend}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _counts(result: Any) -> tuple[int, int, int, int]:
+    return (result.block_hits, result.token_hits, result.evictions, result.peak_occupancy)
+
+
+def _compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:
+    """The largest capacity and first policy of the run, replayed once on every usable backend (TRACE-1018)."""
+    from kvref.registry import backend_statuses, create_pool
+    from kvref.replay import replay
+
+    run = max((r for r in results if r.policy != "belady"), key=lambda r: r.capacity)
+    out = []
+    for status in sorted(backend_statuses(), key=lambda s: s.name != "oracle"):
+        if not status.usable:
+            continue
+        pool = create_pool(run.capacity + 1, backend=status.name, policy=run.policy)
+        out.append(replay(trace, pool, warmup=args.warmup, backend=f"{status.name} ({status.device})"))
+    return out
+
+
+def _print_backend_runs(runs: list[Any]) -> None:
+    from rich.table import Table
+
+    first = runs[0]
+    table = Table(title=f"every usable backend: {first.policy} at {first.capacity:,} blocks")
+    for column in ("backend", "block hits", "token hits", "evictions", f"same counts as {first.backend}", "blocks/s"):
+        table.add_column(column, justify="right")
+    for r in runs:
+        same = "yes" if _counts(r) == _counts(first) else "NO"
+        table.add_row(
+            r.backend, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
+            f"{r.block_ops_per_second:,.0f}",
+        )  # fmt: skip
+    _console().print(table)  # type: ignore[attr-defined]
 
 
 def _cmd_spec(args: argparse.Namespace) -> int:
@@ -275,6 +318,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")
+    rep.add_argument(
+        "--backends",
+        action="store_true",
+        help="also replay the largest capacity (first policy) on every usable backend: speed, and the same counts",
+    )
     rep.set_defaults(func=_cmd_replay)
 
     conf = sub.add_parser("conformance", help="run the conformance suite on a backend")

@@ -9,6 +9,7 @@ a horizontal line. The plot needs matplotlib (``pip install 'kvref[plots]'``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvref.errors import BackendUnavailableError
@@ -17,8 +18,8 @@ from kvref.replay import ReplayResult
 __all__ = ["render_markdown", "write_replay_report"]
 
 
-def render_markdown(results: list[ReplayResult], title: str) -> str:
-    """The Markdown summary of one replay run."""
+def render_markdown(results: list[ReplayResult], title: str, backend_runs: Sequence[ReplayResult] = ()) -> str:
+    """The Markdown summary of one replay run (and of the same replay on every usable backend)."""
     lines = [f"# {title}", ""]
     lines.append("| capacity | policy | block hit rate | token hit rate | no-evict (tokens) | evictions | blocks/s |")
     lines.append("|---:|---|---:|---:|---:|---:|---:|")
@@ -37,6 +38,19 @@ def render_markdown(results: list[ReplayResult], title: str) -> str:
         for c in capacities:
             cells = [f"{by[(c, p)].token_hit_rate:.2%}" if (c, p) in by else "-" for p in policies]
             lines.append(f"| {c:,} | " + " | ".join(cells) + " |")
+    if backend_runs:
+        first = backend_runs[0]
+        lines += ["", f"## Every usable backend: {first.policy} at {first.capacity:,} blocks", ""]
+        lines.append(
+            f"| backend | block hit rate | token hit rate | evictions | same counts as {first.backend} | blocks/s |"
+        )
+        lines.append("|---|---:|---:|---:|---|---:|")
+        for r in backend_runs:
+            same = (r.block_hits, r.token_hits, r.evictions) == (first.block_hits, first.token_hits, first.evictions)
+            lines.append(
+                f"| {r.backend} | {r.block_hit_rate:.2%} | {r.token_hit_rate:.2%} | {r.evictions:,} | "
+                f"{'yes' if same else 'NO'} | {r.block_ops_per_second:,.0f} |"
+            )
     lines += ["", "![token hit rate against capacity](hit-rate.png)", ""]
     return "\n".join(lines)
 
@@ -69,13 +83,19 @@ def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write_replay_report(results: list[ReplayResult], out_dir: Path, *, title: str) -> list[Path]:
-    """Write ``replay.json``, ``replay.md`` and ``hit-rate.png`` under ``out_dir``; return their paths."""
+def write_replay_report(
+    results: list[ReplayResult], out_dir: Path, *, title: str, backend_runs: Sequence[ReplayResult] = ()
+) -> list[Path]:
+    """Write ``replay.json``, ``replay.md`` and ``hit-rate.png`` under ``out_dir``; return their paths.
+
+    ``backend_runs`` (one configuration on every usable backend) go into the JSON and the
+    Markdown, not the plot.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / "replay.json"
-    data.write_text(json.dumps([r.to_json() for r in results], indent=1) + "\n", encoding="utf-8")
+    data.write_text(json.dumps([r.to_json() for r in [*results, *backend_runs]], indent=1) + "\n", encoding="utf-8")
     summary = out_dir / "replay.md"
-    summary.write_text(render_markdown(results, title), encoding="utf-8")
+    summary.write_text(render_markdown(results, title, backend_runs), encoding="utf-8")
     plot = out_dir / "hit-rate.png"
     _plot(results, title, plot)
     return [data, summary, plot]

@@ -162,7 +162,7 @@ def test_random_traffic_gives_the_oracles_exact_results_step_by_step(backend: st
     driver.deep_check()
 
 
-@rule("TRACE-1011", "TRACE-1014")
+@rule("TRACE-1011", "TRACE-1014", "TRACE-1018")
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_replaying_a_generated_workload_counts_exactly_what_the_oracle_counts(backend: str, policy: str) -> None:

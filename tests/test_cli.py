@@ -70,3 +70,18 @@ def test_a_sweep_writes_json_markdown_and_a_plot(tmp_path: Path, capsys: pytest.
     summary = (out / "replay.md").read_text()
     assert "| capacity | lru | belady |" in summary and "hit-rate.png" in summary
     assert (out / "hit-rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@rule("TRACE-1018", "CONF-906")
+def test_replay_with_backends_runs_every_usable_backend_and_they_count_the_same(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kvref.registry import backend_statuses
+
+    assert main(["replay", "--json", "--capacity", "64", "--policy", "lru-leaf", "--backends"]) == 0
+    runs = json.loads(capsys.readouterr().out)[1:]
+    usable = sorted(s.name for s in backend_statuses() if s.usable)
+    assert sorted(r["backend"].split()[0] for r in runs) == usable, f"--backends ran {runs}, usable: {usable}"
+    counts = {(r["block_hits"], r["token_hits"], r["evictions"], r["peak_occupancy"]) for r in runs}
+    assert len(counts) == 1, f"backends counted differently (TRACE-1018): {counts}"
+    assert runs[0]["backend"].startswith("oracle"), "the oracle is the reference the others are compared with"

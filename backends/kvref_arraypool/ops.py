@@ -109,6 +109,10 @@ class ArrayOps(ABC):
     def isin(self, a: Array, values: Array) -> Array:
         """Elementwise membership of ``a`` in ``values``."""
 
+    @abstractmethod
+    def first_true(self, mask: Array) -> tuple[Array, Array]:
+        """Per row of a 2-d bool array: whether any entry is True, and the column of the first."""
+
     def count(self, mask: Array) -> int:
         """How many entries of ``mask`` are True (a host int: one device sync)."""
         return int(mask.sum())
@@ -224,6 +228,10 @@ class NumpyLikeOps(ArrayOps):
     def isin(self, a: Array, values: Array) -> Array:
         """``xp.isin``."""
         return self.xp.isin(a, values)
+
+    def first_true(self, mask: Array) -> tuple[Array, Array]:
+        """``any`` and ``argmax`` along axis 1."""
+        return mask.any(axis=1), mask.argmax(axis=1).astype(self.xp.int64, copy=False)
 
     def count(self, mask: Array) -> int:
         """``count_nonzero`` as a host int."""

@@ -22,6 +22,7 @@ EMPTY = -1
 TOMB = -2
 _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
 _MAX_LOAD = 0.6
+_WIDTH = 16  # slots probed per round after the first
 
 
 def _pow2_at_least(n: int) -> int:
@@ -44,6 +45,7 @@ class HashTable:
         self.capacity = _pow2_at_least(int(capacity_hint / _MAX_LOAD) + 1)
         self.keys = ops.full(self.capacity, EMPTY)
         self.values = ops.zeros(self.capacity)
+        self._offsets = ops.arange(_WIDTH)
         self.live = 0
         self.tombs = 0
 
@@ -53,26 +55,42 @@ class HashTable:
         x = x ^ (x >> 33)
         return x & (self.capacity - 1)
 
+    def _window(self, slot: Array) -> Array:
+        """The ``_WIDTH`` slots from each of ``slot`` on, one row per key."""
+        return (slot[:, None] + self._offsets[None, :]) & (self.capacity - 1)
+
     def find_slots(self, keys: Array) -> Array:
-        """The slot of each key, or -1 where the key is absent."""
+        """The slot of each key, or -1 where the key is absent.
+
+        The first probe is one slot per key (most keys sit at home); keys still unresolved then
+        probe ``_WIDTH`` slots per round, so a long cluster costs a few rounds, not one per slot.
+        """
         ops = self.ops
         n = len(keys)
         out = ops.full(n, -1)
         if n == 0:
             return out
-        slot = self._home(keys)
-        pending = ops.arange(n)
-        mask = self.capacity - 1
         tkeys = self.keys
+        slot = self._home(keys)
+        seen = tkeys[slot]
+        hit = seen == keys
+        out[hit] = slot[hit]
+        go_on = ops.nonzero(~hit & (seen != EMPTY))
+        pending = go_on
+        slot = slot[go_on] + 1
         while len(pending):
-            seen = tkeys[slot]
+            window = self._window(slot)
+            seen2 = tkeys[window]
             want = keys[pending]
-            hit = seen == want
-            if ops.any(hit):
-                out[pending[hit]] = slot[hit]
-            go_on = ~hit & (seen != EMPTY)
-            pending = pending[go_on]
-            slot = (slot[go_on] + 1) & mask
+            found, first = ops.first_true((seen2 == want[:, None]) | (seen2 == EMPTY))
+            rows = ops.nonzero(found)
+            if len(rows):
+                at = window[rows, first[rows]]
+                is_key = tkeys[at] == want[rows]
+                out[pending[rows[is_key]]] = at[is_key]
+            rest = ~found
+            pending = pending[rest]
+            slot = slot[rest] + _WIDTH
         return out
 
     def find(self, keys: Array, default: int = -1) -> Array:
@@ -82,36 +100,42 @@ class HashTable:
         return self.ops.where(found, self.values[self.ops.where(found, slots, 0)], default)
 
     def insert(self, keys: Array, values: Array) -> None:
-        """Add distinct keys that are absent, with their values."""
+        """Add distinct keys that are absent, with their values.
+
+        Each round, every pending key looks for the first open slot (empty or deleted) in its
+        window and tries to claim it; one claimant per slot wins, the others go on from the next
+        slot.
+        """
         n = len(keys)
         if n == 0:
             return
         if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
             self._rebuild(self.live + n)
         ops = self.ops
-        mask = self.capacity - 1
         slot = self._home(keys)
         pending = ops.arange(n)
         claim = self._claim_scratch()
         tkeys = self.keys
         while len(pending):
-            seen = tkeys[slot]
-            open_ = ops.nonzero(seen < 0)
+            window = self._window(slot)
+            found, first = ops.first_true(tkeys[window] < 0)
+            rows = ops.nonzero(found)
+            step = ops.full(len(pending), _WIDTH)
             won = ops.falses(len(pending))
-            if len(open_):
-                tried = pending[open_]
-                tried_slots = slot[open_]
-                claim[tried_slots] = tried
-                got = claim[tried_slots] == tried
-                ws = tried_slots[got]
-                wk = tried[got]
+            if len(rows):
+                at = window[rows, first[rows]]
+                tried = pending[rows]
+                claim[at] = tried
+                got = claim[at] == tried
+                ws, wk = at[got], tried[got]
                 self.tombs -= ops.count(tkeys[ws] == TOMB)
                 tkeys[ws] = keys[wk]
                 self.values[ws] = values[wk]
-                won[open_[got]] = True
+                won[rows[got]] = True
+                step[rows] = first[rows] + 1
             keep = ~won
             pending = pending[keep]
-            slot = (slot[keep] + 1) & mask
+            slot = (slot[keep] + step[keep]) & (self.capacity - 1)
         self.live += n
 
     def _claim_scratch(self) -> Array:

@@ -114,6 +114,10 @@ class TorchOps(ArrayOps):
         """``torch.isin``."""
         return torch.isin(a, values)
 
+    def first_true(self, mask: Array) -> tuple[Array, Array]:
+        """``any`` and ``argmax`` (first maximum) along dim 1; argmax needs a number type."""
+        return mask.any(dim=1), mask.to(torch.uint8).argmax(dim=1)
+
     def count(self, mask: Array) -> int:
         """``count_nonzero`` as a host int."""
         return int(torch.count_nonzero(mask))
