@@ -33,8 +33,8 @@ def install(session: nox.Session, *extras: str, torch: bool = False, editable: b
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The test suite, with torch so that torch integers are part of the bad-input matrix."""
-    install(session, "test", torch=True)
+    """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run."""
+    install(session, "test", "cupy", torch=True)
     env = {"CI": os.environ.get("CI", "1")}
     session.run("pytest", *session.posargs, env=env)
 
