@@ -808,12 +808,13 @@ class ArrayBlockPool(PausedHolders):
             parent_entry = int(pe[0])
         if m == 0:
             return
-        if len(np.unique(host)) != m:
+        if m > 1 and len(np.unique(host)) != m:
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {host.tolist()}; a block has one hash")
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
         entries = self._entries_of(ops.asarray(hs))
         resident = self._resident(entries)
-        suspicious = not self._in_range(host) or len(np.unique(hs)) != m or bool((hs == prev_host).any())
+        repeated = m > 1 and len(np.unique(hs)) != m
+        suspicious = repeated or not self._in_range(host) or bool((hs == prev_host).any())
         if not suspicious:
             ids = ops.asarray(host)
             prev = ops.asarray(prev_host)
@@ -938,7 +939,10 @@ class ArrayBlockPool(PausedHolders):
         self._bhash[victims] = -1
         self._bentry[victims] = -1
         self._regstamp[victims] = -1
-        ue, inverse, cnt = ops.unique(e)
+        if m == 1:
+            ue, inverse, cnt = e, ops.zeros(1), ops.full(1, 1)
+        else:
+            ue, inverse, cnt = ops.unique(e)
         self._ecopies[ue] -= cnt
         left = self._ecopies[ue]
         lost_head = ue[(left > 0) & (self._bentry[self._ehead[ue]] != ue)]
@@ -958,7 +962,7 @@ class ArrayBlockPool(PausedHolders):
         gpe = self._epentry[gone]
         gpe = gpe[gpe >= 0]
         ops.scatter_add(self._echildren, gpe, -1)
-        candidates = ops.unique(ops.concat([gone, gpe]))[0]
+        candidates = ops.unique(ops.concat([gone, gpe]))[0] if len(gone) + len(gpe) > 1 else gone
         dead = candidates[(self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0)]
         if len(dead):
             self._index.delete(self._ehash[dead])

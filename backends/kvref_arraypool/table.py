@@ -22,7 +22,7 @@ EMPTY = -1
 TOMB = -2
 _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
 _MAX_LOAD = 0.6
-_WIDTH = 16  # slots probed per round after the first
+_WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 
 
 def _pow2_at_least(n: int) -> int:
