@@ -40,6 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvref-results", default=None, help="directory for results files (default results/conformance)")
     group.addoption("--kvref-deviations", default=None, help="extra known-deviations TOML file")
     group.addoption(
+        "--kvref-without",
+        default=None,
+        help="comma-separated capabilities to withdraw from the target, to run the rest past a known deviation",
+    )
+    group.addoption(
         "--kvref-no-shrink",
         action="store_true",
         help="skip Hypothesis's shrink phase: detection only, no minimal replay (the meta-tests use it)",
@@ -95,6 +100,12 @@ def selected_target(config: pytest.Config) -> Target:
         except KVRefError as exc:
             raise pytest.UsageError(f"kvref conformance: {exc}") from None
         selected = _resolve(settings.backend, config.getoption("kvref_device") or settings.device)
+        withdrawn = config.getoption("kvref_without")
+        if withdrawn:
+            try:
+                selected = selected.without(c.strip() for c in withdrawn.split(",") if c.strip())
+            except ValueError as exc:
+                raise pytest.UsageError(f"kvref conformance: --kvref-without: {exc}") from None
         config.stash[_SELECTED] = selected
     return selected
 

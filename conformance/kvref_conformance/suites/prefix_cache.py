@@ -243,6 +243,17 @@ class PrefixCacheSuite(ConformanceSuite):
         assert pool.take_events() == [], "a hash with another cached copy is still resident"
         assert 7 in pool.resident_hashes()
 
+    @requires("events")
+    @rule("PFX-317")
+    def test_registering_a_second_copy_of_a_resident_hash_emits_nothing(self, impl: Target) -> None:
+        pool = self.pool(impl)
+        a = pool.allocate(1, holder="a")
+        b = pool.allocate(1, holder="b")
+        pool.register(a, [7])
+        pool.take_events()
+        pool.register(b, [7])
+        assert pool.take_events() == [], "hash 7 was already resident; a second copy stores nothing new"
+
     @rule("PFX-318")
     def test_statistics_count_match_calls_only(self, impl: Target) -> None:
         pool = self.pool(impl)

