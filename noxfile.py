@@ -12,7 +12,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["tests", "conformance", "lint", "typecheck", "spec"]
+nox.options.sessions = ["tests", "conformance", "peer-vllm", "lint", "typecheck", "spec"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -147,4 +147,22 @@ def peer_vllm(session: nox.Session) -> None:
     session.run(
         "kvref", "conformance", "--backend", "vllm", "--profile", "ci", "--",
         "--kvref-without", "events", "-k", "Stateful",
+    )  # fmt: skip
+
+
+@nox.session(name="bench-peers", python=PYTHON)
+def bench_peers(session: nox.Session) -> None:
+    """The benchmarks through kvref's backends and the installable peers (vLLM) in one run.
+
+    Writes results/bench-peers.json; ``kvref report`` renders it with ratios against the oracle.
+    torch's own DeprecationWarnings on vLLM's import are ignored here (the tests treat warnings
+    as errors, which would make vLLM look unusable).
+    """
+    install(session, "bench", "test", "cupy")
+    session.install("-c", CONSTRAINTS, VLLM)
+    session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
+    os.makedirs("results", exist_ok=True)
+    session.run(
+        "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--benchmark-max-time=0.3",
+        "--benchmark-json=results/bench-peers.json", "-W", "ignore::DeprecationWarning", *session.posargs,
     )  # fmt: skip

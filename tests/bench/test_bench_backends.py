@@ -66,6 +66,12 @@ def sizes(batch: int, pool_blocks: int, measuring: bool, *, need: int = 1) -> No
         pytest.skip("1e6-block pools are measured by `nox -s bench` only")
 
 
+def needs(backend: Any, *capabilities: str) -> None:
+    missing = sorted(set(capabilities) - set(backend.capabilities()))
+    if missing:
+        pytest.skip(f"{backend.name} lacks {missing}")
+
+
 def create(backend: Any, device: str | None, pool_blocks: int, **kwargs: Any) -> Any:
     return backend.create(pool_blocks, device=device, **kwargs)
 
@@ -94,6 +100,7 @@ def test_match_a_cached_chain_then_release(
     benchmark: Any, backend: Any, device: str | None, measuring: bool, batch: int, pool_blocks: int
 ) -> None:
     sizes(batch, pool_blocks, measuring)
+    needs(backend, "prefix-cache")
     pool = create(backend, device, pool_blocks)
     calls = Calls(pool)
     hashes = calls.hashes(1, batch)
@@ -137,6 +144,7 @@ def test_allocate_into_a_full_cache_evicting_as_many(
 ) -> None:
     """Every block is cached; each round allocates ``batch`` (evicting as many, lru), registers, releases."""
     sizes(batch, pool_blocks, measuring, need=2)
+    needs(backend, "prefix-cache", "policy-lru")
     pool = create(backend, device, pool_blocks)
     calls = Calls(pool)
     ids = pool.allocate(pool.num_usable)
@@ -162,6 +170,7 @@ def test_admit_a_batch_of_requests_then_free_them(
 ) -> None:
     """``batch`` blocks a round as requests of 16 blocks (one request of ``batch`` below 16)."""
     sizes(batch, pool_blocks, measuring)
+    needs(backend, "batching")
     pool = create(backend, device, pool_blocks)
     per = min(16, batch)
     requests = batch // per

@@ -250,8 +250,14 @@ class VllmBlockPool(PausedHolders):
 
     # ------------------------------------------------------------ allocation and release
 
-    def _cached_count(self) -> int:
-        return sum(1 for blk in self.pool.blocks if blk.ref_cnt == 0 and blk.block_hash is not None and not blk.is_null)
+    def _hashed_at_front(self, n: int) -> int:
+        """Hashed blocks among the ``n`` that ``get_new_blocks(n)`` will pop: the evictions it makes."""
+        node = self.pool.free_block_queue.fake_free_list_head.next_free_block
+        hashed = 0
+        for _ in range(n):
+            hashed += node.block_hash is not None
+            node = node.next_free_block
+        return hashed
 
     def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
         """``get_new_blocks(count)``; vLLM's ValueError becomes OutOfBlocksError (POOL-105)."""
@@ -263,15 +269,14 @@ class VllmBlockPool(PausedHolders):
         free = self.pool.get_num_free_blocks()
         if n > free:
             raise OutOfBlocksError("POOL-105", f"allocate: asked for {n} blocks, vLLM has {free} free")
-        cached_before = self._cached_count() if self._caching else 0
+        evicting = self._hashed_at_front(n) if self._caching else 0
         try:
             blocks = self.pool.get_new_blocks(n)
         except ValueError as exc:
             raise OutOfBlocksError("POOL-105", f"allocate: vLLM refused {n} blocks: {exc}") from exc
         finally:
             self._drain()
-        if self._caching:
-            self._evictions += cached_before - self._cached_count()
+        self._evictions += evicting
         ids = [blk.block_id for blk in blocks]
         for b in ids:  # passed through unchanged: the suite judges what vLLM returned
             held = self._holders.setdefault(b, {})
