@@ -1,8 +1,9 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
-``nox`` runs the default sessions (tests, conformance, lint, typecheck, spec): the test command
-of README.md. ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend.
-``nox -s bench`` measures the benchmarks and saves them under ``results/``.
+``nox`` runs the default sessions (tests, conformance per backend, peer-vllm, lint, typecheck,
+spec): the test command of README.md. ``nox -s "conformance(backend='NAME')"`` runs the suite on
+one backend; ``nox -s peer-vllm`` on vLLM. ``nox -s bench`` (``bench-peers`` with vLLM) measures
+the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
 """
 
