@@ -1,6 +1,6 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
-``nox`` runs the default sessions (tests, conformance per backend, peer-vllm, lint, typecheck,
+``nox`` runs the default sessions (tests, conformance per backend, peer-vllm, peer-sglang, lint, typecheck,
 spec): the test command of README.md. ``nox -s "conformance(backend='NAME')"`` runs the suite on
 one backend; ``nox -s peer-vllm`` on vLLM. ``nox -s bench`` (``bench-peers`` with vLLM) measures
 the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
@@ -13,7 +13,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["tests", "conformance", "peer-vllm", "lint", "typecheck", "spec"]
+nox.options.sessions = ["tests", "conformance", "peer-vllm", "peer-sglang", "lint", "typecheck", "spec"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -167,3 +167,23 @@ def bench_peers(session: nox.Session) -> None:
         "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--benchmark-max-time=0.3",
         "--benchmark-json=results/bench-peers.json", "-W", "ignore::DeprecationWarning", *session.posargs,
     )  # fmt: skip
+
+
+#: SGLang's release for the peer session, and the pure-Python modules its allocators import.
+#: ``pip install sglang`` does not resolve here (CUDA pins), so the wheel goes in without its
+#: dependencies and these follow under the torch 2.13.0 constraint.
+SGLANG = "sglang==0.5.23"
+SGLANG_IMPORTS = [
+    "orjson", "psutil", "pybase64", "requests", "triton", "packaging", "pillow", "starlette", "msgspec",
+    "pydantic", "pyzmq", "tqdm", "ipython", "aiohttp",
+]  # fmt: skip
+
+
+@nox.session(name="peer-sglang", python=PYTHON)
+def peer_sglang(session: nox.Session) -> None:
+    """The conformance suite on SGLang's token and paged allocators; writes results/conformance/sglang*.json."""
+    install(session, "conformance", torch=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
+    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS)
+    for backend in ("sglang", "sglang-paged"):
+        session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)

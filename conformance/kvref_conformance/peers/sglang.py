@@ -1,0 +1,138 @@
+"""SGLang's KV slot allocators driven through kvref's BlockPool protocol, the way SGLang's scheduler drives them.
+
+SGLang (checked with ``sglang==0.5.23``) hands out KV slots from ``TokenToKVPoolAllocator``
+(one token per slot) and ``PagedTokenToKVPoolAllocator`` (pages of ``page_size`` tokens): both
+keep a free list of page ids in a torch tensor, ``alloc(n_tokens)`` returns token indices (or
+None when short), ``free(token_indices)`` gives them back, ``available_size()`` counts free
+tokens. Slot (page) 0 is the padding slot and never handed out. Reference counts and prefix
+sharing live in SGLang's ``RadixCache``, not in these allocators, so the adapter is a
+:class:`~kvref_conformance.adapter.ForeignPoolAdapter`: it keeps holders and generations, as the
+scheduler's request-to-token pool does, and passes the allocator's answers through unchanged.
+
+A kvref block is one page: block ``b`` is page ``b`` (tokens ``b*page_size .. b*page_size +
+page_size - 1``). Devices: ``cpu`` only here (the allocators run on any torch device; the suite
+runs where the CPU build of torch is).
+
+Install: ``pip install --no-deps sglang==0.5.23`` plus its small pure-Python imports under the
+torch 2.13.0 constraint (``nox -s peer-sglang`` does it); a plain ``pip install sglang`` does not
+resolve here (its CUDA pins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+from kvref.errors import ConfigError
+from kvref_conformance.adapter import ForeignPoolAdapter
+
+__all__ = ["SglangAllocatorAdapter", "SglangBackend", "backend", "backend_paged"]
+
+INSTALL = "pip install --no-deps sglang==0.5.23 plus its pure-Python imports (or: nox -s peer-sglang)"
+
+#: Tokens per page for the paged backend: small, so the suite's small pools still have pages.
+PAGE_SIZE = 4
+
+
+class SglangAllocatorAdapter(ForeignPoolAdapter):
+    """kvref's BlockPool over an SGLang token or paged allocator (see the module doc)."""
+
+    def __init__(
+        self, num_blocks: int, *, page_size: int = 1, reserved_ids: Sequence[int] = (0,), paused_limit: int = 0
+    ):
+        super().__init__(num_blocks, reserved_ids=reserved_ids, paused_limit=paused_limit)
+        if 0 not in self._reserved:
+            raise ConfigError("CONF-904", "sglang: slot 0 is SGLang's padding slot; reserved_ids must contain 0")
+        import torch
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+
+        self._torch = torch
+        self.page_size = page_size
+        size = (self._n - 1) * page_size
+        if page_size == 1:
+            self.allocator: Any = TokenToKVPoolAllocator(size, torch.float16, "cpu", None, False)
+        else:
+            self.allocator = PagedTokenToKVPoolAllocator(size, page_size, torch.float16, "cpu", None, False)
+        self._offsets = torch.arange(page_size, dtype=torch.int64)
+        extra = [b for b in self._reserved if b != 0]
+        if extra:  # take every page, keep the extra reserved ones, give the rest back
+            everything = self._take(self._foreign_free()) or []
+            self._give_back([b for b in everything if b not in extra])
+
+    name = "sglang"
+
+    def _take(self, count: int) -> list[int] | None:
+        tokens = self.allocator.alloc(count * self.page_size)
+        if tokens is None:
+            return None
+        pages: list[int] = (tokens[:: self.page_size] // self.page_size).tolist()
+        return pages
+
+    def _give_back(self, ids: list[int]) -> None:
+        pages = self._torch.tensor(ids, dtype=self._torch.int64)
+        self.allocator.free((pages[:, None] * self.page_size + self._offsets).reshape(-1))
+
+    def _foreign_free(self) -> int:
+        return int(self.allocator.available_size()) // self.page_size
+
+    def capabilities(self) -> frozenset[str]:
+        """A plain block pool (the prefix cache is SGLang's RadixCache, not adapted yet)."""
+        return frozenset({"pause", "policy-lru"})
+
+
+class SglangBackend:
+    """The ``sglang`` (token allocator) and ``sglang-paged`` (pages of :data:`PAGE_SIZE`) entry points."""
+
+    def __init__(self, name: str, *, page_size: int) -> None:
+        self.name = name
+        self.page_size = page_size
+
+    def version(self) -> str:
+        """The installed sglang version."""
+        try:
+            return metadata.version("sglang")
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    def availability(self) -> str | None:
+        """None when SGLang's allocators import; else why not and how to install them."""
+        try:
+            import sglang.srt.mem_cache.allocator  # noqa: F401
+        except Exception as exc:  # SGLang raises more than ImportError when a dependency is missing
+            return f"sglang's allocators do not import ({type(exc).__name__}: {exc}); {INSTALL}"
+        return None
+
+    def device(self, requested: str | None = None) -> str:
+        """The suite drives the allocators on the CPU."""
+        if requested not in (None, "cpu", "host"):
+            raise ConfigError("CONF-907", f"backend {self.name!r} runs on the cpu here, not on {requested!r}")
+        return "cpu"
+
+    def capabilities(self) -> frozenset[str]:
+        """A plain block pool with paused holders kept by the adapter."""
+        return frozenset({"pause", "policy-lru"})
+
+    def create(
+        self,
+        num_blocks: int,
+        *,
+        policy: str = "lru",
+        device: str | None = None,
+        reserved_ids: Sequence[int] = (0,),
+        paused_limit: int = 0,
+        enable_events: bool = False,
+    ) -> SglangAllocatorAdapter:
+        """A new adapter over a new allocator of ``num_blocks - 1`` pages (page 0 is padding)."""
+        self.device(device)
+        if policy != "lru":
+            raise ConfigError("CONF-904", f"backend {self.name!r} keeps no cache; policy {policy!r} means nothing")
+        return SglangAllocatorAdapter(
+            num_blocks, page_size=self.page_size, reserved_ids=reserved_ids, paused_limit=paused_limit
+        )
+
+
+#: ``TokenToKVPoolAllocator`` (entry point ``sglang``).
+backend = SglangBackend("sglang", page_size=1)
+#: ``PagedTokenToKVPoolAllocator`` with pages of :data:`PAGE_SIZE` tokens (entry point ``sglang-paged``).
+backend_paged = SglangBackend("sglang-paged", page_size=PAGE_SIZE)
