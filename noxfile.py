@@ -1,9 +1,10 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
-``nox`` runs the default sessions (tests, conformance per backend, peer-vllm, peer-sglang, lint, typecheck,
-spec): the test command of README.md. ``nox -s "conformance(backend='NAME')"`` runs the suite on
-one backend; ``nox -s peer-vllm`` on vLLM. ``nox -s bench`` (``bench-peers`` with vLLM) measures
-the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
+``nox`` runs the default sessions (tests, conformance per backend, the peers vLLM, SGLang and
+Megatron-Core, lint, typecheck, spec): the test command of README.md.
+``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
+(``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
+measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
 """
 
@@ -13,7 +14,16 @@ import os
 
 import nox
 
-nox.options.sessions = ["tests", "conformance", "peer-vllm", "peer-sglang", "lint", "typecheck", "spec"]
+nox.options.sessions = [
+    "tests",
+    "conformance",
+    "peer-vllm",
+    "peer-sglang",
+    "peer-megatron",
+    "lint",
+    "typecheck",
+    "spec",
+]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -187,3 +197,32 @@ def peer_sglang(session: nox.Session) -> None:
     session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS)
     for backend in ("sglang", "sglang-paged"):
         session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+
+
+#: Megatron-Core's release for the peer session. 0.18 and later declare Python >= 3.12 (their wheels
+#: are tagged cp312 for one compiled dataset helper); the inference allocator is pure Python, so
+#: the session downloads the cp312 wheel and unpacks its ``megatron`` package onto the path.
+MEGATRON = "megatron-core==0.19.2"
+_UNPACK = """
+import glob, sys, sysconfig, zipfile
+wheel = glob.glob(sys.argv[1] + '/megatron_core-*.whl')[0]
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(sysconfig.get_paths()['purelib'], [n for n in zf.namelist() if n.startswith('megatron/')])
+print('unpacked', wheel)
+"""
+
+
+@nox.session(name="peer-megatron", python=PYTHON)
+def peer_megatron(session: nox.Session) -> None:
+    """The conformance suite on Megatron-Core's KVBlockAllocator; writes results/conformance/megatron.json.
+
+    Its state machines drive torch tensors one small op at a time: about two minutes of the four.
+    """
+    install(session, "conformance", torch=True)
+    session.install("-c", CONSTRAINTS, "packaging", "triton")
+    wheels = session.create_tmp()
+    session.run(
+        "pip", "download", "--no-deps", "--python-version", "3.12", "--only-binary=:all:", "-d", wheels, MEGATRON
+    )
+    session.run("python", "-c", _UNPACK, wheels)
+    session.run("kvref", "conformance", "--backend", "megatron", "--profile", "ci", *session.posargs)

@@ -17,7 +17,7 @@ from kvref_conformance.observe import describe_change, observe
 from kvref_conformance.prerequisites import prerequisites_of
 from kvref_conformance.target import Target
 
-__all__ = ["ConformanceSuite", "cache_chain", "fails_unchanged", "requires", "rule"]
+__all__ = ["ConformanceSuite", "cache_chain", "fails_unchanged", "first_policy", "requires", "rule"]
 
 rule = pytest.mark.rule
 
@@ -28,6 +28,16 @@ def requires(*capabilities: str) -> pytest.MarkDecorator:
         if cap not in CAPABILITIES:
             raise ValueError(f"unknown capability {cap!r}")
     return pytest.mark.kvref_requires(*capabilities)
+
+
+def first_policy(target: Target) -> str:
+    """The first of lru, lru-leaf, ref-zero, fifo that ``target`` offers (lru when it declares none).
+
+    For tests where the policy does not matter (no prefix cache, or bad input), so that a target
+    without lru (Megatron offers ref-zero and lru-leaf) still runs them.
+    """
+    offered = [p for p in ("lru", "lru-leaf", "ref-zero", "fifo") if target.has(f"policy-{p}")]
+    return offered[0] if offered else "lru"
 
 
 def skip_without(target: Target, capability: str) -> None:

@@ -28,7 +28,14 @@ from kvref.errors import (
     UnknownHashError,
 )
 from kvref_conformance.observe import observe
-from kvref_conformance.suites.base import ConformanceSuite, fails_unchanged, requires, rule, skip_without
+from kvref_conformance.suites.base import (
+    ConformanceSuite,
+    fails_unchanged,
+    first_policy,
+    requires,
+    rule,
+    skip_without,
+)
 from kvref_conformance.target import Target
 
 __all__ = ["ErrorSuite"]
@@ -46,7 +53,7 @@ class World:
 
 def make_world(impl: Target) -> World:
     caching = impl.has("prefix-cache")
-    pool = impl.create(16, enable_events=impl.has("events"), paused_limit=2)
+    pool = impl.create(16, policy=first_policy(impl), enable_events=impl.has("events"), paused_limit=2)
     cached: list[int] = []
     if caching:
         cached = pool.allocate(3, holder="c")

@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvref_conformance.machines import make_machine
-from kvref_conformance.suites.base import ConformanceSuite, requires, rule
+from kvref_conformance.suites.base import ConformanceSuite, first_policy, requires, rule
 from kvref_conformance.target import Target
 
 __all__ = ["StatefulSuite"]
@@ -19,7 +19,7 @@ class StatefulSuite(ConformanceSuite):
     @rule("STATE-001", "STATE-002", "STATE-003", "POOL-102", "POOL-104", "POOL-106", "POOL-107", "POOL-108",
           "POOL-111", "POOL-113", "ERR-501")  # fmt: skip
     def test_the_pool_behaves_like_the_oracle(self, impl: Target) -> None:
-        run_state_machine_as_test(make_machine(impl, "lru", cache=False), settings=settings())
+        run_state_machine_as_test(make_machine(impl, first_policy(impl), cache=False), settings=settings())
 
     @rule("STATE-004", "STATE-006", "PFX-307", "PFX-312", "PFX-316", "PFX-317", "PFX-318", "PFX-321",
           "EVICT-401", "EVICT-403", "EVICT-404", "EVICT-405", "EVICT-406", "EVICT-408")  # fmt: skip
