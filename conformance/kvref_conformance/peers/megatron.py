@@ -22,6 +22,7 @@ the allocator is pure Python, so ``nox -s peer-megatron`` unpacks the wheel onto
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from importlib import metadata
@@ -98,6 +99,8 @@ class MegatronBlockAllocator(PausedHolders):
         self.allocator = KVBlockAllocator(
             self.context, self._n, 0, enable_prefix_caching=True, prefix_caching_eviction_policy=chosen
         )
+        # Releases before 0.19 register hashes without their parents (and evict by timestamp only).
+        self._with_parents = "parent_hashes" in inspect.signature(self.allocator.register_kv_block_hashes).parameters
         self._holders: dict[int, dict[Hashable, int]] = {}
         self._gen = [0] * self._n
         self._held: dict[Hashable, int] = {}
@@ -342,7 +345,10 @@ class MegatronBlockAllocator(PausedHolders):
         if not ids:
             return
         chain = [0 if parent is None else parent + 1] + [h + 1 for h in hs]
-        self.allocator.register_kv_block_hashes([self._m(b) for b in ids], chain[1:], chain[:-1])
+        if self._with_parents:
+            self.allocator.register_kv_block_hashes([self._m(b) for b in ids], chain[1:], chain[:-1])
+        else:
+            self.allocator.register_kv_block_hashes([self._m(b) for b in ids], chain[1:])
 
     def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
         """``_find_kv_match_count``: the last hash of the chain found in the dict, and every block before it.
