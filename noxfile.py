@@ -93,9 +93,9 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
-    """Conformance results and benchmark runs under results/ as one Markdown report."""
-    install(session)
-    session.run("kvref", "report", "results/conformance", "results", "--out", "results/report.md")
+    """Conformance results, benchmark runs (with plots) and replays under results/ as one Markdown report."""
+    install(session, "plots")
+    session.run("kvref", "report", "results/conformance", "results", "results/replay", "--out", "results/report.md")
 
 
 @nox.session(python=PYTHON)

@@ -7,7 +7,10 @@ rules it names and the first lines of its replay.
 
 Benchmarks (pytest-benchmark JSON from ``nox -s bench``): per workload, the median time per
 round and per block of each backend and its ratio against the oracle, with the machine and
-package versions the run recorded.
+package versions the run recorded; with ``--out``, plots of each run (:mod:`kvref.bench_plots`).
+
+Replays (``replay.json`` from ``kvref replay --out``): per file, the hit rates, evictions and
+speed of every run, and the file's hit-rate plot when it sits beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["json_documents", "load_benchmarks", "load_results", "render_benchmarks", "render_matrix"]
+__all__ = [
+    "json_documents",
+    "load_benchmarks",
+    "load_replays",
+    "load_results",
+    "render_benchmarks",
+    "render_matrix",
+    "render_replays",
+]
 
 _MARK = {"pass": "pass", "fail": "**fail**", "unsupported": "unsupported", "blocked": "blocked"}
 
@@ -136,5 +147,44 @@ def render_benchmarks(docs: list[dict[str, Any]]) -> str:
                 ratio = f"{median / base[0]:.2f}" if base else "-"
                 cells.append(f"{median * 1e6:,.2f}, {median * 1e6 / blocks:.3f}, {ratio}")
             lines.append(f"| {key} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def load_replays(documents: list[tuple[Path, Any]]) -> list[tuple[Path, list[dict[str, Any]]]]:
+    """Every ``kvref replay --out`` JSON file among ``documents``: a list of replay results."""
+    out = []
+    for file, doc in documents:
+        if isinstance(doc, list) and doc and all(isinstance(r, dict) and "block_hits" in r for r in doc):
+            out.append((file, doc))
+    return out
+
+
+def render_replays(replays: list[tuple[Path, list[dict[str, Any]]]], out_dir: Path | None = None) -> str:
+    """Markdown tables of replay results, one per file, with its plot when one sits beside it."""
+    lines = ["# kvref replays", ""]
+    for file, runs in replays:
+        first = runs[0]
+        lines.append(
+            f"From `{file}`: {first['source']}, {first['requests']:,} requests, "
+            f"{first['block_references']:,} block references in blocks of {first['block_size']} tokens."
+        )
+        lines += [
+            "",
+            "| backend | policy | capacity | block hits | token hits | no-evict (tokens) | evictions | blocks/s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in runs:
+            lines.append(
+                f"| {r['backend']} | {r['policy']} | {r['capacity']:,} | {r['block_hit_rate']:.2%} | "
+                f"{r['token_hit_rate']:.2%} | {r['infinite_token_hit_rate']:.2%} | {r['evictions']:,} | "
+                f"{r.get('block_ops_per_second', 0):,.0f} |"
+            )
+        plot = file.parent / "hit-rate.png"
+        if plot.is_file():
+            where = plot.resolve()
+            if out_dir is not None and where.is_relative_to(out_dir.resolve()):
+                where = where.relative_to(out_dir.resolve())
+            lines += ["", f"![token hit rate against capacity]({where})"]
         lines.append("")
     return "\n".join(lines)

@@ -32,3 +32,35 @@ def test_benchmarks_render_per_block_costs_and_ratios_against_the_oracle(tmp_pat
     out = tmp_path / "report.md"
     assert main(["report", str(tmp_path), "--out", str(out)]) == 0
     assert "kvref benchmarks" in out.read_text()
+
+
+def matrix_bench(workload: str, backend: str, batch: int, pool: int, us_per_block: float) -> dict[str, object]:
+    return {
+        "name": f"test_{workload}[{backend}-{batch}-{pool}]",
+        "params": {"backend": backend, "batch": batch, "pool_blocks": pool},
+        "stats": {"median": us_per_block * batch / 1e6},
+        "extra_info": {
+            "backend": backend, "workload": workload, "blocks_per_round": batch, "batch": batch, "pool_blocks": pool,
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.rule("CONF-906")
+def test_report_with_out_plots_each_benchmark_run_and_renders_replay_files(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    benches = [
+        matrix_bench(w, b, batch, 1000, cost)
+        for w in ("allocate+free", "match+free")
+        for b, cost in (("oracle", 0.3), ("cupy", 0.05))
+        for batch in (1, 16, 256)
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"machine_info": {}, "benchmarks": benches}), encoding="utf-8")
+    replay_dir = tmp_path / "replay"
+    assert main(["replay", "--capacity", "32", "--policy", "lru", "--out", str(replay_dir), "--json"]) == 0
+    out = tmp_path / "report" / "report.md"
+    assert main(["report", str(tmp_path / "bench.json"), str(replay_dir), "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    for png in ("bench-bench-cost.png", "bench-bench-ratio.png"):
+        assert (out.parent / png).stat().st_size > 1000, f"kvref report --out did not draw {png}"
+        assert f"({png})" in text, f"the report does not link {png}"
+    assert "# kvref replays" in text and "| oracle | lru | 32 |" in text, "the replay file is not in the report"
