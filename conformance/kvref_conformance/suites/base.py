@@ -82,8 +82,15 @@ class ConformanceSuite:
             check()
 
     @staticmethod
-    def pool(impl: Target, num_blocks: int = 8, *, policy: str = "lru", **kwargs: Any) -> Any:
-        """A new pool of ``impl`` under ``policy``; skips if ``impl`` lacks that policy."""
+    def pool(impl: Target, num_blocks: int = 8, *, policy: str | None = None, **kwargs: Any) -> Any:
+        """A new pool of ``impl`` under ``policy``; skips if ``impl`` lacks that policy.
+
+        Without ``policy``: lru, or lru-leaf for a target without lru. A test whose expectations
+        hold only under lru eviction order names ``policy="lru"``; the others run on lru-leaf
+        targets too (Megatron-Core offers ref-zero and lru-leaf only).
+        """
+        if policy is None:
+            policy = "lru" if impl.has("policy-lru") or not impl.has("policy-lru-leaf") else "lru-leaf"
         skip_without(impl, f"policy-{policy}")
         return impl.create(num_blocks, policy=policy, **kwargs)
 
