@@ -274,3 +274,58 @@ def test_on_cuda_random_traffic_gives_the_oracles_exact_results(backend: str, po
     for _ in range(300):
         driver.step()
     driver.deep_check()
+
+
+# Regressions found by review (a differential fuzzer against the oracle): each case must give the
+# oracle's outcome, return value or (exception class, rule).
+def _both(backend: str, setup: Callable[[Any], Any], call: Callable[[Any], Any], **kwargs: Any) -> None:
+    n = kwargs.pop("n", 8)
+    impl, oracle = create(backend, n, **kwargs), OracleBlockPool(n, **kwargs)
+    for pool in (impl, oracle):
+        setup(pool)
+    got, want = outcome(lambda: call(impl)), outcome(lambda: call(oracle))
+    assert got == want, f"{backend}: got {got}, the oracle gives {want}"
+
+
+@rule("EVICT-403", "POOL-106")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lru_leaf_finds_a_leaf_beyond_the_first_window_of_a_chain_released_head_first(backend: str) -> None:
+    def setup(pool: Any) -> None:
+        ids = pool.allocate(100)
+        pool.register(ids, list(range(1, 101)))
+        pool.free(ids)  # the root is the oldest; the only leaf is the newest
+
+    _both(backend, setup, lambda p: p.allocate(1), n=101, policy="lru-leaf")
+
+
+@rule("POOL-117")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_free_many_with_an_empty_list_for_an_unknown_holder_frees_the_rest(backend: str) -> None:
+    _both(backend, lambda p: p.allocate(2, holder="a"), lambda p: p.free_many([[1], []], holders=["a", "zzz"]))
+
+
+@rule("POOL-103")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ids_beyond_int64_are_out_of_range_in_every_operation(backend: str) -> None:
+    _both(backend, lambda p: p.allocate(2, holder="a"), lambda p: p.free_many([[1, 2**64]], holders=["a"]))
+    _both(backend, lambda p: p.allocate(2), lambda p: p.register([2**64, 2**64 + 1], [1, 2]))
+    _both(backend, lambda p: p.allocate(2), lambda p: p.register([-1, 2**64], [1, 2]))
+
+
+@rule("POOL-116")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_allocate_many_with_a_count_beyond_int64_admits_the_prefix_that_fits(backend: str) -> None:
+    _both(backend, lambda p: None, lambda p: p.allocate_many([2**64], holders=[None]))
+    _both(backend, lambda p: None, lambda p: p.allocate_many([1, 2**64], holders=["x", "y"]))
+    counts = np.array([2**64 - 1, 1], dtype=np.uint64)
+    _both(backend, lambda p: None, lambda p: p.allocate_many(counts, holders=["x"]))
+
+
+@rule("ERR-503")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_read_only_arrays_are_accepted_without_a_warning(backend: str) -> None:
+    pool = create(backend, 8)
+    ids = np.array(pool.allocate(3))
+    ids.flags.writeable = False
+    pool.free(ids)  # warnings are errors in this suite: a torch UserWarning would fail here
+    assert pool.num_free == 7

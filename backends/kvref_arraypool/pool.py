@@ -443,7 +443,7 @@ class ArrayBlockPool(PausedHolders):
         """
         if gens is not None:
             self._check_generations(host, gens, op)
-        known = all(hid >= 0 for _, hid, _, _ in groups)
+        known = all(hid >= 0 for _, hid, g_host, _ in groups if len(g_host))  # an empty list asks nothing
         if known and self._in_range(host):
             ids = self.ops.asarray(host)
             owner = self._owner[ids]
@@ -692,8 +692,9 @@ class ArrayBlockPool(PausedHolders):
         stack (and one eviction for the shortfall), in entry order, exactly as single calls would.
         """
         op = "allocate_many"
-        host, _ = index_array(counts, op=op, arg="counts")
-        cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(host.tolist())]
+        host, items = index_array(counts, op=op, arg="counts")
+        originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
+        cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
         hs = self._holder_list(holders, len(cs), op)
         for c, h in zip(cs, hs, strict=True):
             self._refuse_if_paused(h, c, op)
@@ -739,10 +740,14 @@ class ArrayBlockPool(PausedHolders):
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
         hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), [len(a) for a, _ in arrays]))
-        by_holder: dict[Hashable, list[int]] = {}
+        by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
         for (a, items), h in zip(arrays, hs, strict=True):
-            by_holder.setdefault(h, []).extend(items if items is not None else a.tolist())
-        groups = [(h, self._hids.get(h, -1), np.array(ids, dtype=np.int64), ids) for h, ids in by_holder.items()]
+            parts, originals = by_holder.setdefault(h, ([], []))
+            parts.append(a)  # values beyond int64 are already -1 here; the originals keep them
+            originals.extend(items if items is not None else a.tolist())
+        groups = [
+            (h, self._hids.get(h, -1), np.concatenate(parts), originals) for h, (parts, originals) in by_holder.items()
+        ]
         ids, distinct = self._check_release(host, None, hids, groups, None, op)
         self._release(ids, hids, distinct)
         for (a, _), h in zip(arrays, hs, strict=True):
@@ -808,8 +813,9 @@ class ArrayBlockPool(PausedHolders):
             parent_entry = int(pe[0])
         if m == 0:
             return
-        if m > 1 and len(np.unique(host)) != m:
-            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {host.tolist()}; a block has one hash")
+        if m > 1 and (len(set(items)) if items is not None else len(np.unique(host))) != m:
+            shown = items if items is not None else host.tolist()
+            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
         entries = self._entries_of(ops.asarray(hs))
         resident = self._resident(entries)

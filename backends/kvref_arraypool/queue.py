@@ -78,6 +78,7 @@ class StampQueue:
         parts_s: list[Array] = []
         got = 0
         pos = self.head
+        truncated = False
         while (k is None or got < k) and pos < self.tail:
             width = self.tail - pos if k is None else min(self.tail - pos, max(2 * (k - got), 256))
             qb = self.blocks[pos : pos + width]
@@ -86,13 +87,14 @@ class StampQueue:
             if eligible is not None:
                 ok &= eligible(qb)
             idx = ops.nonzero(ok)
-            if k is not None:
+            if k is not None and len(idx) > k - got:
                 idx = idx[: k - got]
+                truncated = True  # live entries were left in this window
             parts_b.append(qb[idx])
             parts_s.append(qs[idx])
             got += len(idx)
             pos += width
-        exhausted = pos >= self.tail
+        exhausted = pos >= self.tail and not truncated
         if not parts_b:
             empty = ops.zeros(0)
             return empty, empty, exhausted

@@ -46,6 +46,8 @@ class TorchOps(ArrayOps):
 
     def asarray(self, host: np.ndarray) -> Array:
         """A view of the host array on ``cpu``; a copy in device memory on CUDA."""
+        if not host.flags.writeable:  # torch.from_numpy warns on read-only memory; take a copy
+            host = host.copy()
         tensor = torch.from_numpy(np.ascontiguousarray(host))
         if self.is_device:  # pragma: no cover - needs a CUDA device
             return tensor.to(self.torch_device, non_blocking=False)
