@@ -49,7 +49,7 @@ from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_has
 
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]
 
-INSTALL = "nox -s peer-megatron (unpacks megatron-core's pure-Python allocator onto the path)"
+INSTALL = "use `nox -s peer-megatron` (unpacks megatron-core 0.19.2's allocator; see README)"
 _CAPABILITIES = frozenset({"prefix-cache", "pause", "policy-ref-zero", "policy-lru-leaf"})
 
 
@@ -409,6 +409,10 @@ class MegatronBackend:
         """None when the allocator imports; else why not and how to get it."""
         try:
             import megatron.core.inference.contexts.kv_block_allocator  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name == "megatron" or (exc.name or "").startswith("megatron."):
+                return f"{exc.name} is not installed; {INSTALL}"
+            return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # Megatron raises more than ImportError when its environment is off
             return f"megatron-core's allocator does not import ({type(exc).__name__}: {exc}); {INSTALL}"
         return None

