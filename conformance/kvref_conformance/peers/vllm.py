@@ -101,7 +101,8 @@ class VllmBlockPool(PausedHolders):
         self._caching = caching
         self._events_on = enable_events
         self._unpack: Callable[[bytes], bytes] = get_block_hash  # (hash, group id) key -> hash bytes
-        self.pool = BlockPool(self._n, caching, 1, enable_kv_cache_events=True)
+        # Events as asked: vLLM builds them on its hot paths, so a pool without them is the fair one to time.
+        self.pool = BlockPool(self._n, caching, 1, enable_kv_cache_events=enable_events)
         extra = [b for b in self._reserved if b != 0]
         if extra:  # take everything, keep the extra reserved ids, give the rest back in id order
             everything = self.pool.get_new_blocks(self.pool.get_num_free_blocks())
