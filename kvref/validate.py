@@ -9,7 +9,7 @@ argument in its message, so the error reads like a bug report.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex, TypeAlias
 
 from kvref.errors import InvalidTypeError, InvalidValueError
@@ -22,9 +22,11 @@ __all__ = [
     "as_hash",
     "as_hash_list",
     "as_holder",
+    "as_holder_list",
     "as_int",
     "as_list",
     "as_pool_shape",
+    "request_prefix_limit",
 ]
 
 #: Block hashes are integers in ``[0, HASH_MAX)``: they fit a signed 64-bit slot and leave the
@@ -154,3 +156,27 @@ def as_pool_shape(num_blocks: object, reserved_ids: object, *, op: str) -> tuple
             "POOL-101", f"{op}: num_blocks={n} leaves no usable block after {len(reserved)} reserved"
         )
     return n, reserved
+
+
+def as_holder_list(holders: object, expected: int, *, op: str) -> list[Hashable]:
+    """One holder per entry of a batched call: a sequence (not a string) of ``expected`` holders (ERR-503, ERR-506)."""
+    if isinstance(holders, (str, bytes)) or not isinstance(holders, Sequence):
+        raise InvalidTypeError("ERR-503", f"{op}: holders must be a sequence, one per entry")
+    if len(holders) != expected:
+        raise InvalidValueError("ERR-506", f"{op}: {len(holders)} holders for {expected} entries; they must pair up")
+    return [as_holder(h, op=op) for h in holders]
+
+
+def request_prefix_limit(num_hashes: int, num_tokens: object, block_size: object, *, op: str = "match_request") -> int:
+    """How many of a request's ``num_hashes`` block hashes may be matched: its last token is never a hit (REQ-701).
+
+    ``(num_tokens - 1) // block_size``, so the engine always has a token to compute. Refuses a zero
+    block size and more hashes than the request has full blocks.
+    """
+    n = as_count(num_tokens, op=op, arg="num_tokens")
+    size = as_count(block_size, op=op, arg="block_size")
+    if size == 0:
+        raise InvalidValueError("REQ-701", f"{op}: block_size must be >= 1")
+    if num_hashes > n // size:
+        raise InvalidValueError("REQ-701", f"{op}: {num_hashes} block hashes for {n} tokens of block size {size}")
+    return max(n - 1, 0) // size

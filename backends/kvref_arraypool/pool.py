@@ -58,7 +58,17 @@ from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, P
 from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
-from kvref.validate import IntsLike, as_count, as_hash, as_holder, as_int, as_list, as_pool_shape
+from kvref.validate import (
+    IntsLike,
+    as_count,
+    as_hash,
+    as_holder,
+    as_holder_list,
+    as_int,
+    as_list,
+    as_pool_shape,
+    request_prefix_limit,
+)
 from kvref_arraypool.inputs import hash_array, index_array
 from kvref_arraypool.leaf import leaf_order
 from kvref_arraypool.ops import Array, ArrayOps
@@ -675,15 +685,6 @@ class ArrayBlockPool(PausedHolders):
 
     # --------------------------------------------------------------- batching
 
-    def _holder_list(self, holders: object, expected: int, op: str) -> list[Hashable]:
-        if isinstance(holders, (str, bytes)) or not isinstance(holders, Sequence):
-            raise InvalidTypeError("ERR-503", f"{op}: holders must be a sequence, one per entry")
-        if len(holders) != expected:
-            raise InvalidValueError(
-                "ERR-506", f"{op}: {len(holders)} holders for {expected} entries; they must pair up"
-            )
-        return [as_holder(h, op=op) for h in holders]
-
     def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits, in order, in one pass (POOL-116).
 
@@ -695,7 +696,7 @@ class ArrayBlockPool(PausedHolders):
         host, items = index_array(counts, op=op, arg="counts")
         originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
         cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
-        hs = self._holder_list(holders, len(cs), op)
+        hs = as_holder_list(holders, len(cs), op=op)
         for c, h in zip(cs, hs, strict=True):
             self._refuse_if_paused(h, c, op)
         if not cs:
@@ -732,7 +733,7 @@ class ArrayBlockPool(PausedHolders):
         op = "free_many"
         entries = as_list(block_lists, op=op, arg="block_lists")
         arrays = [index_array(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
-        hs = self._holder_list(holders, len(arrays), op)
+        hs = as_holder_list(holders, len(arrays), op=op)
         if not arrays:
             return
         host = np.concatenate([a for a, _ in arrays]) if len(arrays) > 1 else arrays[0][0]
@@ -762,7 +763,7 @@ class ArrayBlockPool(PausedHolders):
         op = "match_many"
         entries = as_list(hash_lists, op=op, arg="hash_lists")
         lists = [hash_array(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
-        hs = self._holder_list(holders, len(lists), op)
+        hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
             self._refuse_if_paused(h, len(hl), op)
         hits = [self._lookup(hl, -1) for hl in lists]
@@ -1051,15 +1052,7 @@ class ArrayBlockPool(PausedHolders):
     ) -> list[int]:
         """``match`` for a request of ``num_tokens`` tokens: its last token is never a hit (REQ-701)."""
         hs = hash_array(block_hashes, op="match_request")
-        n = as_count(num_tokens, op="match_request", arg="num_tokens")
-        size = as_count(block_size, op="match_request", arg="block_size")
-        if size == 0:
-            raise InvalidValueError("REQ-701", "match_request: block_size must be >= 1")
-        if len(hs) > n // size:
-            raise InvalidValueError(
-                "REQ-701", f"match_request: {len(hs)} block hashes for {n} tokens of block size {size}"
-            )
-        limit = max(n - 1, 0) // size
+        limit = request_prefix_limit(len(hs), num_tokens, block_size)
         return self.match(hs[:limit], holder=holder)
 
     def hash_blocks(

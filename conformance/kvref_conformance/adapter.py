@@ -18,8 +18,9 @@ returned, as an engine does with its null block.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 from kvref.errors import (
     BlockIdError,
@@ -35,19 +36,116 @@ from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
 from kvref.validate import as_block_id_list, as_count, as_holder, as_int, as_pool_shape
 
-__all__ = ["ForeignPoolAdapter"]
+__all__ = ["ForeignPoolAdapter", "HeldReferences"]
 
 
-class ForeignPoolAdapter(PausedHolders):
+class HeldReferences(PausedHolders):
+    """The caller-side record an engine keeps around its allocator: who holds which block, generations.
+
+    Shared by :class:`ForeignPoolAdapter` and the peer adapters (``kvref_conformance.peers``).
+    A subclass sets ``_n`` and ``_reserved`` (``as_pool_shape``), calls :meth:`_start_references`,
+    and supplies ``block_state``; :meth:`_check` then refuses bad releases and shares the way the
+    oracle does (POOL-103, POOL-108, POOL-109, POOL-112, POOL-118, POOL-119, ERR-506), and the
+    ``_record_*`` methods keep the record after the foreign call.
+    """
+
+    _n: int
+    _reserved: tuple[int, ...]
+
+    def _start_references(self, paused_limit: int, op: str) -> None:
+        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
+        self._holders: dict[int, dict[Hashable, int]] = {}
+        self._gen = [0] * self._n
+        self._held: dict[Hashable, int] = {}
+        self._paused: set[Hashable] = set()
+
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
+        """The state of ``block_id``, as the foreign allocator shows it."""
+        raise NotImplementedError
+
+    def _id(self, value: object, op: str) -> int:
+        b = as_int(value, op=op, arg="block_id")
+        if not 0 <= b < self._n:
+            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
+        return b
+
+    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
+        """References per holder, as the engine's request-to-blocks map records them."""
+        return dict(self._holders.get(self._id(block_id, "holders"), {}))
+
+    def generation(self, block_id: SupportsIndex) -> int:
+        """Allocations of ``block_id`` seen by this adapter (POOL-111)."""
+        return self._gen[self._id(block_id, "generation")]
+
+    def holder_references(self, holder: Hashable) -> int:
+        """References ``holder`` holds."""
+        return self._held.get(as_holder(holder, op="holder_references"), 0)
+
+    def _references_of(self, holder: Hashable) -> int:
+        return self._held.get(holder, 0)
+
+    def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
+        """Refuse, before any foreign call, what the oracle refuses: a release (or, ``sharing``, an acquire)."""
+        gens = None if generations is None else as_block_id_list(generations, op=op, arg="generations")
+        if gens is not None and len(gens) != len(ids):
+            raise InvalidValueError("ERR-506", f"{op}: {len(gens)} generations for {len(ids)} block ids")
+        if gens is not None:
+            for b, g in zip(ids, gens, strict=True):
+                if 0 <= b < self._n and b not in self._reserved and g != self._gen[b]:
+                    raise StaleBlockError("POOL-112", f"{op}: block {b} generation {g}, current {self._gen[b]}")
+        for b in ids:
+            if not 0 <= b < self._n:
+                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
+            if b in self._reserved:
+                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
+            if sharing:
+                if self.block_state(b) is BlockState.FREE:
+                    raise BlockStateError("POOL-119", f"{op}: block {b} is free; only blocks in use or cached")
+            elif self._holders.get(b, {}).get(holder, 0) == 0:
+                raise NotHeldError("POOL-108", f"{op}: holder {holder!r} holds no reference to block {b}")
+        if not sharing:
+            for b, times in Counter(ids).items():
+                have = self._holders[b][holder]
+                if times > have:
+                    raise NotHeldError("POOL-109", f"{op}: block {b} occurs {times} times, {holder!r} holds {have}")
+
+    def _record_references(self, ids: list[int], holder: Hashable, *, allocated: bool = False) -> None:
+        """``holder`` took one reference per position (``allocated``: fresh blocks, a new generation)."""
+        for b in ids:
+            held = self._holders.setdefault(b, {})
+            held[holder] = held.get(holder, 0) + 1
+            if allocated:
+                self._gen[b] += 1
+        if ids:
+            self._held[holder] = self._held.get(holder, 0) + len(ids)
+
+    def _record_release(self, ids: list[int], holder: Hashable) -> list[int]:
+        """``holder`` gave one reference back per position (checked); returns the blocks nobody holds now."""
+        released = []
+        for b in ids:
+            held = self._holders[b]
+            held[holder] -= 1
+            if not held[holder]:
+                del held[holder]
+            if not held:
+                del self._holders[b]
+                released.append(b)
+        if ids:
+            left = self._held[holder] - len(ids)
+            if left:
+                self._held[holder] = left
+            else:
+                del self._held[holder]
+        return released
+
+
+class ForeignPoolAdapter(HeldReferences):
     """The :class:`kvref.protocol.BlockPool` protocol over a foreign allocator (see module doc)."""
 
     def __init__(self, num_blocks: int, *, reserved_ids: Sequence[int] = (0,), paused_limit: int = 0) -> None:
         op = type(self).__name__
         self._n, self._reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
-        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
-        self._holders: dict[int, dict[Hashable, int]] = {}
-        self._gen = [0] * self._n
-        self._paused: set[Hashable] = set()
+        self._start_references(paused_limit, op)
 
     def _reserve(self) -> None:
         """Take every block, keep the reserved ones, give the rest back (call at the end of __init__)."""
@@ -94,22 +192,10 @@ class ForeignPoolAdapter(PausedHolders):
     def capabilities(self) -> frozenset[str]:
         return frozenset({"pause"})
 
-    def _id(self, value: object, op: str) -> int:
-        b = as_int(value, op=op, arg="block_id")
-        if not 0 <= b < self._n:
-            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-        return b
-
     def ref_count(self, block_id: int) -> int:
         return sum(self._holders.get(self._id(block_id, "ref_count"), {}).values())
 
-    def holders(self, block_id: int) -> dict[Hashable, int]:
-        return dict(self._holders.get(self._id(block_id, "holders"), {}))
-
-    def generation(self, block_id: int) -> int:
-        return self._gen[self._id(block_id, "generation")]
-
-    def block_state(self, block_id: int) -> BlockState:
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
         b = self._id(block_id, "block_state")
         if b in self._reserved:
             return BlockState.RESERVED
@@ -130,47 +216,14 @@ class ForeignPoolAdapter(PausedHolders):
             raise OutOfBlocksError("POOL-105", f"allocate: the allocator refused {n} blocks: {exc}") from exc
         if ids is None:
             raise OutOfBlocksError("POOL-105", f"allocate: the allocator returned nothing for {n} blocks")
-        for b in ids:  # passed through unchanged: the suite judges what the allocator returned
-            self._holders.setdefault(b, {})[holder] = self._holders.get(b, {}).get(holder, 0) + 1
-            self._gen[b] += 1
+        self._record_references(ids, holder, allocated=True)  # passed through unchanged: the suite judges them
         return list(ids)
-
-    def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
-        gens = None if generations is None else as_block_id_list(generations, op=op, arg="generations")
-        if gens is not None and len(gens) != len(ids):
-            raise InvalidValueError("ERR-506", f"{op}: {len(gens)} generations for {len(ids)} ids")
-        wanted: dict[int, int] = {}
-        for i, b in enumerate(ids):
-            if not 0 <= b < self._n:
-                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-            if b in self._reserved:
-                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved")
-            if gens is not None and gens[i] != self._gen[b]:
-                raise StaleBlockError("POOL-112", f"{op}: block {b} generation {gens[i]}, now {self._gen[b]}")
-            if sharing:
-                if b not in self._holders:
-                    raise BlockStateError("POOL-119", f"{op}: block {b} is free")
-                continue
-            wanted[b] = wanted.get(b, 0) + 1
-            have = self._holders.get(b, {}).get(holder, 0)
-            if have == 0:
-                raise NotHeldError("POOL-108", f"{op}: holder {holder!r} holds no reference to block {b}")
-            if wanted[b] > have:
-                raise NotHeldError("POOL-109", f"{op}: block {b} listed {wanted[b]} times, {have} held")
 
     def free(self, block_ids: Sequence[int], *, holder: Hashable = None, generations: Any = None) -> None:
         ids = as_block_id_list(block_ids, op="free")
         holder = as_holder(holder, op="free")
         self._check(ids, holder, generations, "free", sharing=False)
-        released = []
-        for b in ids:
-            held = self._holders[b]
-            held[holder] -= 1
-            if not held[holder]:
-                del held[holder]
-            if not held:
-                del self._holders[b]
-                released.append(b)
+        released = self._record_release(ids, holder)
         if released:
             self._give_back(released)
 
@@ -180,8 +233,4 @@ class ForeignPoolAdapter(PausedHolders):
         if ids and holder in self._paused:
             raise PausedHolderError("POOL-114", f"acquire: holder {holder!r} is paused")
         self._check(ids, holder, generations, "acquire", sharing=True)
-        for b in ids:
-            self._holders[b][holder] = self._holders[b].get(holder, 0) + 1
-
-    def _references_of(self, holder: Hashable) -> int:
-        return sum(held.get(holder, 0) for held in self._holders.values())
+        self._record_references(ids, holder)

@@ -50,9 +50,11 @@ from kvref.validate import (
     as_hash,
     as_hash_list,
     as_holder,
+    as_holder_list,
     as_int,
     as_list,
     as_pool_shape,
+    request_prefix_limit,
 )
 
 __all__ = ["OracleBlockPool"]
@@ -403,7 +405,7 @@ class OracleBlockPool(PausedHolders):
         cs = [
             as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))
         ]
-        hs = self._holder_list(holders, len(cs), op)
+        hs = as_holder_list(holders, len(cs), op=op)
         for c, h in zip(cs, hs, strict=True):
             if c and h in self._paused:
                 raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
@@ -415,15 +417,6 @@ class OracleBlockPool(PausedHolders):
                 break
         return out
 
-    def _holder_list(self, holders: object, expected: int, op: str) -> list[Hashable]:
-        if isinstance(holders, (str, bytes)) or not isinstance(holders, Sequence):
-            raise InvalidTypeError("ERR-503", f"{op}: holders must be a sequence, one per entry")
-        if len(holders) != expected:
-            raise InvalidValueError(
-                "ERR-506", f"{op}: {len(holders)} holders for {expected} entries; they must pair up"
-            )
-        return [as_holder(h, op=op) for h in holders]
-
     def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
         """``free(block_lists[i], holder=holders[i])`` for each ``i`` in order, atomically (POOL-117).
 
@@ -433,7 +426,7 @@ class OracleBlockPool(PausedHolders):
         op = "free_many"
         entries = as_list(block_lists, op=op, arg="block_lists")
         lists = [as_block_id_list(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
-        hs = self._holder_list(holders, len(lists), op)
+        hs = as_holder_list(holders, len(lists), op=op)
         by_holder: dict[Hashable, list[int]] = {}
         for ids, h in zip(lists, hs, strict=True):
             by_holder.setdefault(h, []).extend(ids)
@@ -447,7 +440,7 @@ class OracleBlockPool(PausedHolders):
         op = "match_many"
         entries = as_list(hash_lists, op=op, arg="hash_lists")
         lists = [as_hash_list(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
-        hs = self._holder_list(holders, len(lists), op)
+        hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
             if h in self._paused and hl:
                 raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
@@ -636,15 +629,7 @@ class OracleBlockPool(PausedHolders):
         least one token to compute and gets the logits of the last one.
         """
         hs = as_hash_list(block_hashes, op="match_request")
-        n = as_count(num_tokens, op="match_request", arg="num_tokens")
-        size = as_count(block_size, op="match_request", arg="block_size")
-        if size == 0:
-            raise InvalidValueError("REQ-701", "match_request: block_size must be >= 1")
-        if len(hs) > n // size:
-            raise InvalidValueError(
-                "REQ-701", f"match_request: {len(hs)} block hashes for {n} tokens of block size {size}"
-            )
-        limit = max(n - 1, 0) // size
+        limit = request_prefix_limit(len(hs), num_tokens, block_size)
         return self.match(hs[:limit], holder=holder)
 
     def hash_blocks(

@@ -23,7 +23,6 @@ the allocator is pure Python, so ``nox -s peer-megatron`` unpacks the wheel onto
 from __future__ import annotations
 
 import inspect
-from collections import Counter
 from collections.abc import Hashable, Sequence
 from importlib import metadata
 from typing import Any, SupportsIndex
@@ -35,17 +34,15 @@ from kvref.errors import (
     ConfigError,
     HashConflictError,
     InvalidValueError,
-    NotHeldError,
     OutOfBlocksError,
     ReservedBlockError,
-    StaleBlockError,
     UnknownHashError,
 )
 from kvref.events import KVEvent, PrefixCacheStats
-from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
-from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
+from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_pool_shape
+from kvref_conformance.adapter import HeldReferences
 
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]
 
@@ -62,7 +59,7 @@ class _Context:
         self.total_request_count = 0
 
 
-class MegatronBlockAllocator(PausedHolders):
+class MegatronBlockAllocator(HeldReferences):
     """kvref's PrefixCache over Megatron-Core's ``KVBlockAllocator`` (see the module doc)."""
 
     name = "megatron"
@@ -93,7 +90,6 @@ class MegatronBlockAllocator(PausedHolders):
         }.get(self._policy)
         if chosen is None:
             raise ConfigError("CONF-904", f"{op}: Megatron offers ref-zero and lru-leaf, not {policy!r}")
-        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._torch = torch
         self.context = _Context()
         self.allocator = KVBlockAllocator(
@@ -101,10 +97,7 @@ class MegatronBlockAllocator(PausedHolders):
         )
         # Releases before 0.19 register hashes without their parents (and evict by timestamp only).
         self._with_parents = "parent_hashes" in inspect.signature(self.allocator.register_kv_block_hashes).parameters
-        self._holders: dict[int, dict[Hashable, int]] = {}
-        self._gen = [0] * self._n
-        self._held: dict[Hashable, int] = {}
-        self._paused: set[Hashable] = set()
+        self._start_references(paused_limit, op)
         self._requests = self._queries = self._hits = self._evictions = self._resets = 0
 
     # ------------------------------------------------------------ id and hash mapping
@@ -169,24 +162,10 @@ class MegatronBlockAllocator(PausedHolders):
         """Prefix cache, the two policies, paused holders (kept here)."""
         return _CAPABILITIES
 
-    def _id(self, value: object, op: str) -> int:
-        b = as_int(value, op=op, arg="block_id")
-        if not 0 <= b < self._n:
-            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-        return b
-
     def ref_count(self, block_id: SupportsIndex) -> int:
         """Megatron's own reference count (0 for the dummy block)."""
         b = self._id(block_id, "ref_count")
         return 0 if b == 0 else int(self.allocator.block_ref_counts[self._m(b)])
-
-    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
-        """References per holder, as the context's request-to-blocks table records them."""
-        return dict(self._holders.get(self._id(block_id, "holders"), {}))
-
-    def generation(self, block_id: SupportsIndex) -> int:
-        """Allocations seen by this adapter."""
-        return self._gen[self._id(block_id, "generation")]
 
     def block_hash(self, block_id: SupportsIndex) -> int | None:
         """The hash Megatron's ``block_hashes`` holds for the block, or None."""
@@ -206,13 +185,6 @@ class MegatronBlockAllocator(PausedHolders):
     def resident_hashes(self) -> frozenset[int]:
         """Keys of Megatron's hash-to-block dict."""
         return frozenset(h - 1 for h in self.allocator.kv_hash_to_block_id)
-
-    def holder_references(self, holder: Hashable) -> int:
-        """References ``holder`` holds."""
-        return self._held.get(as_holder(holder, op="holder_references"), 0)
-
-    def _references_of(self, holder: Hashable) -> int:
-        return self._held.get(holder, 0)
 
     def take_events(self) -> list[KVEvent]:
         """Megatron emits no KV events."""
@@ -239,36 +211,8 @@ class MegatronBlockAllocator(PausedHolders):
             raise OutOfBlocksError("POOL-105", f"allocate: Megatron has no room for {n} blocks")
         ids = [self._k(int(m)) for m in got.tolist()]
         self._evictions += cached_before - self.num_cached
-        for b in ids:  # passed through unchanged: the suite judges what Megatron returned
-            held = self._holders.setdefault(b, {})
-            held[holder] = held.get(holder, 0) + 1
-            self._gen[b] += 1
-        self._held[holder] = self._held.get(holder, 0) + len(ids)
+        self._record_references(ids, holder, allocated=True)  # passed through unchanged: the suite judges them
         return ids
-
-    def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
-        gens = None if generations is None else as_block_id_list(generations, op=op, arg="generations")
-        if gens is not None and len(gens) != len(ids):
-            raise InvalidValueError("ERR-506", f"{op}: {len(gens)} generations for {len(ids)} block ids")
-        if gens is not None:
-            for b, g in zip(ids, gens, strict=True):
-                if 0 < b < self._n and g != self._gen[b]:
-                    raise StaleBlockError("POOL-112", f"{op}: block {b} generation {g}, current {self._gen[b]}")
-        for b in ids:
-            if not 0 <= b < self._n:
-                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-            if b == 0:
-                raise ReservedBlockError("POOL-118", f"{op}: block 0 is reserved and never held")
-            if sharing:
-                if self.block_state(b) is BlockState.FREE:
-                    raise BlockStateError("POOL-119", f"{op}: block {b} is free; only blocks in use or cached")
-            elif self._holders.get(b, {}).get(holder, 0) == 0:
-                raise NotHeldError("POOL-108", f"{op}: holder {holder!r} holds no reference to block {b}")
-        if not sharing:
-            for b, times in Counter(ids).items():
-                have = self._holders[b][holder]
-                if times > have:
-                    raise NotHeldError("POOL-109", f"{op}: block {b} occurs {times} times, {holder!r} holds {have}")
 
     def free(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
         """``release_memory_blocks`` with every occurrence (Megatron scatters the decrements)."""
@@ -277,18 +221,7 @@ class MegatronBlockAllocator(PausedHolders):
         self._check(ids, holder, generations, "free", sharing=False)
         if not ids:
             return
-        for b in ids:
-            held = self._holders[b]
-            held[holder] -= 1
-            if not held[holder]:
-                del held[holder]
-            if not held:
-                del self._holders[b]
-        left = self._held[holder] - len(ids)
-        if left:
-            self._held[holder] = left
-        else:
-            del self._held[holder]
+        self._record_release(ids, holder)
         self._step()
         hashed_before = len(self.allocator.kv_hash_to_block_id)
         self.allocator.release_memory_blocks(self._tensor(ids).to(self._torch.int32))
@@ -304,10 +237,7 @@ class MegatronBlockAllocator(PausedHolders):
         counts = self.allocator.block_ref_counts
         counts.scatter_add_(0, tensor, self._torch.ones(len(ids), dtype=counts.dtype))
         self.allocator.update_timestamps(tensor)
-        for b in ids:
-            held = self._holders.setdefault(b, {})
-            held[holder] = held.get(holder, 0) + 1
-        self._held[holder] = self._held.get(holder, 0) + len(ids)
+        self._record_references(ids, holder)
 
     def acquire(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
         """Share blocks: the reference-count bump the context applies to matched blocks (POOL-110)."""

@@ -25,7 +25,6 @@ Never imported by default: the ``vllm`` entry point names :data:`backend`, whose
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from importlib import metadata
 from types import SimpleNamespace
@@ -38,17 +37,24 @@ from kvref.errors import (
     ConfigError,
     HashConflictError,
     InvalidValueError,
-    NotHeldError,
     OutOfBlocksError,
     ReservedBlockError,
-    StaleBlockError,
     UnknownHashError,
 )
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
-from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
-from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
+from kvref.validate import (
+    IntsLike,
+    as_block_id_list,
+    as_count,
+    as_hash,
+    as_hash_list,
+    as_holder,
+    as_pool_shape,
+    request_prefix_limit,
+)
+from kvref_conformance.adapter import HeldReferences
 
 __all__ = ["VllmBackend", "VllmBlockPool", "backend", "backend_nocache"]
 
@@ -74,7 +80,7 @@ def _int(raw: bytes | int) -> int:
     return raw if isinstance(raw, int) else int.from_bytes(raw[-8:], "big")
 
 
-class VllmBlockPool(PausedHolders):
+class VllmBlockPool(HeldReferences):
     """kvref's PrefixCache (or, with ``caching=False``, its BlockPool) over ``vllm.v1.core.block_pool.BlockPool``."""
 
     def __init__(
@@ -97,7 +103,6 @@ class VllmBlockPool(PausedHolders):
             raise ConfigError("CONF-904", f"{op}: vLLM's free queue evicts by release order only (lru), not {policy!r}")
         if 0 not in self._reserved:
             raise ConfigError("CONF-904", f"{op}: vLLM's block 0 is always its null block; reserved_ids must contain 0")
-        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._caching = caching
         self._events_on = enable_events
         self._unpack: Callable[[bytes], bytes] = get_block_hash  # (hash, group id) key -> hash bytes
@@ -107,10 +112,7 @@ class VllmBlockPool(PausedHolders):
         if extra:  # take everything, keep the extra reserved ids, give the rest back in id order
             everything = self.pool.get_new_blocks(self.pool.get_num_free_blocks())
             self.pool.free_blocks([blk for blk in everything if blk.block_id not in extra])
-        self._holders: dict[int, dict[Hashable, int]] = {}
-        self._gen = [0] * self._n
-        self._held: dict[Hashable, int] = {}
-        self._paused: set[Hashable] = set()
+        self._start_references(paused_limit, op)
         self._events: list[KVEvent] = []
         self._requests = self._queries = self._hits = self._evictions = self._resets = 0
         self.pool.take_events()
@@ -169,24 +171,10 @@ class VllmBlockPool(PausedHolders):
         """Prefix cache with events, lru, paused holders (kept here), vLLM's request-level match."""
         return _capabilities(self._caching)
 
-    def _id(self, value: object, op: str) -> int:
-        b = as_int(value, op=op, arg="block_id")
-        if not 0 <= b < self._n:
-            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-        return b
-
     def ref_count(self, block_id: SupportsIndex) -> int:
         """vLLM's own ``ref_cnt`` (0 for reserved blocks, whose count vLLM does not keep)."""
         b = self._id(block_id, "ref_count")
         return 0 if b in self._reserved else int(self.pool.blocks[b].ref_cnt)
-
-    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
-        """References per holder, as the engine's request-to-blocks map records them."""
-        return dict(self._holders.get(self._id(block_id, "holders"), {}))
-
-    def generation(self, block_id: SupportsIndex) -> int:
-        """Allocations of ``block_id`` seen by this adapter."""
-        return self._gen[self._id(block_id, "generation")]
 
     def block_hash(self, block_id: SupportsIndex) -> int | None:
         """The hash vLLM's block carries, or None."""
@@ -206,13 +194,6 @@ class VllmBlockPool(PausedHolders):
     def resident_hashes(self) -> frozenset[int]:
         """Keys of vLLM's hash-to-block map."""
         return frozenset(self._hash_of(key) for key in self.pool.cached_block_hash_to_block._cache)
-
-    def holder_references(self, holder: Hashable) -> int:
-        """References ``holder`` holds."""
-        return self._held.get(as_holder(holder, op="holder_references"), 0)
-
-    def _references_of(self, holder: Hashable) -> int:
-        return self._held.get(holder, 0)
 
     # ------------------------------------------------------------ events and stats
 
@@ -276,68 +257,22 @@ class VllmBlockPool(PausedHolders):
             self._drain()
         self._evictions += evicting
         ids = [blk.block_id for blk in blocks]
-        for b in ids:  # passed through unchanged: the suite judges what vLLM returned
-            held = self._holders.setdefault(b, {})
-            held[holder] = held.get(holder, 0) + 1
-            self._gen[b] += 1
-        self._held[holder] = self._held.get(holder, 0) + len(ids)
+        self._record_references(ids, holder, allocated=True)  # passed through unchanged: the suite judges them
         return ids
-
-    def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
-        gens = None if generations is None else as_block_id_list(generations, op=op, arg="generations")
-        if gens is not None and len(gens) != len(ids):
-            raise InvalidValueError("ERR-506", f"{op}: {len(gens)} generations for {len(ids)} block ids")
-        if gens is not None:
-            for b, g in zip(ids, gens, strict=True):
-                if 0 <= b < self._n and b not in self._reserved and g != self._gen[b]:
-                    raise StaleBlockError("POOL-112", f"{op}: block {b} generation {g}, current {self._gen[b]}")
-        for b in ids:
-            if not 0 <= b < self._n:
-                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-            if b in self._reserved:
-                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
-            if sharing:
-                if self.block_state(b) is BlockState.FREE:
-                    raise BlockStateError("POOL-119", f"{op}: block {b} is free; only blocks in use or cached")
-            elif self._holders.get(b, {}).get(holder, 0) == 0:
-                raise NotHeldError("POOL-108", f"{op}: holder {holder!r} holds no reference to block {b}")
-        if not sharing:
-            for b, times in Counter(ids).items():
-                have = self._holders[b][holder]
-                if times > have:
-                    raise NotHeldError("POOL-109", f"{op}: block {b} occurs {times} times, {holder!r} holds {have}")
 
     def free(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
         """``free_blocks`` in the given order: the first released is evicted first (EVICT-401)."""
         ids = as_block_id_list(block_ids, op="free")
         holder = as_holder(holder, op="free")
         self._check(ids, holder, generations, "free", sharing=False)
-        for b in ids:
-            held = self._holders[b]
-            held[holder] -= 1
-            if not held[holder]:
-                del held[holder]
-            if not held:
-                del self._holders[b]
+        self._record_release(ids, holder)
         if ids:
-            self._drop(holder, len(ids))
             self.pool.free_blocks([self.pool.blocks[b] for b in ids])
             self._drain()
 
-    def _drop(self, holder: Hashable, count: int) -> None:
-        left = self._held[holder] - count
-        if left:
-            self._held[holder] = left
-        else:
-            del self._held[holder]
-
     def _pin(self, ids: list[int], holder: Hashable) -> None:
         self.pool.touch([self.pool.blocks[b] for b in ids])
-        for b in ids:
-            held = self._holders.setdefault(b, {})
-            held[holder] = held.get(holder, 0) + 1
-        if ids:
-            self._held[holder] = self._held.get(holder, 0) + len(ids)
+        self._record_references(ids, holder)
 
     def acquire(self, block_ids: IntsLike, *, holder: Hashable = None, generations: IntsLike | None = None) -> None:
         """``touch`` each block once per occurrence (POOL-110)."""
@@ -427,13 +362,7 @@ class VllmBlockPool(PausedHolders):
     ) -> list[int]:
         """vLLM's ``get_computed_blocks``: at most ``num_tokens - 1`` tokens can hit (REQ-701)."""
         hs = as_hash_list(block_hashes, op="match_request")
-        n = as_count(num_tokens, op="match_request", arg="num_tokens")
-        size = as_count(block_size, op="match_request", arg="block_size")
-        if size == 0:
-            raise InvalidValueError("REQ-701", "match_request: block_size must be >= 1")
-        if len(hs) > n // size:
-            raise InvalidValueError("REQ-701", f"match_request: {len(hs)} hashes for {n} tokens of size {size}")
-        return self.match(hs[: max(n - 1, 0) // size], holder=holder)
+        return self.match(hs[: request_prefix_limit(len(hs), num_tokens, block_size)], holder=holder)
 
     def reset(self) -> None:
         """``reset_prefix_cache()``; refused while any block is in use (PFX-313)."""
