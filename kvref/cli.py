@@ -124,7 +124,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 results.append(belady_replay(trace, capacity, warmup=args.warmup))
             else:
                 pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
-                results.append(replay(trace, pool, warmup=args.warmup, backend=settings.backend))
+                results.append(
+                    replay(trace, pool, warmup=args.warmup, backend=settings.backend, stepwise=args.stepwise)
+                )
             advance(f"{policy} at {capacity:,} blocks", len(runs))
     compared = _compare_backends(trace, results, args) if args.backends else []
     if args.out:
@@ -133,7 +135,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         title = f"kvref replay: {trace.source}, backend {settings.backend}"
         for path in write_replay_report(results, Path(args.out), title=title, backend_runs=compared):
             print(f"wrote {path}", file=sys.stderr)
-    disagree = [r.backend for r in compared if _counts(r) != _counts(compared[0])]
+    disagree = [r.backend for r in compared if r.counts() != compared[0].counts()]
     if args.json:
         print(json.dumps([r.to_json() for r in results + compared], indent=2))
         return 1 if disagree else 0
@@ -157,10 +159,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _counts(result: Any) -> tuple[int, int, int, int]:
-    return (result.block_hits, result.token_hits, result.evictions, result.peak_occupancy)
-
-
 def _compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:
     """The largest capacity and first policy of the run, replayed once on every usable backend (TRACE-1018)."""
     from kvref.registry import backend_statuses, create_pool
@@ -171,8 +169,12 @@ def _compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) 
     for status in sorted(backend_statuses(), key=lambda s: s.name != "oracle"):
         if not status.usable:
             continue
-        pool = create_pool(run.capacity + 1, backend=status.name, policy=run.policy)
-        out.append(replay(trace, pool, warmup=args.warmup, backend=f"{status.name} ({status.device})"))
+        # A backend with a one-call replay (TRACE-1019) runs both ways: they must count the same.
+        modes = [False, True] if "replay" in status.capabilities else [True]
+        for stepwise in modes:
+            pool = create_pool(run.capacity + 1, backend=status.name, policy=run.policy)
+            label = f"{status.name} ({status.device})"
+            out.append(replay(trace, pool, warmup=args.warmup, backend=label, stepwise=stepwise))
     return out
 
 
@@ -181,12 +183,13 @@ def _print_backend_runs(runs: list[Any]) -> None:
 
     first = runs[0]
     table = Table(title=f"every usable backend: {first.policy} at {first.capacity:,} blocks")
-    for column in ("backend", "block hits", "token hits", "evictions", f"same counts as {first.backend}", "blocks/s"):
+    agree = f"same counts as {first.backend}"
+    for column in ("backend", "replay", "block hits", "token hits", "evictions", agree, "blocks/s"):
         table.add_column(column, justify="right")
     for r in runs:
-        same = "yes" if _counts(r) == _counts(first) else "NO"
+        same = "yes" if r.counts() == first.counts() else "NO"
         table.add_row(
-            r.backend, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
+            r.backend, r.mode, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
             f"{r.block_ops_per_second:,.0f}",
         )  # fmt: skip
     _console().print(table)  # type: ignore[attr-defined]
@@ -358,6 +361,11 @@ def _parser() -> argparse.ArgumentParser:
         default="chat",
         choices=list(WORKLOADS),
         help="built-in workload",
+    )
+    rep.add_argument(
+        "--stepwise",
+        action="store_true",
+        help="replay by protocol calls even on a backend with a one-call replay (same counts, slower)",
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")

@@ -16,6 +16,7 @@ still get strict reference counting.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, SupportsIndex, runtime_checkable
 
@@ -35,7 +36,10 @@ __all__ = [
     "SupportsRequestPrefix",
     "SupportsInvariants",
     "SupportsPause",
+    "SupportsReplay",
     "SupportsSnapshot",
+    "ReplayedBatch",
+    "STANDARD_CAPABILITIES",
 ]
 
 Holder = Hashable
@@ -51,11 +55,16 @@ CAPABILITIES: dict[str, str] = {
     "snapshot": "can return its whole observable state for before/after comparison",
     "hashing": "computes block hashes of token ids itself (hash_blocks)",
     "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
+    "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",
     "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
     "policy-ref-zero": "drops a hashed block when its last reference goes (ref-zero)",
     "policy-fifo": "evicts by registration order (fifo)",
 }
+
+#: What an implementation of the whole protocol declares: every capability but ``replay``, which
+#: is a fast path an implementation may add (TRACE-1019). The oracle and the array backends share it.
+STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay"}
 
 
 class BlockState(StrEnum):
@@ -266,6 +275,35 @@ class SupportsRequestPrefix(Protocol):
         self, block_hashes: IntsLike, *, num_tokens: int, block_size: int, holder: Holder = None
     ) -> list[int]:
         """``match`` limited to the blocks that leave the request's last token uncomputed."""
+        ...
+
+
+@dataclass(frozen=True)
+class ReplayedBatch:
+    """What :meth:`SupportsReplay.replay_requests` reports (TRACE-1019).
+
+    ``hits[i]``: how many leading blocks of request ``i`` were cached when it arrived (TRACE-1011).
+    ``peak_occupied``: the most blocks in use or cached (``num_usable - num_free``) while a
+    request of the batch held all its blocks; 0 for an empty batch.
+    """
+
+    hits: list[int]
+    peak_occupied: int
+
+
+@runtime_checkable
+class SupportsReplay(Protocol):
+    """Trace replay in one call, on the implementation's own prefix cache (TRACE-1019)."""
+
+    def replay_requests(self, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
+        """Replay each request of ``block_lists`` in order, exactly as TRACE-1014 does it stepwise.
+
+        For request ``ids``, with a holder that holds nothing else: ``match(ids)``; allocate the
+        misses, as many as fit (TRACE-1015); register them chained after the hit; release every
+        block tail first. The pool ends in exactly the state those calls leave, stats and events
+        included. The batch must be a prefix tree agreeing with the resident chains (TRACE-1006,
+        PFX-306); a batch that is not is refused whole, before anything changes (ERR-501).
+        """
         ...
 
 

@@ -9,15 +9,28 @@ per token (TRACE-1012), beside the hit rate of a cache that never evicts (TRACE-
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvref.errors import InvalidValueError
+from kvref.protocol import ReplayedBatch
 from kvref.traces import Trace, TraceRequest
 
-__all__ = ["ReplayResult", "Tally", "check_warmup", "infinite_capacity_hits", "replay", "token_weights"]
+__all__ = [
+    "ReplayResult",
+    "Tally",
+    "check_warmup",
+    "collector_paused",
+    "infinite_capacity_hits",
+    "replay",
+    "replay_stepwise",
+    "token_weights",
+]
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class ReplayResult:
     peak_occupancy: int
     seconds: float
     block_references: int
+    mode: str = "stepwise"
 
     @property
     def block_hit_rate(self) -> float:
@@ -62,6 +76,10 @@ class ReplayResult:
     def block_ops_per_second(self) -> float:
         """Block references replayed per second (lookup, hold, register, release each)."""
         return self.block_references / self.seconds if self.seconds else 0.0
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """What every backend must agree on (TRACE-1018): block and token hits, evictions, peak."""
+        return (self.block_hits, self.token_hits, self.evictions, self.peak_occupancy)
 
     def to_json(self) -> dict[str, Any]:
         """Every field and rate, for ``--json``."""
@@ -124,14 +142,23 @@ class Tally:
 
     def add(self, request: TraceRequest, hit: int) -> None:
         """Count one request whose first ``hit`` blocks were cached (TRACE-1011, TRACE-1012)."""
-        weights = token_weights(request.input_length, len(request.block_ids), self.trace.block_size)
-        self.blocks += len(request.block_ids)
+        blocks = len(request.block_ids)
+        self.blocks += blocks
         self.block_hits += hit
         self.tokens += request.input_length
-        self.token_hits += sum(weights[:hit])
+        # The first hit blocks weigh block_size tokens each, but the last block weighs the rest.
+        self.token_hits += request.input_length if hit == blocks else hit * self.trace.block_size
 
     def result(
-        self, *, backend: str, policy: str, capacity: int, evictions: int, peak: int, seconds: float
+        self,
+        *,
+        backend: str,
+        policy: str,
+        capacity: int,
+        evictions: int,
+        peak: int,
+        seconds: float,
+        mode: str = "stepwise",
     ) -> ReplayResult:
         """The ReplayResult of these counts, with the infinite-capacity hits beside them."""
         inf_blocks, inf_tokens = infinite_capacity_hits(self.trace, self.warmup)
@@ -153,24 +180,26 @@ class Tally:
             peak_occupancy=peak,
             seconds=seconds,
             block_references=self.trace.block_references,
+            mode=mode,
         )
 
 
-def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "oracle") -> ReplayResult:
-    """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.protocol.PrefixCache`)."""
-    tally = Tally(trace, check_warmup(warmup, "replay"))
+def replay_stepwise(pool: Any, block_lists: Sequence[Sequence[int]], *, first_holder: int = 0) -> ReplayedBatch:
+    """Replay ``block_lists`` through ``pool`` by protocol calls: what TRACE-1014 means.
+
+    Request ``i`` is made by holder ``first_holder + i``: ``match`` its blocks, ``allocate`` the
+    misses (as many as ``num_available`` allows, TRACE-1015), ``register`` them after the hit,
+    note the occupancy, ``free`` everything tail first. Works on every :class:`PrefixCache`; a
+    backend's fused ``replay_requests`` must give the same result and state (TRACE-1019).
+    """
+    hits: list[int] = []
+    peak = 0
     capacity = pool.num_usable
-    first = tally.first_counted
-    peak = evictions_at_start = 0
-    start = time.perf_counter()
-    for index, request in enumerate(trace.requests):
-        if index == first:
-            evictions_at_start = pool.stats.evictions
-        ids = request.block_ids
+    for index, ids in enumerate(block_lists, first_holder):
         hit = pool.match(ids, holder=index)
         need = len(ids) - len(hit)
-        # TRACE-1015: beyond capacity, not cached. num_available can cost a scan under lru-leaf;
-        # it is only needed when the free blocks do not cover the request.
+        # num_available can cost a scan under lru-leaf; it is only needed when the free blocks
+        # do not cover the request.
         room = need if need <= pool.num_free else min(need, pool.num_available)
         fresh = pool.allocate(room, holder=index)
         if fresh:
@@ -178,14 +207,58 @@ def replay(trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "orac
             pool.register(fresh, ids[len(hit) : len(hit) + room], parent_hash=parent)
         peak = max(peak, capacity - pool.num_free)
         pool.free((hit + fresh)[::-1], holder=index)
-        if index >= first:
-            tally.add(request, len(hit))
-    seconds = time.perf_counter() - start
+        hits.append(len(hit))
+    return ReplayedBatch(hits, peak)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a timed replay, as :mod:`timeit` does.
+
+    A replay makes no reference cycles; what a collection pass would cost is a scan of the
+    millions of objects the pool and the trace keep alive, which is not replay time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def replay(
+    trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "oracle", stepwise: bool = False
+) -> ReplayResult:
+    """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.protocol.PrefixCache`).
+
+    A pool with the ``replay`` capability replays the warm-up and the counted requests in one
+    ``replay_requests`` call each (TRACE-1019); others, or any pool with ``stepwise=True``, go
+    through :func:`replay_stepwise`. Both count the same (TRACE-1018); only the speed differs.
+    """
+    tally = Tally(trace, check_warmup(warmup, "replay"))
+    first = tally.first_counted
+    lists = [request.block_ids for request in trace.requests]
+    fused = not stepwise and "replay" in pool.capabilities()
+    with collector_paused():
+        start = time.perf_counter()
+        if fused:
+            warm = pool.replay_requests(lists[:first])
+            evictions_at_start = pool.stats.evictions
+            counted = pool.replay_requests(lists[first:])
+        else:
+            warm = replay_stepwise(pool, lists[:first])
+            evictions_at_start = pool.stats.evictions
+            counted = replay_stepwise(pool, lists[first:], first_holder=first)
+        seconds = time.perf_counter() - start
+    for request, hit in zip(trace.requests[first:], counted.hits, strict=True):
+        tally.add(request, hit)
     return tally.result(
         backend=backend,
         policy=pool.policy.value,
-        capacity=capacity,
+        capacity=pool.num_usable,
         evictions=pool.stats.evictions - evictions_at_start,
-        peak=peak,
+        peak=max(warm.peak_occupied, counted.peak_occupied),
         seconds=seconds,
+        mode="fused" if fused else "stepwise",
     )

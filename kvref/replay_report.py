@@ -42,13 +42,14 @@ def render_markdown(results: list[ReplayResult], title: str, backend_runs: Seque
         first = backend_runs[0]
         lines += ["", f"## Every usable backend: {first.policy} at {first.capacity:,} blocks", ""]
         lines.append(
-            f"| backend | block hit rate | token hit rate | evictions | same counts as {first.backend} | blocks/s |"
+            f"| backend | replay | block hit rate | token hit rate | evictions | same counts as {first.backend} "
+            "| blocks/s |"
         )
-        lines.append("|---|---:|---:|---:|---|---:|")
+        lines.append("|---|---|---:|---:|---:|---|---:|")
         for r in backend_runs:
-            same = (r.block_hits, r.token_hits, r.evictions) == (first.block_hits, first.token_hits, first.evictions)
+            same = r.counts() == first.counts()
             lines.append(
-                f"| {r.backend} | {r.block_hit_rate:.2%} | {r.token_hit_rate:.2%} | {r.evictions:,} | "
+                f"| {r.backend} | {r.mode} | {r.block_hit_rate:.2%} | {r.token_hit_rate:.2%} | {r.evictions:,} | "
                 f"{'yes' if same else 'NO'} | {r.block_ops_per_second:,.0f} |"
             )
     lines += ["", "![token hit rate against capacity](hit-rate.png)", ""]

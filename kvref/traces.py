@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kvref.errors import KVRefError
 from kvref.hashing import DEFAULT_ALGORITHM, ROOT_HASH, hash_block
-from kvref.validate import HASH_MAX
+from kvref.validate import HASH_MAX, prefix_tree_violation
 
 __all__ = ["Trace", "TraceError", "TraceRequest", "load_trace", "requests_from_tokens", "token_block_ids"]
 
@@ -117,18 +117,9 @@ def _parse(lines: Iterable[str], source: str, block_size: int, algorithm: str) -
 
 def _check_prefix_tree(ids: tuple[int, ...], parent_of: dict[int, int | None], where: str) -> None:
     """TRACE-1006: an id names one prefix, so it always follows the same id, once per request."""
-    if len(set(ids)) != len(ids):
-        raise TraceError("TRACE-1006", f"{where}: a block id occurs twice in one request")
-    previous: int | None = None
-    for h in ids:
-        known = parent_of.setdefault(h, previous)
-        if known != previous:
-            raise TraceError(
-                "TRACE-1006",
-                f"{where}: block id {h} follows {previous!r} here but {known!r} before; "
-                "equal ids must mean equal prefixes",
-            )
-        previous = h
+    violation = prefix_tree_violation(ids, parent_of)
+    if violation is not None:
+        raise TraceError("TRACE-1006", f"{where}: {violation[1]}")
 
 
 def load_trace(path: str | Path, *, block_size: int = 512, algorithm: str = DEFAULT_ALGORITHM) -> Trace:

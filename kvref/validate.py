@@ -26,12 +26,15 @@ __all__ = [
     "as_int",
     "as_list",
     "as_pool_shape",
+    "prefix_tree_violation",
     "request_prefix_limit",
 ]
 
 #: Block hashes are integers in ``[0, HASH_MAX)``: they fit a signed 64-bit slot and leave the
 #: negative values free as sentinels for tensor hash tables (HASH-207).
 HASH_MAX = 1 << 63
+
+_UNSEEN: Any = object()  # a parent_of entry not yet made (None is a real parent: the root)
 
 
 #: What an operation taking block ids, hashes or counts accepts: any iterable of integers (a list,
@@ -180,3 +183,36 @@ def request_prefix_limit(num_hashes: int, num_tokens: object, block_size: object
     if num_hashes > n // size:
         raise InvalidValueError("REQ-701", f"{op}: {num_hashes} block hashes for {n} tokens of block size {size}")
     return max(n - 1, 0) // size
+
+
+def prefix_tree_violation(
+    ids: Sequence[int],
+    parent_of: dict[int, int | None],
+    resident: Mapping[int, int | None] | None = None,
+) -> tuple[str, str] | None:
+    """``(rule, reason)`` if the chain ``ids`` breaks the prefix tree, else None (TRACE-1006, PFX-306).
+
+    An id names one prefix: it occurs once in a chain and always follows the same id (None: it
+    comes first). ``parent_of`` maps every id seen in earlier chains to its predecessor and is
+    updated in place. ``resident``, where given, maps resident hashes to their registered parent;
+    an id met for the first time must follow that parent (PFX-306), as ``register`` would demand.
+    """
+    previous: int | None = None
+    seen = parent_of.get
+    for h in ids:
+        known = seen(h, _UNSEEN)
+        if known == previous:
+            previous = h
+            continue
+        if known is _UNSEEN:
+            if resident is not None and h in resident and resident[h] != previous:
+                return "PFX-306", (f"hash {h:#x} is resident with parent {resident[h]!r} but follows {previous!r} here")
+            parent_of[h] = previous
+        else:
+            if ids.count(h) > 1:
+                return "TRACE-1006", f"block id {h} occurs twice in one request"
+            return "TRACE-1006", (
+                f"block id {h} follows {previous!r} here but {known!r} before; equal ids must mean equal prefixes"
+            )
+        previous = h
+    return None

@@ -81,7 +81,12 @@ def test_replay_with_backends_runs_every_usable_backend_and_they_count_the_same(
     assert main(["replay", "--json", "--capacity", "64", "--policy", "lru-leaf", "--backends"]) == 0
     runs = json.loads(capsys.readouterr().out)[1:]
     usable = sorted(s.name for s in backend_statuses() if s.usable)
-    assert sorted(r["backend"].split()[0] for r in runs) == usable, f"--backends ran {runs}, usable: {usable}"
+    ran = sorted({r["backend"].split()[0] for r in runs})
+    assert ran == usable, f"--backends ran {ran}, usable: {usable}"
     counts = {(r["block_hits"], r["token_hits"], r["evictions"], r["peak_occupancy"]) for r in runs}
     assert len(counts) == 1, f"backends counted differently (TRACE-1018): {counts}"
     assert runs[0]["backend"].startswith("oracle"), "the oracle is the reference the others are compared with"
+    oracle_modes = [r["mode"] for r in runs if r["backend"].startswith("oracle")]
+    assert oracle_modes == ["fused", "stepwise"], (
+        f"the oracle replays in one call and step by step (TRACE-1019); --backends ran it as {oracle_modes}"
+    )

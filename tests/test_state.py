@@ -85,7 +85,7 @@ def _reserved_handed_out(p: OracleBlockPool) -> None:
 def _orphan_under_lru_leaf(p: OracleBlockPool) -> None:
     # Evict hash 1 behind the policy's back: its child 2 stays resident.
     b = p.lookup([1])[0]
-    p._unregister(b)
+    p._unregister([b])
     p._free.append(b)
 
 

@@ -57,7 +57,7 @@ from kvref.errors import (
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
 from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import BlockState
+from kvref.protocol import STANDARD_CAPABILITIES, BlockState
 from kvref.validate import (
     IntsLike,
     as_count,
@@ -217,11 +217,8 @@ class ArrayBlockPool(PausedHolders):
         return self.ops.device
 
     def capabilities(self) -> frozenset[str]:
-        """Every capability of the protocol (the same as the oracle's)."""
-        return frozenset(
-            {"prefix-cache", "events", "batching", "pause", "invariants", "snapshot", "hashing", "request-prefix"}
-            | {f"policy-{p.value}" for p in EvictionPolicy}
-        )
+        """Every capability of the protocol but the fused replay (TRACE-1019): replay goes step by step."""
+        return STANDARD_CAPABILITIES
 
     # ----------------------------------------------------------- holders
 

@@ -20,7 +20,7 @@ it, oldest first), ``_parent`` (resident hash -> parent hash, None for the root)
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from itertools import islice
 from typing import Any, SupportsIndex
 
@@ -42,7 +42,7 @@ from kvref.errors import (
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
 from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import BlockState
+from kvref.protocol import STANDARD_CAPABILITIES, BlockState, ReplayedBatch
 from kvref.validate import (
     IntsLike,
     as_block_id_list,
@@ -159,11 +159,8 @@ class OracleBlockPool(PausedHolders):
         return self._policy
 
     def capabilities(self) -> frozenset[str]:
-        """Every capability of the protocol: the oracle implements the whole spec."""
-        return frozenset(
-            {"prefix-cache", "events", "batching", "pause", "invariants", "snapshot", "hashing", "request-prefix"}
-            | {f"policy-{p.value}" for p in EvictionPolicy}
-        )
+        """Every capability of the protocol: the whole spec, and the fused replay (TRACE-1019)."""
+        return STANDARD_CAPABILITIES | {"replay"}
 
     # ------------------------------------------------------------ block queries
 
@@ -319,6 +316,7 @@ class OracleBlockPool(PausedHolders):
     def _release(self, ids: list[int], holder: Hashable) -> None:
         ref, holders, hashes, free = self._ref, self._holders, self._hash, self._free
         ref_zero = self._policy is _REF_ZERO
+        dropped: list[int] = []  # ref-zero: hashed blocks whose last reference goes, in order
         for b in ids:
             held = holders[b]
             left = held[holder] - 1  # type: ignore[index]
@@ -335,11 +333,13 @@ class OracleBlockPool(PausedHolders):
                     continue
                 self._hashed_in_use.discard(b)
                 if ref_zero:
-                    self._unregister(b)
-                    self._evictions += 1
+                    dropped.append(b)
                     free.append(b)
                 else:
                     self._evictable[b] = None
+        if dropped:
+            self._unregister(dropped)
+            self._evictions += len(dropped)
         if ids:
             left_held = self._held[holder] - len(ids)
             if left_held:
@@ -534,25 +534,35 @@ class OracleBlockPool(PausedHolders):
             node = self._parent[node] if node in self._parent else pending.get(node)
         return False
 
-    def _unregister(self, b: int) -> None:
-        """Remove ``b``'s hash registration; the hash leaves when its last copy does."""
-        h: int = self._hash[b]  # type: ignore[assignment]  # callers pass hashed blocks only
-        self._hash[b] = None
-        copies = self._copies[h]
-        copies.remove(b)
-        self._evictable.pop(b, None)
-        self._registered.pop(b, None)
-        if not copies:
-            del self._copies[h]
-            parent = self._parent.pop(h)
-            if parent is not None:
-                left = self._children[parent] - 1
-                if left:
-                    self._children[parent] = left
-                else:
-                    del self._children[parent]
-            if self._events_on:
-                self._events.append(BlockRemoved(h))
+    def _unregister(self, blocks: Iterable[int]) -> None:
+        """Remove the hash registration of each of ``blocks`` in order; a hash leaves with its last copy.
+
+        The blocks leave the evictable and registration orders too; their caller puts them on
+        the free stack or hands them out. Callers pass hashed blocks only.
+        """
+        hashes, copies, parents, children = self._hash, self._copies, self._parent, self._children
+        evictable, registered = self._evictable, self._registered
+        events = self._events if self._events_on else None
+        for b in blocks:
+            h: int = hashes[b]  # type: ignore[assignment]
+            hashes[b] = None
+            found = copies[h]
+            if len(found) > 1:
+                found.remove(b)
+            else:
+                del copies[h]
+                parent = parents.pop(h)
+                if parent is not None:
+                    left = children[parent] - 1
+                    if left:
+                        children[parent] = left
+                    else:
+                        del children[parent]
+                if events is not None:
+                    events.append(BlockRemoved(h))
+            evictable.pop(b, None)
+            if registered:
+                registered.pop(b, None)
 
     def lookup(
         self,
@@ -632,6 +642,20 @@ class OracleBlockPool(PausedHolders):
         limit = request_prefix_limit(len(hs), num_tokens, block_size)
         return self.match(hs[:limit], holder=holder)
 
+    def replay_requests(self, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
+        """Replay a batch of requests as :func:`kvref.replay.replay` does, in one call (TRACE-1019).
+
+        Request ``ids`` in turn, by a holder holding nothing else: ``match(ids)``, allocate the
+        misses as far as ``num_available`` allows (TRACE-1015), register them after the hit,
+        release all tail first (TRACE-1014). The pool ends exactly as those calls leave it, stats
+        and events included. The whole batch is checked first: each entry a chain of hashes, all
+        of them one prefix tree (TRACE-1006) agreeing with the resident parents (PFX-306);
+        otherwise HashConflictError and nothing changes (ERR-501).
+        """
+        from kvref.oracle.replaying import replay_requests
+
+        return replay_requests(self, block_lists)
+
     def hash_blocks(
         self,
         token_ids: IntsLike,
@@ -689,11 +713,6 @@ class OracleBlockPool(PausedHolders):
 
     # ---------------------------------------------------------------- eviction
 
-    def _eligible_leaf(self, b: int) -> bool:
-        """Under lru-leaf: evicting ``b`` keeps the resident hashes prefix-closed (EVICT-403)."""
-        h = self._hash[b]
-        return len(self._copies[h]) > 1 or h not in self._children  # type: ignore[index]
-
     def _reclaimable(self) -> int:
         """How many cached blocks eviction could free now, under the policy (POOL-106)."""
         if self._policy is not _LRU_LEAF:
@@ -711,27 +730,64 @@ class OracleBlockPool(PausedHolders):
         return len(self._evictable) - len(busy_below - own_use)
 
     def _evict(self, k: int) -> list[int]:
-        """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list."""
-        victims: list[int] = []
-        if self._policy is _FIFO:
-            ref = self._ref
-            for b in self._registered:
-                if ref[b] == 0:
-                    victims.append(b)
-                    if len(victims) == k:
-                        break
-        elif self._policy is _LRU:
-            victims = list(islice(self._evictable, k))
+        """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list.
+
+        The caller has checked that ``k`` blocks are reclaimable (POOL-106).
+        """
+        if self._policy is _LRU_LEAF:
+            victims = self._evict_leaves(k)
         else:
-            for _ in range(k):
-                victim = next(b for b in self._evictable if self._eligible_leaf(b))
-                self._unregister(victim)
-                victims.append(victim)
-            self._evictions += k
-            return victims
-        for b in victims:
-            self._unregister(b)
+            if self._policy is _FIFO:
+                ref = self._ref
+                victims = list(islice((b for b in self._registered if ref[b] == 0), k))
+            else:
+                victims = list(islice(self._evictable, k))
+            self._unregister(victims)
         self._evictions += k
+        return victims
+
+    def _evict_leaves(self, k: int) -> list[int]:
+        """lru-leaf (EVICT-403): ``k`` times, unregister the least recently released block whose
+        removal keeps the resident hashes prefix-closed: one that is not its hash's last copy, or
+        whose hash has no resident child.
+
+        Taken one at a time from the front, since removing a hash's last copy can make its parent
+        a leaf. A pass over the release order does the same in one go: it counts the copies and
+        children its victims take away, so each block is judged as if the victims before it were
+        gone, and it starts over only when a victim's parent may be a block it already passed.
+        """
+        evictable, hashes, copies, children, parents = (
+            self._evictable, self._hash, self._copies, self._children, self._parent
+        )  # fmt: skip
+        victims: list[int] = []
+        while len(victims) < k:
+            want = k - len(victims)
+            taken: dict[int, int] = {}  # hash -> its copies this pass takes, for hashes of several copies
+            lost: dict[int, int] = {}  # hash -> resident children this pass removes
+            batch: list[int] = []
+            passed = False
+            for b in evictable:
+                h: int = hashes[b]  # type: ignore[assignment]
+                copies_of_h = len(copies[h])
+                left = copies_of_h - taken.get(h, 0) if copies_of_h > 1 else 1  # this one and later ones
+                if left == 1 and h in children and children[h] != lost.get(h, 0):
+                    passed = True  # the last copy of a hash with a resident child: not a leaf (yet)
+                    continue
+                if copies_of_h > 1:
+                    taken[h] = copies_of_h - left + 1
+                batch.append(b)
+                if len(batch) == want:
+                    break
+                if left == 1:
+                    parent = parents[h]
+                    if parent is not None:
+                        lost[parent] = lost.get(parent, 0) + 1
+                        if passed:
+                            break  # the parent may be a block passed over: start again
+            if not batch:
+                raise self._violation("POOL-106", f"no evictable leaf left after {len(victims)} of {k} victims")
+            self._unregister(batch)
+            victims.extend(batch)
         return victims
 
     # -------------------------------------------------------------- inspection

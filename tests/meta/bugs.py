@@ -10,7 +10,8 @@ suite must name when it fails.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
+from itertools import islice
 from typing import Any
 
 from kvref.events import BlockRemoved
@@ -53,8 +54,11 @@ class LeafIgnored(_Buggy):
     """lru-leaf evicts the least recently released block whatever its children: a parent leaves
     before its child (Megatron-Core before "only evict child blocks")."""
 
-    def _eligible_leaf(self, b: int) -> bool:
-        return True
+    def _evict(self, k: int) -> list[int]:
+        victims = list(islice(self._evictable, k))
+        self._unregister(victims)
+        self._evictions += k
+        return victims
 
     def _reclaimable(self) -> int:
         return len(self._evictable)
@@ -174,12 +178,13 @@ class RemovedForEveryCopy(_Buggy):
     """``BlockRemoved`` is emitted whenever a copy is evicted, though another copy of the hash is
     still cached: a router then believes the prefix is gone (vLLM, before PR #55092)."""
 
-    def _unregister(self, b: int) -> None:
-        h = self._hash[b]
-        last = h is not None and len(self._copies.get(h, ())) == 1
-        super()._unregister(b)
-        if not last and self._events_on:
-            self._events.append(BlockRemoved(h))  # type: ignore[arg-type]
+    def _unregister(self, blocks: Iterable[int]) -> None:
+        for b in list(blocks):
+            h = self._hash[b]
+            last = h is not None and len(self._copies.get(h, ())) == 1
+            super()._unregister((b,))
+            if not last and self._events_on:
+                self._events.append(BlockRemoved(h))  # type: ignore[arg-type]
 
 
 class EagerEviction(_Buggy):

@@ -1,0 +1,245 @@
+"""Trace replay fused into one call on the oracle's own state (TRACE-1019).
+
+:func:`replay_requests` does for a whole batch what :func:`kvref.replay.replay` does request by
+request through the protocol (TRACE-1014): for each request, match the cached prefix, allocate the
+misses (as many as fit, TRACE-1015), register them chained after the hit, and release everything
+tail first. It touches the same state the same way (the free stack, generations, hashes, copies,
+parents, children, release and registration order, events and statistics), so the pool ends
+exactly as the stepwise calls leave it: ``tests/test_replay_fused.py`` compares whole snapshots.
+
+What it skips is what cannot fail or cannot be seen once a request is released: per-call argument
+checks (the batch is checked once, up front), and the holder bookkeeping of a holder that holds
+nothing before the request and nothing after it. Only the hit blocks get a transient reference,
+so that policies and ``num_available`` see them pinned as the stepwise replay does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvref.errors import HashConflictError
+from kvref.events import BlockStored
+from kvref.policies import EvictionPolicy
+from kvref.protocol import ReplayedBatch
+from kvref.validate import IntsLike, as_hash_list, as_list, prefix_tree_violation
+
+if TYPE_CHECKING:
+    from kvref.oracle.pool import OracleBlockPool
+
+__all__ = ["checked_replay_batch", "lru_stack_holds", "replay_requests"]
+
+
+def checked_replay_batch(
+    block_lists: Sequence[IntsLike], resident_parents: dict[int, int | None], *, op: str = "replay_requests"
+) -> tuple[list[list[int]], dict[int, int | None]]:
+    """The batch as lists of hashes and the parent of each hash in it, or the first error in it.
+
+    Every entry must be a chain of hashes (ERR-503, HASH-207); together they must form a prefix
+    tree, an id occurring once per chain and always after the same id (TRACE-1006), that agrees
+    with ``resident_parents``, the parents of the hashes resident now (PFX-306).
+    """
+    entries = as_list(block_lists, op=op, arg="block_lists")
+    lists = [as_hash_list(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
+    parent_of: dict[int, int | None] = {}
+    for i, ids in enumerate(lists):
+        violation = prefix_tree_violation(ids, parent_of, resident_parents)
+        if violation is not None:
+            rule, reason = violation
+            raise HashConflictError(rule, f"{op}: block_lists[{i}]: {reason}; nothing was replayed")
+    return lists, parent_of
+
+
+def replay_requests(pool: OracleBlockPool, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
+    """Replay ``block_lists`` through ``pool`` in order; see :meth:`OracleBlockPool.replay_requests`."""
+    lists, parent_of = checked_replay_batch(block_lists, pool._parent)
+    if sum(map(len, lists)) >= len(pool._copies) and lru_stack_holds(pool):
+        return _replay_lru_stack(pool, lists, parent_of)
+    return _replay_general(pool, lists)
+
+
+def lru_stack_holds(pool: OracleBlockPool) -> bool:
+    """Whether the cache is an LRU stack of one copy per hash, parents released after children.
+
+    That is: policy lru or lru-leaf, no events to emit, no hashed block in use, one cached copy
+    per resident hash, and every resident hash's parent resident and later in the release order.
+    A replay keeps all of it, request after request (TRACE-1014 releases tail first, so a
+    parent is always released after its children): the oldest cached block is then a leaf, so
+    lru and lru-leaf evict alike (EVICT-401, EVICT-403); the cached hashes stay prefix-closed,
+    so a request's blocks after its first miss are never cached and no hash gets a second copy.
+    Checking costs one pass over the cached blocks.
+    """
+    if pool._policy not in (EvictionPolicy.LRU, EvictionPolicy.LRU_LEAF) or pool._events_on or pool._hashed_in_use:
+        return False
+    copies, parents, evictable = pool._copies, pool._parent, pool._evictable
+    if len(copies) != len(evictable):  # nothing cached is in use, so some hash has two copies
+        return False
+    position = {b: i for i, b in enumerate(evictable)}
+    for h, found in copies.items():
+        parent = parents[h]
+        if parent is not None:
+            above = copies.get(parent)
+            if above is None or position[above[0]] < position[found[0]]:
+                return False
+    return True
+
+
+def _replay_lru_stack(pool: OracleBlockPool, lists: list[list[int]], parent_of: dict[int, int | None]) -> ReplayedBatch:
+    """The replay while :func:`lru_stack_holds`: a plain LRU over one block per hash.
+
+    Eviction takes the oldest cached block (a leaf, as shown there), each request's blocks after
+    its first miss are all fresh, and parents and children are rebuilt from the prefix tree at
+    the end instead of being kept step by step. The pool's blocks, free stack, generations,
+    hashes and release order change exactly as in the general replay.
+    """
+    gen, hashes, free, evictable = pool._gen, pool._hash, pool._free, pool._evictable
+    block_of = {h: found[0] for h, found in pool._copies.items()}
+    cached_block = block_of.get
+    take_oldest = evictable.popitem
+    usable = pool.num_usable
+    hits: list[int] = []
+    peak = queries = evicted = 0
+    for ids in lists:
+        queries += len(ids)
+        hit: list[int] = []
+        for h in ids:
+            b = cached_block(h)
+            if b is None:
+                break
+            del evictable[b]  # pinned: no hashed block is in use but the request's own
+            hit.append(b)
+        n_hit = len(hit)
+        need = len(ids) - n_hit
+        n_free = len(free)
+        if need <= n_free:
+            fresh = free[n_free - need :] if need else []
+            del free[n_free - need :]
+            fresh.reverse()
+        else:
+            room = min(need, n_free + len(evictable))  # TRACE-1015; all cached blocks reclaimable
+            fresh = free[::-1]
+            free.clear()
+            for _ in range(room - n_free):
+                b = take_oldest(last=False)[0]
+                del block_of[hashes[b]]  # type: ignore[arg-type]  # cached blocks are hashed
+                fresh.append(b)
+            evicted += room - n_free
+        for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
+            gen[b] += 1
+            hashes[b] = h
+            block_of[h] = b
+        occupied = usable - len(free)
+        if occupied > peak:
+            peak = occupied
+        for b in reversed(fresh):
+            evictable[b] = None
+        for b in reversed(hit):
+            evictable[b] = None
+        hits.append(n_hit)
+    old_parents = dict(pool._parent)
+    parents = {h: parent_of[h] if h in parent_of else old_parents[h] for h in block_of}
+    pool._copies.clear()
+    pool._copies.update({h: [b] for h, b in block_of.items()})
+    pool._parent.clear()
+    pool._parent.update(parents)
+    pool._children.clear()
+    pool._children.update(Counter(p for p in parents.values() if p is not None))
+    pool._evictions += evicted
+    pool._requests += len(lists)
+    pool._queries += queries
+    pool._hits += sum(hits)
+    return ReplayedBatch(hits, peak)
+
+
+def _replay_general(pool: OracleBlockPool, lists: list[list[int]]) -> ReplayedBatch:
+    """The replay on any state: each step as the protocol calls make it, without their checks."""
+    policy = pool._policy
+    fifo = policy is EvictionPolicy.FIFO
+    ref_zero = policy is EvictionPolicy.REF_ZERO
+    leaf_policy = policy is EvictionPolicy.LRU_LEAF
+    ref, gen, hashes, free = pool._ref, pool._gen, pool._hash, pool._free
+    copies, parents, children = pool._copies, pool._parent, pool._children
+    evictable, registered, pinned = pool._evictable, pool._registered, pool._hashed_in_use
+    events = pool._events if pool._events_on else None
+    usable = pool.num_usable
+    cached_copies = copies.get
+    hits: list[int] = []
+    peak = queries = 0
+    for ids in lists:
+        queries += len(ids)
+        # Match (PFX-309): the oldest copy of each hash of the longest resident prefix, pinned.
+        # The batch agrees with the resident parents, so residency alone decides a hit.
+        hit: list[int] = []
+        newly_pinned = 0
+        for h in ids:
+            found = cached_copies(h)
+            if found is None:
+                break
+            b = found[0]
+            r = ref[b]
+            if r == 0:
+                del evictable[b]
+                pinned.add(b)
+                newly_pinned += 1
+            ref[b] = r + 1
+            hit.append(b)
+        n_hit = len(hit)
+        # Allocate the misses, free blocks first, evicting only the shortfall (EVICT-408); beyond
+        # what is available the rest are not cached (TRACE-1015).
+        need = len(ids) - n_hit
+        n_free = len(free)
+        if need <= n_free:
+            fresh = free[n_free - need :] if need else []
+            del free[n_free - need :]
+            fresh.reverse()
+        else:
+            # POOL-106. When the hit is all that is in use, every cached block is reclaimable,
+            # under lru-leaf too: the hit is a chain from the root, so it keeps its own ancestors.
+            alone = leaf_policy and len(pinned) == newly_pinned
+            room = min(need, n_free + (len(evictable) if alone else pool._reclaimable()))
+            fresh = free[::-1]
+            free.clear()
+            if room > n_free:
+                fresh.extend(pool._evict(room - n_free))
+        # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
+        prev = ids[n_hit - 1] if n_hit else None
+        for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
+            gen[b] += 1
+            hashes[b] = h
+            found = cached_copies(h)
+            if found is None:
+                copies[h] = [b]
+                parents[h] = prev
+                if prev is not None:
+                    children[prev] = children.get(prev, 0) + 1
+                if events is not None:
+                    events.append(BlockStored(h, prev))
+            else:
+                found.append(b)
+            if fifo:
+                registered[b] = None
+            prev = h
+        occupied = usable - len(free)
+        if occupied > peak:
+            peak = occupied
+        # Release tail first (TRACE-1014): the fresh blocks, then the hit.
+        released = fresh[::-1]
+        for b in reversed(hit):
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                pinned.discard(b)
+                released.append(b)
+        if ref_zero:  # EVICT-405: the hashes go with the last reference
+            free.extend(released)
+            pool._unregister(released)
+            pool._evictions += len(released)
+        else:
+            for b in released:
+                evictable[b] = None
+        hits.append(n_hit)
+    pool._requests += len(lists)
+    pool._queries += queries
+    pool._hits += sum(hits)
+    return ReplayedBatch(hits, peak)
