@@ -171,12 +171,14 @@ def render_replays(replays: list[tuple[Path, list[dict[str, Any]]]], out_dir: Pa
         )
         lines += [
             "",
-            "| backend | policy | capacity | block hits | token hits | no-evict (tokens) | evictions | blocks/s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            "| backend | replay | policy | capacity | block hits | token hits | no-evict (tokens) | evictions "
+            "| blocks/s |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in runs:
             lines.append(
-                f"| {r['backend']} | {r['policy']} | {r['capacity']:,} | {r['block_hit_rate']:.2%} | "
+                f"| {r['backend']} | {r.get('mode', 'stepwise')} | {r['policy']} | {r['capacity']:,} | "
+                f"{r['block_hit_rate']:.2%} | "
                 f"{r['token_hit_rate']:.2%} | {r['infinite_token_hit_rate']:.2%} | {r['evictions']:,} | "
                 f"{r.get('block_ops_per_second', 0):,.0f} |"
             )

@@ -63,4 +63,4 @@ def test_report_with_out_plots_each_benchmark_run_and_renders_replay_files(tmp_p
     for png in ("bench-bench-cost.png", "bench-bench-ratio.png"):
         assert (out.parent / png).stat().st_size > 1000, f"kvref report --out did not draw {png}"
         assert f"({png})" in text, f"the report does not link {png}"
-    assert "# kvref replays" in text and "| oracle | lru | 32 |" in text, "the replay file is not in the report"
+    assert "# kvref replays" in text and "| oracle | fused | lru | 32 |" in text, "the replay file is not in the report"

@@ -11,6 +11,7 @@ from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
+from kvref_conformance.suites.replay import ReplaySuite
 from kvref_conformance.suites.stateful import StatefulSuite
 
 
@@ -32,6 +33,10 @@ class TestEviction(EvictionSuite):
 
 class TestErrors(ErrorSuite):
     """Chapter 05 on the selected backend."""
+
+
+class TestReplay(ReplaySuite):
+    """Chapter 10's one-call replay, where the selected backend has one."""
 
 
 class TestStateful(StatefulSuite):
