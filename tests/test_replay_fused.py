@@ -59,7 +59,8 @@ def replay_both(
         got = fused.replay_requests(batch)
         assert got == want, (
             f"[TRACE-1019] batch {number} under {policy} at {capacity} blocks: replay_requests gave hits "
-            f"{got.hits[:20]}... peak {got.peak_occupied}, the protocol calls {want.hits[:20]}... peak {want.peak_occupied}"
+            f"{got.hits[:20]}... peak {got.peak_occupied}, "
+            f"the protocol calls {want.hits[:20]}... peak {want.peak_occupied}"
         )
     difference = snapshot_difference(stepwise, fused)
     assert not difference, f"[TRACE-1019] {policy} at {capacity} blocks: the states differ: {difference}"
@@ -136,9 +137,7 @@ def test_a_replay_from_an_empty_cache_keeps_it_an_lru_stack(policy: str) -> None
     ],
 )
 def test_the_lru_stack_form_is_not_taken_where_it_would_be_wrong(why: str, prepare: Prepare | None) -> None:
-    pool = OracleBlockPool(
-        12, policy="fifo" if why == "fifo order" else "lru", enable_events=why == "events to emit"
-    )
+    pool = OracleBlockPool(12, policy="fifo" if why == "fifo order" else "lru", enable_events=why == "events to emit")
     if prepare is not None:
         prepare(pool)
     assert not lru_stack_holds(pool), f"[TRACE-1019] the LRU-stack form was found to hold with {why}"
@@ -250,5 +249,5 @@ def test_replay_takes_the_one_call_form_where_the_pool_has_it_and_counts_the_sam
 @pytest.mark.parametrize("policy", ["lru-leaf", "fifo"])
 def test_the_mooncake_trace_replays_in_one_call_to_the_same_state(policy: str) -> None:
     lists = [list(r.block_ids) for r in load_trace(MOONCAKE).requests]
-    stepwise, fused = replay_both(policy, 2_000, [lists[:4_000], lists[4_000:]])
+    _, fused = replay_both(policy, 2_000, [lists[:4_000], lists[4_000:]])
     assert fused.stats.evictions > 100_000, f"the trace should evict heavily at 2,000 blocks: {fused.stats}"

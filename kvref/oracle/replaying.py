@@ -16,10 +16,10 @@ so that policies and ``num_available`` see them pinned as the stepwise replay do
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from kvref.errors import HashConflictError
+from kvref.errors import HashConflictError, InvalidTypeError
 from kvref.events import BlockStored
 from kvref.policies import EvictionPolicy
 from kvref.protocol import ReplayedBatch
@@ -40,6 +40,10 @@ def checked_replay_batch(
     tree, an id occurring once per chain and always after the same id (TRACE-1006), that agrees
     with ``resident_parents``, the parents of the hashes resident now (PFX-306).
     """
+    if isinstance(block_lists, (str, bytes, Mapping)) or not isinstance(block_lists, Iterable):
+        raise InvalidTypeError(
+            "ERR-503", f"{op}: block_lists must be a sequence of hash lists, got {type(block_lists).__name__}"
+        )
     entries = as_list(block_lists, op=op, arg="block_lists")
     lists = [as_hash_list(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
     parent_of: dict[int, int | None] = {}
