@@ -81,6 +81,15 @@ def test_replay_requests_leaves_the_state_the_protocol_calls_leave(
     replay_both(policy, capacity, [lists[:third], lists[third:]], events=events)
 
 
+@rule("TRACE-1019")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_small_batch_on_a_large_cache_agrees_too(policy: str) -> None:
+    """Fewer references than resident hashes: parents and children are kept step by step, not rebuilt."""
+    lists = workload_lists("system-prompt", seed=5)
+    _, fused = replay_both(policy, 300, [lists[:-3], lists[-3:], [lists[0][:2]]])
+    assert fused.stats.requests == len(lists) + 1, f"[PFX-318] {fused.stats.requests} requests counted"
+
+
 def _hold_a_chain_and_a_second_copy(pool: OracleBlockPool) -> None:
     """Holder x keeps a cached chain; holder y holds a second copy of its head, then is paused."""
     chain = [7_001, 7_002, 7_003]

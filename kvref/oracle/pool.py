@@ -534,11 +534,13 @@ class OracleBlockPool(PausedHolders):
             node = self._parent[node] if node in self._parent else pending.get(node)
         return False
 
-    def _unregister(self, blocks: Iterable[int]) -> None:
+    def _unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
         """Remove the hash registration of each of ``blocks`` in order; a hash leaves with its last copy.
 
         The blocks leave the evictable and registration orders too; their caller puts them on
-        the free stack or hands them out. Callers pass hashed blocks only.
+        the free stack or hands them out. Callers pass hashed blocks only. ``keep_tree=False``
+        leaves ``_parent`` and ``_children`` to a caller that rebuilds them afterwards (the
+        one-call replay); eviction under lru-leaf reads them, so it always keeps them.
         """
         hashes, copies, parents, children = self._hash, self._copies, self._parent, self._children
         evictable, registered = self._evictable, self._registered
@@ -551,7 +553,7 @@ class OracleBlockPool(PausedHolders):
                 found.remove(b)
             else:
                 del copies[h]
-                parent = parents.pop(h)
+                parent = parents.pop(h) if keep_tree else None
                 if parent is not None:
                     left = children[parent] - 1
                     if left:
@@ -729,10 +731,11 @@ class OracleBlockPool(PausedHolders):
                 p = parents[p]
         return len(self._evictable) - len(busy_below - own_use)
 
-    def _evict(self, k: int) -> list[int]:
+    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
         """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list.
 
-        The caller has checked that ``k`` blocks are reclaimable (POOL-106).
+        The caller has checked that ``k`` blocks are reclaimable (POOL-106). ``keep_tree`` is as
+        for :meth:`_unregister`; lru-leaf always keeps the tree, which it reads.
         """
         if self._policy is _LRU_LEAF:
             victims = self._evict_leaves(k)
@@ -742,7 +745,7 @@ class OracleBlockPool(PausedHolders):
                 victims = list(islice((b for b in self._registered if ref[b] == 0), k))
             else:
                 victims = list(islice(self._evictable, k))
-            self._unregister(victims)
+            self._unregister(victims, keep_tree=keep_tree)
         self._evictions += k
         return victims
 

@@ -58,9 +58,29 @@ def checked_replay_batch(
 def replay_requests(pool: OracleBlockPool, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
     """Replay ``block_lists`` through ``pool`` in order; see :meth:`OracleBlockPool.replay_requests`."""
     lists, parent_of = checked_replay_batch(block_lists, pool._parent)
-    if sum(map(len, lists)) >= len(pool._copies) and lru_stack_holds(pool):
+    # Rebuilding the parents and children at the end costs a pass over the resident hashes:
+    # worth it when the batch has at least as many block references.
+    rebuild = sum(map(len, lists)) >= len(pool._copies)
+    if rebuild and lru_stack_holds(pool):
         return _replay_lru_stack(pool, lists, parent_of)
-    return _replay_general(pool, lists)
+    leaf_policy = pool._policy is EvictionPolicy.LRU_LEAF  # its eviction reads the tree
+    return _replay_general(pool, lists, parent_of if rebuild and not leaf_policy else None)
+
+
+def _rebuild_tree(pool: OracleBlockPool, parent_of: dict[int, int | None]) -> None:
+    """Set the parents and children of the resident hashes after a replay that left them stale.
+
+    A hash registered by the batch has its batch parent (``parent_of``, which agrees with the
+    resident parents); one the batch never touched is resident since before it, with its old
+    parent. ``_children[p]`` counts the resident hashes whose parent is ``p``, as register and
+    unregister keep it step by step.
+    """
+    old = pool._parent
+    parents = {h: parent_of[h] if h in parent_of else old[h] for h in pool._copies}
+    old.clear()
+    old.update(parents)
+    pool._children.clear()
+    pool._children.update(Counter(p for p in parents.values() if p is not None))
 
 
 def lru_stack_holds(pool: OracleBlockPool) -> bool:
@@ -141,14 +161,9 @@ def _replay_lru_stack(pool: OracleBlockPool, lists: list[list[int]], parent_of: 
         for b in reversed(hit):
             evictable[b] = None
         hits.append(n_hit)
-    old_parents = dict(pool._parent)
-    parents = {h: parent_of[h] if h in parent_of else old_parents[h] for h in block_of}
     pool._copies.clear()
     pool._copies.update({h: [b] for h, b in block_of.items()})
-    pool._parent.clear()
-    pool._parent.update(parents)
-    pool._children.clear()
-    pool._children.update(Counter(p for p in parents.values() if p is not None))
+    _rebuild_tree(pool, parent_of)
     pool._evictions += evicted
     pool._requests += len(lists)
     pool._queries += queries
@@ -156,8 +171,16 @@ def _replay_lru_stack(pool: OracleBlockPool, lists: list[list[int]], parent_of: 
     return ReplayedBatch(hits, peak)
 
 
-def _replay_general(pool: OracleBlockPool, lists: list[list[int]]) -> ReplayedBatch:
-    """The replay on any state: each step as the protocol calls make it, without their checks."""
+def _replay_general(
+    pool: OracleBlockPool, lists: list[list[int]], rebuild_from: dict[int, int | None] | None
+) -> ReplayedBatch:
+    """The replay on any state: each step as the protocol calls make it, without their checks.
+
+    With ``rebuild_from`` (the batch's parents), parents and children are left alone during the
+    replay and rebuilt at the end (:func:`_rebuild_tree`); nothing but lru-leaf eviction reads
+    them in between.
+    """
+    keep_tree = rebuild_from is None
     policy = pool._policy
     fifo = policy is EvictionPolicy.FIFO
     ref_zero = policy is EvictionPolicy.REF_ZERO
@@ -205,7 +228,7 @@ def _replay_general(pool: OracleBlockPool, lists: list[list[int]]) -> ReplayedBa
             fresh = free[::-1]
             free.clear()
             if room > n_free:
-                fresh.extend(pool._evict(room - n_free))
+                fresh.extend(pool._evict(room - n_free, keep_tree=keep_tree))
         # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
         prev = ids[n_hit - 1] if n_hit else None
         for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
@@ -214,9 +237,10 @@ def _replay_general(pool: OracleBlockPool, lists: list[list[int]]) -> ReplayedBa
             found = cached_copies(h)
             if found is None:
                 copies[h] = [b]
-                parents[h] = prev
-                if prev is not None:
-                    children[prev] = children.get(prev, 0) + 1
+                if keep_tree:
+                    parents[h] = prev
+                    if prev is not None:
+                        children[prev] = children.get(prev, 0) + 1
                 if events is not None:
                     events.append(BlockStored(h, prev))
             else:
@@ -237,12 +261,14 @@ def _replay_general(pool: OracleBlockPool, lists: list[list[int]]) -> ReplayedBa
                 released.append(b)
         if ref_zero:  # EVICT-405: the hashes go with the last reference
             free.extend(released)
-            pool._unregister(released)
+            pool._unregister(released, keep_tree=keep_tree)
             pool._evictions += len(released)
         else:
             for b in released:
                 evictable[b] = None
         hits.append(n_hit)
+    if rebuild_from is not None:
+        _rebuild_tree(pool, rebuild_from)
     pool._requests += len(lists)
     pool._queries += queries
     pool._hits += sum(hits)
