@@ -54,9 +54,9 @@ class LeafIgnored(_Buggy):
     """lru-leaf evicts the least recently released block whatever its children: a parent leaves
     before its child (Megatron-Core before "only evict child blocks")."""
 
-    def _evict(self, k: int) -> list[int]:
+    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
         victims = list(islice(self._evictable, k))
-        self._unregister(victims)
+        self._unregister(victims, keep_tree=keep_tree)
         self._evictions += k
         return victims
 
@@ -84,7 +84,7 @@ class StaleHashAfterEviction(_Buggy):
     """Eviction clears the block but not the hash index, so a later lookup serves the block's new
     content as the old prefix: a stale hit with another request's KV."""
 
-    def _evict(self, k: int) -> list[int]:
+    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
         victims = list(self._evictable)[:k]
         for b in victims:
             self._hash[b] = None
@@ -178,11 +178,11 @@ class RemovedForEveryCopy(_Buggy):
     """``BlockRemoved`` is emitted whenever a copy is evicted, though another copy of the hash is
     still cached: a router then believes the prefix is gone (vLLM, before PR #55092)."""
 
-    def _unregister(self, blocks: Iterable[int]) -> None:
+    def _unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
         for b in list(blocks):
             h = self._hash[b]
             last = h is not None and len(self._copies.get(h, ())) == 1
-            super()._unregister((b,))
+            super()._unregister((b,), keep_tree=keep_tree)
             if not last and self._events_on:
                 self._events.append(BlockRemoved(h))  # type: ignore[arg-type]
 
