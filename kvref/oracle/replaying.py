@@ -67,6 +67,16 @@ def replay_requests(pool: OracleBlockPool, block_lists: Sequence[IntsLike]) -> R
     return _replay_general(pool, lists, parent_of if rebuild and not leaf_policy else None)
 
 
+def _take_free(free: list[int], n: int) -> list[int]:
+    """The top ``n`` blocks of the free stack, topmost first, as ``allocate`` takes them."""
+    if not n:
+        return []
+    taken = free[-n:]
+    del free[-n:]
+    taken.reverse()
+    return taken
+
+
 def _rebuild_tree(pool: OracleBlockPool, parent_of: dict[int, int | None]) -> None:
     """Set the parents and children of the resident hashes after a replay that left them stale.
 
@@ -136,19 +146,14 @@ def _replay_lru_stack(pool: OracleBlockPool, lists: list[list[int]], parent_of: 
         n_hit = len(hit)
         need = len(ids) - n_hit
         n_free = len(free)
-        if need <= n_free:
-            fresh = free[n_free - need :] if need else []
-            del free[n_free - need :]
-            fresh.reverse()
-        else:
-            room = min(need, n_free + len(evictable))  # TRACE-1015; all cached blocks reclaimable
-            fresh = free[::-1]
-            free.clear()
-            for _ in range(room - n_free):
-                b = take_oldest(last=False)[0]
-                del block_of[hashes[b]]  # type: ignore[arg-type]  # cached blocks are hashed
-                fresh.append(b)
-            evicted += room - n_free
+        # TRACE-1015; every cached block is reclaimable here.
+        room = need if need <= n_free else min(need, n_free + len(evictable))
+        fresh = _take_free(free, min(room, n_free))
+        for _ in range(room - n_free):
+            b = take_oldest(last=False)[0]
+            del block_of[hashes[b]]  # type: ignore[arg-type]  # cached blocks are hashed
+            fresh.append(b)
+        evicted += max(room - n_free, 0)
         for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
             gen[b] += 1
             hashes[b] = h
@@ -217,18 +222,15 @@ def _replay_general(
         need = len(ids) - n_hit
         n_free = len(free)
         if need <= n_free:
-            fresh = free[n_free - need :] if need else []
-            del free[n_free - need :]
-            fresh.reverse()
+            room = need
         else:
             # POOL-106. When the hit is all that is in use, every cached block is reclaimable,
             # under lru-leaf too: the hit is a chain from the root, so it keeps its own ancestors.
             alone = leaf_policy and len(pinned) == newly_pinned
             room = min(need, n_free + (len(evictable) if alone else pool._reclaimable()))
-            fresh = free[::-1]
-            free.clear()
-            if room > n_free:
-                fresh.extend(pool._evict(room - n_free, keep_tree=keep_tree))
+        fresh = _take_free(free, min(room, n_free))
+        if room > n_free:
+            fresh.extend(pool._evict(room - n_free, keep_tree=keep_tree))
         # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
         prev = ids[n_hit - 1] if n_hit else None
         for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
