@@ -144,7 +144,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         f"references in blocks of {trace.block_size} tokens, backend {settings.backend}"
     )
     for column in ("blocks", "policy", "block hits", "token hits", "no-evict", "evictions", "blocks/s"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         table.add_row(
             f"{r.capacity:,}", r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}",
@@ -182,10 +182,14 @@ def _print_backend_runs(runs: list[Any]) -> None:
     from rich.table import Table
 
     first = runs[0]
-    table = Table(title=f"every usable backend: {first.policy} at {first.capacity:,} blocks")
-    agree = f"same counts as {first.backend}"
-    for column in ("backend", "replay", "block hits", "token hits", "evictions", agree, "blocks/s"):
-        table.add_column(column, justify="right")
+    table = Table(
+        title=f"every usable backend: {first.policy} at {first.capacity:,} blocks "
+        f"(same: the same counts as {first.backend})"
+    )
+    table.add_column("backend", justify="right")
+    table.add_column("replay", justify="right")
+    for column in ("block hits", "token hits", "evictions", "same", "blocks/s"):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in runs:
         same = "yes" if r.counts() == first.counts() else "NO"
         table.add_row(
