@@ -9,8 +9,14 @@ exactly as the stepwise calls leave it: ``tests/test_replay_fused.py`` compares 
 
 What it skips is what cannot fail or cannot be seen once a request is released: per-call argument
 checks (the batch is checked once, up front), and the holder bookkeeping of a holder that holds
-nothing before the request and nothing after it. Only the hit blocks get a transient reference,
-so that policies and ``num_available`` see them pinned as the stepwise replay does.
+nothing before the request and nothing after it. It has two forms:
+
+- the general one (:func:`_replay_general`) works from any state: each step as the protocol
+  calls do it, with only the hit blocks given a transient reference, so that the policies and
+  ``num_available`` see them pinned; parents and children are rebuilt once at the end when the
+  batch outweighs the cache (not under lru-leaf, whose eviction reads them);
+- while the cache is an LRU stack (:func:`lru_stack_holds`), :func:`_replay_lru_stack` runs a
+  plain LRU over one block per hash, which a replay keeps exact request after request.
 """
 
 from __future__ import annotations
