@@ -19,24 +19,65 @@ returned, as an engine does with its null block.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, SupportsIndex
 
 from kvref.errors import (
     BlockIdError,
     BlockStateError,
+    HashConflictError,
     InvalidValueError,
     NotHeldError,
     OutOfBlocksError,
     PausedHolderError,
     ReservedBlockError,
     StaleBlockError,
+    UnknownHashError,
 )
 from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
-from kvref.validate import as_block_id_list, as_count, as_holder, as_int, as_pool_shape
+from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
 
-__all__ = ["ForeignPoolAdapter", "HeldReferences"]
+__all__ = ["ForeignPoolAdapter", "HeldReferences", "checked_registration"]
+
+
+def checked_registration(
+    pool: Any,
+    block_ids: IntsLike,
+    block_hashes: IntsLike,
+    parent_hash: SupportsIndex | None,
+    *,
+    parent_resident: Callable[[int], bool],
+) -> tuple[list[int], list[int], int | None]:
+    """``register``'s arguments checked as the spec asks, for a peer whose own call checks none.
+
+    Returns the block ids, the hashes and the parent hash. Refuses ids and hashes that do not
+    pair up (ERR-506), a parent that ``parent_resident`` says is not resident (PFX-304), a block
+    twice or already hashed (PFX-303), outside the pool (POOL-103), reserved (POOL-118) or not in
+    use (PFX-302). ``pool`` is the adapter: its ``num_blocks``, ``reserved_ids``, ``ref_count``
+    and ``block_hash`` are read.
+    """
+    op = "register"
+    ids = as_block_id_list(block_ids, op=op)
+    hs = as_hash_list(block_hashes, op=op)
+    if len(ids) != len(hs):
+        raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes")
+    parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
+    if parent is not None and not parent_resident(parent):
+        raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident")
+    if len(set(ids)) != len(ids):
+        raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}")
+    n, reserved = pool.num_blocks, pool.reserved_ids
+    for b in ids:
+        if not 0 <= b < n:
+            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {n})")
+        if b in reserved:
+            raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved")
+        if pool.ref_count(b) == 0:
+            raise BlockStateError("PFX-302", f"{op}: block {b} is not in use")
+        if pool.block_hash(b) is not None:
+            raise HashConflictError("PFX-303", f"{op}: block {b} already has a hash")
+    return ids, hs, parent
 
 
 class HeldReferences(PausedHolders):

@@ -28,21 +28,15 @@ from importlib import metadata
 from typing import Any, SupportsIndex
 
 from kvref.errors import (
-    BlockIdError,
-    BlockStateError,
     CacheInUseError,
     ConfigError,
-    HashConflictError,
-    InvalidValueError,
     OutOfBlocksError,
-    ReservedBlockError,
-    UnknownHashError,
 )
 from kvref.events import KVEvent, PrefixCacheStats
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import BlockState
 from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_pool_shape
-from kvref_conformance.adapter import HeldReferences
+from kvref_conformance.adapter import HeldReferences, checked_registration
 
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]
 
@@ -253,25 +247,10 @@ class MegatronBlockAllocator(HeldReferences):
         self, block_ids: IntsLike, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None
     ) -> None:
         """``register_kv_block_hashes(ids, hashes, parents)`` with the chain's parents (0 for the root)."""
-        op = "register"
-        ids = as_block_id_list(block_ids, op=op)
-        hs = as_hash_list(block_hashes, op=op)
-        if len(ids) != len(hs):
-            raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes")
-        parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
-        if parent is not None and parent + 1 not in self.allocator.kv_hash_to_block_id:
-            raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident")
-        if len(set(ids)) != len(ids):
-            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}")
-        for b in ids:
-            if not 0 <= b < self._n:
-                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-            if b == 0:
-                raise ReservedBlockError("POOL-118", f"{op}: block 0 is reserved")
-            if self.ref_count(b) == 0:
-                raise BlockStateError("PFX-302", f"{op}: block {b} is not in use")
-            if self.block_hash(b) is not None:
-                raise HashConflictError("PFX-303", f"{op}: block {b} already has a hash")
+        table = self.allocator.kv_hash_to_block_id
+        ids, hs, parent = checked_registration(
+            self, block_ids, block_hashes, parent_hash, parent_resident=lambda h: h + 1 in table
+        )
         if not ids:
             return
         chain = [0 if parent is None else parent + 1] + [h + 1 for h in hs]

@@ -31,15 +31,9 @@ from types import SimpleNamespace
 from typing import Any, SupportsIndex
 
 from kvref.errors import (
-    BlockIdError,
-    BlockStateError,
     CacheInUseError,
     ConfigError,
-    HashConflictError,
-    InvalidValueError,
     OutOfBlocksError,
-    ReservedBlockError,
-    UnknownHashError,
 )
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
 from kvref.policies import EvictionPolicy, as_policy
@@ -54,7 +48,7 @@ from kvref.validate import (
     as_pool_shape,
     request_prefix_limit,
 )
-from kvref_conformance.adapter import HeldReferences
+from kvref_conformance.adapter import HeldReferences, checked_registration
 
 __all__ = ["VllmBackend", "VllmBlockPool", "backend", "backend_nocache"]
 
@@ -288,25 +282,13 @@ class VllmBlockPool(HeldReferences):
         self, block_ids: IntsLike, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None
     ) -> None:
         """``cache_full_blocks`` for a request whose hashes are ``[parent] + block_hashes``."""
-        op = "register"
-        ids = as_block_id_list(block_ids, op=op)
-        hs = as_hash_list(block_hashes, op=op)
-        if len(ids) != len(hs):
-            raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes")
-        parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
-        if parent is not None and self.pool.get_cached_block(_bytes(parent), [0]) is None:
-            raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident")
-        if len(set(ids)) != len(ids):
-            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}")
-        for b in ids:
-            if not 0 <= b < self._n:
-                raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {self._n})")
-            if b in self._reserved:
-                raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved")
-            if self.pool.blocks[b].ref_cnt == 0:
-                raise BlockStateError("PFX-302", f"{op}: block {b} is not in use")
-            if self.pool.blocks[b].block_hash is not None:
-                raise HashConflictError("PFX-303", f"{op}: block {b} already has a hash")
+        ids, hs, parent = checked_registration(
+            self,
+            block_ids,
+            block_hashes,
+            parent_hash,
+            parent_resident=lambda h: self.pool.get_cached_block(_bytes(h), [0]) is not None,
+        )
         if not ids:
             return
         head = [] if parent is None else [_bytes(parent)]
