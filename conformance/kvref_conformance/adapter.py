@@ -93,6 +93,21 @@ class HeldReferences(PausedHolders):
     _n: int
     _reserved: tuple[int, ...]
 
+    @property
+    def num_blocks(self) -> int:
+        """All blocks, reserved ones included."""
+        return self._n
+
+    @property
+    def reserved_ids(self) -> tuple[int, ...]:
+        """Blocks never handed out (the foreign allocator's null or dummy block among them)."""
+        return self._reserved
+
+    @property
+    def num_usable(self) -> int:
+        """``num_blocks - len(reserved_ids)`` (STATE-003)."""
+        return self._n - len(self._reserved)
+
     def _start_references(self, paused_limit: int, op: str) -> None:
         self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._holders: dict[int, dict[Hashable, int]] = {}
@@ -205,18 +220,6 @@ class ForeignPoolAdapter(HeldReferences):
 
     # protocol -----------------------------------------------------------------------------
     name = "foreign"
-
-    @property
-    def num_blocks(self) -> int:
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        return self._n - len(self._reserved)
 
     @property
     def num_free(self) -> int:

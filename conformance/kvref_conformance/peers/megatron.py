@@ -111,21 +111,6 @@ class MegatronBlockAllocator(HeldReferences):
     # ------------------------------------------------------------ observation (from Megatron)
 
     @property
-    def num_blocks(self) -> int:
-        """All blocks, the dummy included."""
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        """kvref's block 0, Megatron's dummy block."""
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        """``num_blocks - 1``."""
-        return self._n - 1
-
-    @property
     def num_free(self) -> int:
         """Megatron's ``total_avail`` (blocks in the bag)."""
         return int(self.allocator.total_avail)

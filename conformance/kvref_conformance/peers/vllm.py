@@ -118,21 +118,6 @@ class VllmBlockPool(HeldReferences):
 
     # ------------------------------------------------------------ observation (from vLLM)
 
-    @property
-    def num_blocks(self) -> int:
-        """All blocks, the null block included."""
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        """The null block 0 and any other reserved ids."""
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        """``num_blocks - len(reserved_ids)``."""
-        return self._n - len(self._reserved)
-
     def _queue(self) -> list[Any]:
         return list(self.pool.free_block_queue.get_all_free_blocks())
 
