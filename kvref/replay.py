@@ -26,10 +26,10 @@ __all__ = [
     "Tally",
     "check_warmup",
     "collector_paused",
+    "hit_tokens",
     "infinite_capacity_hits",
     "replay",
     "replay_stepwise",
-    "token_weights",
 ]
 
 
@@ -92,12 +92,13 @@ class ReplayResult:
         return out
 
 
-def token_weights(input_length: int, blocks: int, block_size: int) -> list[int]:
-    """Tokens each block of a request stands for: ``block_size``, the last the rest (TRACE-1012)."""
-    weights = [block_size] * blocks
-    if blocks:
-        weights[-1] = input_length - block_size * (blocks - 1)
-    return weights
+def hit_tokens(input_length: int, blocks: int, hit: int, block_size: int) -> int:
+    """Tokens the first ``hit`` of a request's ``blocks`` stand for (TRACE-1012).
+
+    Each block weighs ``block_size`` tokens but the last, which weighs the rest of
+    ``input_length``: a whole hit is the whole prompt.
+    """
+    return input_length if hit == blocks else hit * block_size
 
 
 def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]:
@@ -112,7 +113,7 @@ def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]
             hit += 1
         if index >= first:
             block_hits += hit
-            token_hits += sum(token_weights(request.input_length, len(ids), trace.block_size)[:hit])
+            token_hits += hit_tokens(request.input_length, len(ids), hit, trace.block_size)
         seen.update(ids)
     return block_hits, token_hits
 
@@ -146,8 +147,7 @@ class Tally:
         self.blocks += blocks
         self.block_hits += hit
         self.tokens += request.input_length
-        # The first hit blocks weigh block_size tokens each, but the last block weighs the rest.
-        self.token_hits += request.input_length if hit == blocks else hit * self.trace.block_size
+        self.token_hits += hit_tokens(request.input_length, blocks, hit, self.trace.block_size)
 
     def result(
         self,
