@@ -65,6 +65,16 @@ _REF_ZERO = EvictionPolicy.REF_ZERO
 _FIFO = EvictionPolicy.FIFO
 
 
+def take_free(free: list[int], n: int) -> list[int]:
+    """Pop the top ``n`` blocks of the free stack ``free``, topmost first: what ``allocate`` hands out."""
+    if not n:
+        return []
+    taken = free[-n:]
+    del free[-n:]
+    taken.reverse()
+    return taken
+
+
 class OracleBlockPool(PausedHolders):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 
@@ -216,11 +226,8 @@ class OracleBlockPool(PausedHolders):
         if n == 0:
             return []
         free = self._free
-        if n <= len(free):
-            ids = free[-n:]
-            del free[-n:]
-            ids.reverse()
-        else:
+        victims: list[int] = []
+        if n > len(free):
             reclaimable = self._reclaimable()
             if n > len(free) + reclaimable:
                 raise OutOfBlocksError(
@@ -230,9 +237,8 @@ class OracleBlockPool(PausedHolders):
                     "nothing was taken",
                 )
             victims = self._evict(n - len(free))
-            ids = free[::-1]
-            free.clear()
-            ids.extend(victims)
+        ids = take_free(free, n - len(victims))
+        ids.extend(victims)
         ref, gen, holders = self._ref, self._gen, self._holders
         for b in ids:
             ref[b] = 1

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from kvref.errors import HashConflictError, InvalidTypeError
 from kvref.events import BlockStored
+from kvref.oracle.pool import OracleBlockPool, take_free
 from kvref.policies import EvictionPolicy
 from kvref.protocol import ReplayedBatch
 from kvref.validate import IntsLike, as_hash_list, as_list, prefix_tree_violation
-
-if TYPE_CHECKING:
-    from kvref.oracle.pool import OracleBlockPool
 
 __all__ = ["checked_replay_batch", "lru_stack_holds", "replay_requests"]
 
@@ -71,16 +68,6 @@ def replay_requests(pool: OracleBlockPool, block_lists: Sequence[IntsLike]) -> R
         return _replay_lru_stack(pool, lists, parent_of)
     leaf_policy = pool._policy is EvictionPolicy.LRU_LEAF  # its eviction reads the tree
     return _replay_general(pool, lists, parent_of if rebuild and not leaf_policy else None)
-
-
-def _take_free(free: list[int], n: int) -> list[int]:
-    """The top ``n`` blocks of the free stack, topmost first, as ``allocate`` takes them."""
-    if not n:
-        return []
-    taken = free[-n:]
-    del free[-n:]
-    taken.reverse()
-    return taken
 
 
 def _rebuild_tree(pool: OracleBlockPool, parent_of: dict[int, int | None]) -> None:
@@ -154,7 +141,7 @@ def _replay_lru_stack(pool: OracleBlockPool, lists: list[list[int]], parent_of: 
         n_free = len(free)
         # TRACE-1015; every cached block is reclaimable here.
         room = need if need <= n_free else min(need, n_free + len(evictable))
-        fresh = _take_free(free, min(room, n_free))
+        fresh = take_free(free, min(room, n_free))
         for _ in range(room - n_free):
             b = take_oldest(last=False)[0]
             del block_of[hashes[b]]  # type: ignore[arg-type]  # cached blocks are hashed
@@ -234,7 +221,7 @@ def _replay_general(
             # under lru-leaf too: the hit is a chain from the root, so it keeps its own ancestors.
             alone = leaf_policy and len(pinned) == newly_pinned
             room = min(need, n_free + (len(evictable) if alone else pool._reclaimable()))
-        fresh = _take_free(free, min(room, n_free))
+        fresh = take_free(free, min(room, n_free))
         if room > n_free:
             fresh.extend(pool._evict(room - n_free, keep_tree=keep_tree))
         # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
