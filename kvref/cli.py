@@ -91,19 +91,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from kvref.policies import EvictionPolicy
     from kvref.registry import create_pool
     from kvref.replay import replay
-    from kvref.traces import load_trace, requests_from_tokens
+    from kvref.traces import load_trace
 
     settings = load_settings({"backend": args.backend, "hash": args.hash})
     if args.trace:
         trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
     else:
-        from kvref.workloads import WORKLOADS
+        from kvref.workloads import workload_trace
 
-        size = args.block_size or 16
-        prompts = WORKLOADS[args.workload](seed=args.seed, block_size=size)
-        trace = requests_from_tokens(
-            prompts, size, source=f"built-in {args.workload} workload", algorithm=settings.hash
-        )
+        trace = workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=settings.hash)
     if args.policy:
         policies = args.policy
     elif settings.sources["policy"] != "default":

@@ -10,7 +10,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-__all__ = ["WORKLOADS", "agent_loops", "chat_sessions", "few_shot", "system_prompt_groups", "unique_prompts"]
+from kvref.hashing import DEFAULT_ALGORITHM
+from kvref.traces import Trace, requests_from_tokens
+
+__all__ = [
+    "WORKLOADS",
+    "agent_loops",
+    "chat_sessions",
+    "few_shot",
+    "system_prompt_groups",
+    "unique_prompts",
+    "workload_trace",
+]
 
 VOCAB = 32_000
 
@@ -92,3 +103,13 @@ WORKLOADS: dict[str, Callable[..., list[list[int]]]] = {
     "few-shot": few_shot,
     "unique": unique_prompts,
 }
+
+
+def workload_trace(name: str, *, seed: int = 0, block_size: int = 16, algorithm: str = DEFAULT_ALGORITHM) -> Trace:
+    """The generated workload ``name`` as a trace, its prompts hashed into chained block ids.
+
+    Seeded, so the same on every machine (TRACE-1005); token lists hashed as a token-level trace
+    line is (TRACE-1004), with ``algorithm``.
+    """
+    prompts = WORKLOADS[name](seed=seed, block_size=block_size)
+    return requests_from_tokens(prompts, block_size, source=f"built-in {name} workload", algorithm=algorithm)

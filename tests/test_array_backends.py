@@ -18,8 +18,7 @@ from kvref.errors import KVRefError
 from kvref.oracle import OracleBlockPool
 from kvref.registry import load_backend
 from kvref.replay import replay
-from kvref.traces import requests_from_tokens
-from kvref.workloads import WORKLOADS
+from kvref.workloads import workload_trace
 
 rule = pytest.mark.rule
 np = pytest.importorskip("numpy")
@@ -166,7 +165,7 @@ def test_random_traffic_gives_the_oracles_exact_results_step_by_step(backend: st
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_replaying_a_generated_workload_counts_exactly_what_the_oracle_counts(backend: str, policy: str) -> None:
-    trace = requests_from_tokens(WORKLOADS["chat"](seed=3), 16, source="chat")
+    trace = workload_trace("chat", seed=3)
     want = replay(trace, OracleBlockPool(120, policy=policy))
     got = replay(trace, create(backend, 120, policy=policy))
     fields = ("block_hits", "token_hits", "evictions", "peak_occupancy")

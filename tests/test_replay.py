@@ -94,10 +94,9 @@ def test_belady_keeps_the_block_needed_soonest_where_lru_keeps_the_newest() -> N
 @rule("TRACE-1017")
 @pytest.mark.parametrize("workload", ["chat", "agent", "few-shot"])
 def test_belady_bounds_the_online_policies_on_the_generated_workloads(workload: str) -> None:
-    from kvref.traces import requests_from_tokens
-    from kvref.workloads import WORKLOADS
+    from kvref.workloads import workload_trace
 
-    trace = requests_from_tokens(WORKLOADS[workload](seed=1, block_size=16), 16, source=workload)
+    trace = workload_trace(workload, seed=1)
     for capacity in (32, 128):
         offline = belady_replay(trace, capacity)
         for policy in ("lru", "lru-leaf", "fifo", "ref-zero"):

@@ -20,8 +20,8 @@ from kvref.errors import HashConflictError, InvalidTypeError, InvalidValueError,
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.replaying import lru_stack_holds
 from kvref.replay import replay, replay_stepwise
-from kvref.traces import load_trace, requests_from_tokens
-from kvref.workloads import WORKLOADS
+from kvref.traces import load_trace
+from kvref.workloads import WORKLOADS, workload_trace
 
 rule = pytest.mark.rule
 POLICIES = ("lru", "lru-leaf", "fifo", "ref-zero")
@@ -31,7 +31,7 @@ Prepare = Callable[[OracleBlockPool], None]
 
 
 def workload_lists(name: str, seed: int = 0) -> list[list[int]]:
-    trace = requests_from_tokens(WORKLOADS[name](seed=seed, block_size=16), 16, source=name)
+    trace = workload_trace(name, seed=seed)
     return [list(r.block_ids) for r in trace.requests]
 
 
@@ -244,7 +244,7 @@ def test_a_batch_that_is_not_a_prefix_tree_is_refused_whole(
 @rule("TRACE-1019", "TRACE-1018")
 @pytest.mark.parametrize("policy", POLICIES)
 def test_replay_takes_the_one_call_form_where_the_pool_has_it_and_counts_the_same(policy: str) -> None:
-    trace = requests_from_tokens(WORKLOADS["few-shot"](seed=1, block_size=16), 16, source="few-shot")
+    trace = workload_trace("few-shot", seed=1)
     fused = replay(trace, OracleBlockPool(33, policy=policy), warmup=0.25)
     stepwise = replay(trace, OracleBlockPool(33, policy=policy), warmup=0.25, stepwise=True)
     assert (fused.mode, stepwise.mode) == ("fused", "stepwise"), f"modes: {fused.mode}, {stepwise.mode}"

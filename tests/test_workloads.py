@@ -9,8 +9,7 @@ import pytest
 
 from kvref.oracle import OracleBlockPool
 from kvref.replay import replay
-from kvref.traces import requests_from_tokens
-from kvref.workloads import WORKLOADS, agent_loops, few_shot
+from kvref.workloads import WORKLOADS, agent_loops, few_shot, workload_trace
 
 rule = pytest.mark.rule
 
@@ -48,7 +47,7 @@ def test_an_agent_step_extends_the_previous_step_of_the_same_agent() -> None:
     [("chat", True), ("system-prompt", True), ("agent", True), ("few-shot", True), ("unique", False)],
 )
 def test_only_workloads_that_share_prefixes_get_hits(name: str, shares: bool) -> None:
-    trace = requests_from_tokens(WORKLOADS[name](seed=0, block_size=16), 16, source=name)
+    trace = workload_trace(name)
     result = replay(trace, OracleBlockPool(100_001))
     assert (result.infinite_block_hits > 0) == shares
     assert result.block_hits == result.infinite_block_hits, "a cache larger than the workload never evicts"

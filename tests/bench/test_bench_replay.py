@@ -19,8 +19,8 @@ import pytest
 
 from kvref.oracle import OracleBlockPool
 from kvref.replay import collector_paused, replay_stepwise
-from kvref.traces import load_trace, requests_from_tokens
-from kvref.workloads import WORKLOADS
+from kvref.traces import load_trace
+from kvref.workloads import workload_trace
 
 pytestmark = pytest.mark.benchmark_suite
 
@@ -32,7 +32,7 @@ MOONCAKE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "mooncake
 def chains(workload: str) -> tuple[tuple[int, ...], ...]:
     if workload == "mooncake":
         return tuple(r.block_ids for r in load_trace(MOONCAKE).requests)
-    trace = requests_from_tokens(WORKLOADS[workload](seed=0, block_size=16), 16, source=workload)
+    trace = workload_trace(workload)
     return tuple(r.block_ids for r in trace.requests)
 
 

@@ -14,8 +14,7 @@ import pytest
 from kvref.errors import HashConflictError, InvalidTypeError
 from kvref.oracle import OracleBlockPool
 from kvref.replay import replay_stepwise
-from kvref.traces import requests_from_tokens
-from kvref.workloads import WORKLOADS
+from kvref.workloads import workload_trace
 from kvref_conformance.observe import describe_change, observe
 from kvref_conformance.suites.base import ConformanceSuite, fails_unchanged, requires, rule
 from kvref_conformance.target import Target
@@ -27,7 +26,7 @@ POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo")
 
 def workload(name: str, seed: int) -> list[list[int]]:
     """A generated workload's requests as block hash chains (blocks of 16 tokens)."""
-    trace = requests_from_tokens(WORKLOADS[name](seed=seed, block_size=16), 16, source=name)
+    trace = workload_trace(name, seed=seed)
     return [list(r.block_ids) for r in trace.requests]
 
 
