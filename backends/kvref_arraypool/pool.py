@@ -58,6 +58,7 @@ from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, P
 from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import STANDARD_CAPABILITIES, BlockState
+from kvref.shape import PoolShape
 from kvref.validate import (
     IntsLike,
     as_count,
@@ -87,7 +88,7 @@ _HID_BITS = 32
 _HID_MASK = (1 << _HID_BITS) - 1
 
 
-class ArrayBlockPool(PausedHolders):
+class ArrayBlockPool(PoolShape, PausedHolders):
     """Block pool and hash prefix cache over device arrays; the oracle's semantics (chapters 00-05).
 
     ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks``
@@ -125,7 +126,6 @@ class ArrayBlockPool(PausedHolders):
         self._is_reserved = ops.asarray(host_reserved.copy())
         free = np.arange(n - 1, -1, -1, dtype=np.int64)
         free = free[~host_reserved[::-1]]
-        self._usable = len(free)
         self._stack = ops.zeros(n)
         self._stack[: len(free)] = ops.asarray(free)
         self._nfree = len(free)
@@ -172,21 +172,6 @@ class ArrayBlockPool(PausedHolders):
     # ------------------------------------------------------------------ sizes
 
     @property
-    def num_blocks(self) -> int:
-        """All blocks, reserved ones included."""
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        """Blocks never handed out (POOL-102)."""
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        """``num_blocks - len(reserved_ids)`` (STATE-003)."""
-        return self._usable
-
-    @property
     def num_free(self) -> int:
         """Blocks neither in use nor cached; a host counter, no device sync."""
         return self._nfree
@@ -199,7 +184,7 @@ class ArrayBlockPool(PausedHolders):
     @property
     def num_in_use(self) -> int:
         """Blocks with at least one reference (STATE-003)."""
-        return self._usable - self._nfree - self._ncached
+        return self.num_usable - self._nfree - self._ncached
 
     @property
     def num_available(self) -> int:
@@ -377,7 +362,7 @@ class ArrayBlockPool(PausedHolders):
             raise OutOfBlocksError(
                 "POOL-105",
                 f"{op}: asked for {n} blocks, {nf + reclaimable} available "
-                f"({nf} free + {reclaimable} evictable) of {self._usable} usable; nothing was taken",
+                f"({nf} free + {reclaimable} evictable) of {self.num_usable} usable; nothing was taken",
             )
         ids = self.ops.concat([self.ops.flip(self._stack[:nf]), victims])
         self._nfree = 0

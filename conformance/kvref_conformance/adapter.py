@@ -36,6 +36,7 @@ from kvref.errors import (
 )
 from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
+from kvref.shape import PoolShape
 from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
 
 __all__ = ["ForeignPoolAdapter", "HeldReferences", "checked_registration"]
@@ -80,7 +81,7 @@ def checked_registration(
     return ids, hs, parent
 
 
-class HeldReferences(PausedHolders):
+class HeldReferences(PoolShape, PausedHolders):
     """The caller-side record an engine keeps around its allocator: who holds which block, generations.
 
     Shared by :class:`ForeignPoolAdapter` and the peer adapters (``kvref_conformance.peers``).
@@ -92,21 +93,6 @@ class HeldReferences(PausedHolders):
 
     _n: int
     _reserved: tuple[int, ...]
-
-    @property
-    def num_blocks(self) -> int:
-        """All blocks, reserved ones included."""
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        """Blocks never handed out (the foreign allocator's null or dummy block among them)."""
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        """``num_blocks - len(reserved_ids)`` (STATE-003)."""
-        return self._n - len(self._reserved)
 
     def _start_references(self, paused_limit: int, op: str) -> None:
         self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")

@@ -43,6 +43,7 @@ from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, P
 from kvref.pausing import PausedHolders
 from kvref.policies import EvictionPolicy, as_policy
 from kvref.protocol import STANDARD_CAPABILITIES, BlockState, ReplayedBatch
+from kvref.shape import PoolShape
 from kvref.validate import (
     IntsLike,
     as_block_id_list,
@@ -75,7 +76,7 @@ def take_free(free: list[int], n: int) -> list[int]:
     return taken
 
 
-class OracleBlockPool(PausedHolders):
+class OracleBlockPool(PoolShape, PausedHolders):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 
     ``num_blocks`` blocks, of which ``reserved_ids`` (default ``(0,)``, the null block) are never
@@ -127,21 +128,6 @@ class OracleBlockPool(PausedHolders):
         self._requests = self._queries = self._hits = self._evictions = self._resets = 0
 
     # ------------------------------------------------------------------ sizes
-
-    @property
-    def num_blocks(self) -> int:
-        """All blocks, reserved ones included."""
-        return self._n
-
-    @property
-    def reserved_ids(self) -> tuple[int, ...]:
-        """Blocks never handed out (POOL-102)."""
-        return self._reserved
-
-    @property
-    def num_usable(self) -> int:
-        """``num_blocks - len(reserved_ids)`` (STATE-003)."""
-        return self._n - len(self._reserved)
 
     @property
     def num_free(self) -> int:
