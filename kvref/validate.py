@@ -9,10 +9,10 @@ argument in its message, so the error reads like a bug report.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex, TypeAlias
 
-from kvref.errors import InvalidTypeError, InvalidValueError
+from kvref.errors import HashConflictError, InvalidTypeError, InvalidValueError, UnknownHashError
 
 __all__ = [
     "HASH_MAX",
@@ -27,6 +27,7 @@ __all__ = [
     "as_list",
     "as_pool_shape",
     "prefix_tree_violation",
+    "register_arguments",
     "request_prefix_limit",
 ]
 
@@ -216,3 +217,25 @@ def prefix_tree_violation(
             )
         previous = h
     return None
+
+
+def register_arguments(
+    block_ids: object, block_hashes: object, parent_hash: object, *, parent_resident: Callable[[int], bool]
+) -> tuple[list[int], list[int], int | None]:
+    """``register``'s arguments before any block is looked at: ids, hashes and the parent hash.
+
+    Refuses ids and hashes that do not pair up (ERR-506), a parent hash that ``parent_resident``
+    says is not resident (PFX-304), and a block listed twice (PFX-303). The checks of each block
+    against the pool's state are the caller's.
+    """
+    op = "register"
+    ids = as_block_id_list(block_ids, op=op)
+    hs = as_hash_list(block_hashes, op=op)
+    if len(ids) != len(hs):
+        raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes; they must pair up")
+    parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
+    if parent is not None and not parent_resident(parent):
+        raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident; register the prefix first")
+    if len(set(ids)) != len(ids):
+        raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}; a block has one hash")
+    return ids, hs, parent

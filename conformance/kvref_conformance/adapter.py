@@ -32,12 +32,11 @@ from kvref.errors import (
     PausedHolderError,
     ReservedBlockError,
     StaleBlockError,
-    UnknownHashError,
 )
 from kvref.pausing import PausedHolders
 from kvref.protocol import BlockState
 from kvref.shape import PoolShape
-from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_int, as_pool_shape
+from kvref.validate import IntsLike, as_block_id_list, as_count, as_holder, as_int, as_pool_shape, register_arguments
 
 __all__ = ["ForeignPoolAdapter", "HeldReferences", "checked_registration"]
 
@@ -52,22 +51,14 @@ def checked_registration(
 ) -> tuple[list[int], list[int], int | None]:
     """``register``'s arguments checked as the spec asks, for a peer whose own call checks none.
 
-    Returns the block ids, the hashes and the parent hash. Refuses ids and hashes that do not
-    pair up (ERR-506), a parent that ``parent_resident`` says is not resident (PFX-304), a block
-    twice or already hashed (PFX-303), outside the pool (POOL-103), reserved (POOL-118) or not in
-    use (PFX-302). ``pool`` is the adapter: its ``num_blocks``, ``reserved_ids``, ``ref_count``
+    Returns the block ids, the hashes and the parent hash. Refuses what
+    :func:`kvref.validate.register_arguments` refuses (ERR-506, PFX-304, a block twice: PFX-303),
+    then a block outside the pool (POOL-103), reserved (POOL-118), not in use (PFX-302) or
+    already hashed (PFX-303). ``pool`` is the adapter: its ``num_blocks``, ``reserved_ids``, ``ref_count``
     and ``block_hash`` are read.
     """
     op = "register"
-    ids = as_block_id_list(block_ids, op=op)
-    hs = as_hash_list(block_hashes, op=op)
-    if len(ids) != len(hs):
-        raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes")
-    parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
-    if parent is not None and not parent_resident(parent):
-        raise UnknownHashError("PFX-304", f"{op}: parent hash {parent:#x} is not resident")
-    if len(set(ids)) != len(ids):
-        raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}")
+    ids, hs, parent = register_arguments(block_ids, block_hashes, parent_hash, parent_resident=parent_resident)
     n, reserved = pool.num_blocks, pool.reserved_ids
     for b in ids:
         if not 0 <= b < n:

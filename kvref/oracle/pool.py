@@ -37,7 +37,6 @@ from kvref.errors import (
     PausedHolderError,
     ReservedBlockError,
     StaleBlockError,
-    UnknownHashError,
 )
 from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
 from kvref.pausing import PausedHolders
@@ -55,6 +54,7 @@ from kvref.validate import (
     as_int,
     as_list,
     as_pool_shape,
+    register_arguments,
     request_prefix_limit,
 )
 
@@ -460,17 +460,9 @@ class OracleBlockPool(PoolShape, PausedHolders):
         (PFX-306). A hash that gains its first copy is reported as stored (PFX-317).
         """
         op = "register"
-        ids = as_block_id_list(block_ids, op=op)
-        hs = as_hash_list(block_hashes, op=op)
-        if len(ids) != len(hs):
-            raise InvalidValueError("ERR-506", f"{op}: {len(ids)} block ids for {len(hs)} hashes; they must pair up")
-        parent = None if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
-        if parent is not None and parent not in self._copies:
-            raise UnknownHashError(
-                "PFX-304", f"{op}: parent hash {parent:#x} is not resident; register the prefix first"
-            )
-        if len(set(ids)) != len(ids):
-            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {ids}; a block has one hash")
+        ids, hs, parent = register_arguments(
+            block_ids, block_hashes, parent_hash, parent_resident=self._copies.__contains__
+        )
         prev = parent
         pending: dict[int, int | None] = {}  # hashes this call makes resident -> their parent
         for b, h in zip(ids, hs, strict=True):
