@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from kvref.errors import KVRefError
+from kvref.config.registry import load_backend
+from kvref.contract.errors import KVRefError
 from kvref.oracle import OracleBlockPool
-from kvref.registry import load_backend
-from kvref.replay import replay
-from kvref.workloads import workload_trace
+from kvref.simulation.replay import replay
+from kvref.simulation.workloads import workload_trace
 
 rule = pytest.mark.rule
 np = pytest.importorskip("numpy")
@@ -211,7 +211,7 @@ def test_arrays_and_tensors_are_accepted_and_bad_dtypes_refused_like_the_oracle(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_loading_a_backend_entry_point_imports_neither_torch_nor_numpy(backend: str) -> None:
     code = (
-        f"import sys; from kvref.registry import load_backend; load_backend({backend!r}); "
+        f"import sys; from kvref.config.registry import load_backend; load_backend({backend!r}); "
         "heavy = [m for m in ('torch', 'numpy', 'cupy') if m in sys.modules]; "
         "print(','.join(heavy))"
     )

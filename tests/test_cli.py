@@ -76,7 +76,7 @@ def test_a_sweep_writes_json_markdown_and_a_plot(tmp_path: Path, capsys: pytest.
 def test_replay_with_backends_runs_every_usable_backend_and_they_count_the_same(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from kvref.registry import backend_statuses
+    from kvref.config.registry import backend_statuses
 
     assert main(["replay", "--json", "--capacity", "64", "--policy", "lru-leaf", "--backends"]) == 0
     runs = json.loads(capsys.readouterr().out)[1:]

@@ -18,7 +18,7 @@ rule = pytest.mark.rule
 def test_validation_holds_under_python_dash_o() -> None:
     code = (
         "from kvref.oracle import OracleBlockPool\n"
-        "from kvref.errors import NotHeldError\n"
+        "from kvref.contract.errors import NotHeldError\n"
         "p = OracleBlockPool(4)\n"
         "[b] = p.allocate(1)\n"
         "p.free([b])\n"

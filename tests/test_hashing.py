@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvref.errors import InvalidTypeError, InvalidValueError
-from kvref.hashing import (
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.hashing import (
     ALGORITHMS,
     ROOT_HASH,
     BlockExtraKeys,
@@ -142,7 +142,7 @@ def test_the_adapter_enters_every_block() -> None:
 
 @rule("HASH-206")
 def test_the_default_hash_is_stable_across_processes_and_hash_seeds() -> None:
-    code = "from kvref.hashing import hash_token_blocks as h; print(h(list(range(40)), 16, cache_salt='s'))"
+    code = "from kvref.contract.hashing import hash_token_blocks as h; print(h(list(range(40)), 16, cache_salt='s'))"
     outputs = set()
     for seed in ("0", "1", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

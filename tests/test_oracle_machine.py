@@ -14,9 +14,9 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvref.errors import CacheInUseError, OutOfBlocksError, PausedHolderError
-from kvref.events import apply_events
-from kvref.hashing import ROOT_HASH, hash_block
+from kvref.contract.errors import CacheInUseError, OutOfBlocksError, PausedHolderError
+from kvref.contract.events import apply_events
+from kvref.contract.hashing import ROOT_HASH, hash_block
 from kvref.oracle import OracleBlockPool
 
 HOLDERS = st.sampled_from(["a", "b", "c", None])

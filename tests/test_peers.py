@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import kvref_conformance.test_conformance as suite
-from kvref.registry import backend_statuses
+from kvref.config.registry import backend_statuses
 from kvref_conformance.deviations import load_deviations
 
 rule = pytest.mark.rule

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvref.config import load_settings
-from kvref.errors import BackendUnavailableError, ConfigError
-from kvref.oracle import OracleBlockPool
-from kvref.protocol import (
+from kvref.config.registry import backend_names, backend_statuses, create_pool, load_backend
+from kvref.config.settings import load_settings
+from kvref.contract.errors import BackendUnavailableError, ConfigError
+from kvref.contract.protocol import (
     Backend,
     BlockPool,
     PrefixCache,
@@ -19,7 +19,7 @@ from kvref.protocol import (
     SupportsInvariants,
     SupportsPause,
 )
-from kvref.registry import backend_names, backend_statuses, create_pool, load_backend
+from kvref.oracle import OracleBlockPool
 
 rule = pytest.mark.rule
 
@@ -67,7 +67,7 @@ def test_a_module_path_backend_that_cannot_load_says_why() -> None:
         load_backend("no_such_module_xyz:Backend")
     assert "ModuleNotFoundError" in str(info.value)
     with pytest.raises(BackendUnavailableError):
-        load_backend("kvref.errors:KVRefError")  # importable, but not a Backend
+        load_backend("kvref.contract.errors:KVRefError")  # importable, but not a Backend
 
 
 @rule("CONF-902")

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kvref.belady import belady_replay
-from kvref.errors import InvalidValueError
+from kvref.contract.errors import InvalidValueError
 from kvref.oracle import OracleBlockPool
-from kvref.replay import replay
-from kvref.traces import Trace, TraceRequest, load_trace
+from kvref.simulation.belady import belady_replay
+from kvref.simulation.replay import replay
+from kvref.simulation.traces import Trace, TraceRequest, load_trace
 
 rule = pytest.mark.rule
 MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -94,7 +94,7 @@ def test_belady_keeps_the_block_needed_soonest_where_lru_keeps_the_newest() -> N
 @rule("TRACE-1017")
 @pytest.mark.parametrize("workload", ["chat", "agent", "few-shot"])
 def test_belady_bounds_the_online_policies_on_the_generated_workloads(workload: str) -> None:
-    from kvref.workloads import workload_trace
+    from kvref.simulation.workloads import workload_trace
 
     trace = workload_trace(workload, seed=1)
     for capacity in (32, 128):

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvref.errors import HashConflictError, InvalidTypeError, InvalidValueError, KVRefError
+from kvref.contract.errors import HashConflictError, InvalidTypeError, InvalidValueError, KVRefError
 from kvref.oracle import OracleBlockPool
-from kvref.oracle.replaying import lru_stack_holds
-from kvref.replay import replay, replay_stepwise
-from kvref.traces import load_trace
-from kvref.workloads import WORKLOADS, workload_trace
+from kvref.oracle.blockpool.replaying import lru_stack_holds
+from kvref.simulation.replay import replay, replay_stepwise
+from kvref.simulation.traces import load_trace
+from kvref.simulation.workloads import WORKLOADS, workload_trace
 
 rule = pytest.mark.rule
 POLICIES = ("lru", "lru-leaf", "fifo", "ref-zero")

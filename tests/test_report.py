@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvref.cli import main
-from kvref.report import load_benchmarks, render_benchmarks
+from kvref.reports.summary import load_benchmarks, render_benchmarks
 
 
 def bench(name: str, backend: str, median: float, blocks: int) -> dict[str, object]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvref.speclint import build_index, collect_rule_citations, coverage, lint, parse_spec
+from kvref.cli.speclint import build_index, collect_rule_citations, coverage, lint, parse_spec
 
 rule = pytest.mark.rule
 ROOT = Path(__file__).resolve().parents[1]

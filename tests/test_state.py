@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kvref.errors import InvariantViolation
+from kvref.contract.errors import InvariantViolation
+from kvref.contract.protocol import BlockState
 from kvref.oracle import OracleBlockPool
-from kvref.protocol import BlockState
 from kvref_conformance.suites.base import cache_chain
 
 rule = pytest.mark.rule

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvref.traces import TraceError, load_trace, token_block_ids
+from kvref.simulation.traces import TraceError, load_trace, token_block_ids
 
 rule = pytest.mark.rule
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

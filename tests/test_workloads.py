@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from kvref.oracle import OracleBlockPool
-from kvref.replay import replay
-from kvref.workloads import WORKLOADS, agent_loops, few_shot, workload_trace
+from kvref.simulation.replay import replay
+from kvref.simulation.workloads import WORKLOADS, agent_loops, few_shot, workload_trace
 
 rule = pytest.mark.rule
 
@@ -21,7 +21,7 @@ def test_a_workload_is_a_pure_function_of_its_seed(name: str) -> None:
     assert make(seed=3, block_size=16) == make(seed=3, block_size=16)
     assert make(seed=3, block_size=16) != make(seed=4, block_size=16)
     code = (
-        "import hashlib; from kvref.workloads import WORKLOADS; "
+        "import hashlib; from kvref.simulation.workloads import WORKLOADS; "
         f"print(hashlib.sha256(repr(WORKLOADS[{name!r}](seed=3, block_size=16)).encode()).hexdigest())"
     )
     digests = {

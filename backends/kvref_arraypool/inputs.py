@@ -1,7 +1,7 @@
 """Caller input to host int64 arrays, with exactly the oracle's errors for bad input (ERR-503, HASH-207).
 
 NumPy arrays and tensors of an integer dtype are taken as they are, checked with array
-operations; Python sequences go through :mod:`kvref.validate` (the oracle's own checks), so a
+operations; Python sequences go through :mod:`kvref.contract.validate` (the oracle's own checks), so a
 bool, float or string anywhere is refused with the same exception and message as the oracle's.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvref.validate import as_block_id_list, as_hash_list
+from kvref.contract.validate import as_block_id_list, as_hash_list
 
 __all__ = ["hash_array", "index_array"]
 

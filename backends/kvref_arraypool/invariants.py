@@ -1,7 +1,7 @@
 """Every invariant of the spec, checked over the array core's state with array operations (STATE-00x).
 
 Reads the state; changes nothing except scratch arrays. Raises
-:class:`~kvref.errors.InvariantViolation` whose rule is the invariant broken and whose message
+:class:`~kvref.contract.errors.InvariantViolation` whose rule is the invariant broken and whose message
 says what was seen and what the rule expects.
 """
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvref.errors import InvariantViolation
-from kvref.policies import EvictionPolicy
+from kvref.contract.errors import InvariantViolation
+from kvref.contract.policies import EvictionPolicy
 
 if TYPE_CHECKING:
     from kvref_arraypool.pool import ArrayBlockPool

@@ -40,7 +40,7 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     CacheInUseError,
@@ -54,12 +54,12 @@ from kvref.errors import (
     StaleBlockError,
     UnknownHashError,
 )
-from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
-from kvref.pausing import PausedHolders
-from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import STANDARD_CAPABILITIES, BlockState
-from kvref.shape import PoolShape
-from kvref.validate import (
+from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
+from kvref.contract.pausing import PausedHolders
+from kvref.contract.policies import EvictionPolicy, as_policy
+from kvref.contract.protocol import STANDARD_CAPABILITIES, BlockState
+from kvref.contract.shape import PoolShape
+from kvref.contract.validate import (
     IntsLike,
     as_count,
     as_hash,
@@ -1046,8 +1046,8 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         cache_salt: str | None = None,
         multimodal: Sequence[Any] = (),
     ) -> list[int]:
-        """kvref's own hashing on the host (:func:`kvref.hashing.hash_token_blocks`, HASH-201..211)."""
-        from kvref.hashing import hash_token_blocks
+        """kvref's own hashing on the host (:func:`kvref.contract.hashing.hash_token_blocks`, HASH-201..211)."""
+        from kvref.contract.hashing import hash_token_blocks
 
         return hash_token_blocks(token_ids, block_size, adapter=adapter, cache_salt=cache_salt, multimodal=multimodal)
 

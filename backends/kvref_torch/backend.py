@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from kvref.errors import ConfigError
+from kvref.contract.errors import ConfigError
 
 if TYPE_CHECKING:
     from kvref_arraypool.pool import ArrayBlockPool

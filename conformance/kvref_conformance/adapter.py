@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, SupportsIndex
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     HashConflictError,
@@ -33,10 +33,18 @@ from kvref.errors import (
     ReservedBlockError,
     StaleBlockError,
 )
-from kvref.pausing import PausedHolders
-from kvref.protocol import BlockState
-from kvref.shape import PoolShape
-from kvref.validate import IntsLike, as_block_id_list, as_count, as_holder, as_int, as_pool_shape, register_arguments
+from kvref.contract.pausing import PausedHolders
+from kvref.contract.protocol import BlockState
+from kvref.contract.shape import PoolShape
+from kvref.contract.validate import (
+    IntsLike,
+    as_block_id_list,
+    as_count,
+    as_holder,
+    as_int,
+    as_pool_shape,
+    register_arguments,
+)
 
 __all__ = ["ForeignPoolAdapter", "HeldReferences", "checked_registration"]
 
@@ -52,7 +60,7 @@ def checked_registration(
     """``register``'s arguments checked as the spec asks, for a peer whose own call checks none.
 
     Returns the block ids, the hashes and the parent hash. Refuses what
-    :func:`kvref.validate.register_arguments` refuses (ERR-506, PFX-304, a block twice: PFX-303),
+    :func:`kvref.contract.validate.register_arguments` refuses (ERR-506, PFX-304, a block twice: PFX-303),
     then a block outside the pool (POOL-103), reserved (POOL-118), not in use (PFX-302) or
     already hashed (PFX-303). ``pool`` is the adapter: its ``num_blocks``, ``reserved_ids``, ``ref_count``
     and ``block_hash`` are read.
@@ -173,7 +181,7 @@ class HeldReferences(PoolShape, PausedHolders):
 
 
 class ForeignPoolAdapter(HeldReferences):
-    """The :class:`kvref.protocol.BlockPool` protocol over a foreign allocator (see module doc)."""
+    """The :class:`kvref.contract.protocol.BlockPool` protocol over a foreign allocator (see module doc)."""
 
     def __init__(self, num_blocks: int, *, reserved_ids: Sequence[int] = (0,), paused_limit: int = 0) -> None:
         op = type(self).__name__

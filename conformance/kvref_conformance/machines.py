@@ -24,11 +24,11 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvref.errors import KVRefError
-from kvref.events import apply_events
-from kvref.hashing import ROOT_HASH, hash_block
+from kvref.contract.errors import KVRefError
+from kvref.contract.events import apply_events
+from kvref.contract.hashing import ROOT_HASH, hash_block
+from kvref.contract.protocol import BlockState
 from kvref.oracle import OracleBlockPool
-from kvref.protocol import BlockState
 from kvref_conformance.target import Target
 
 __all__ = ["STEP_COUNTS", "make_machine"]

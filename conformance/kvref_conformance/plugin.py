@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _resolve(name: str, device: str | None) -> Target:
-    from kvref.errors import KVRefError
+    from kvref.contract.errors import KVRefError
 
     try:
         return Target.from_backend(name, device=device)
@@ -92,8 +92,8 @@ def selected_target(config: pytest.Config) -> Target:
     """The implementation selected by ``--kvref-backend``, else by the kvref settings (CONF-903)."""
     selected = config.stash.get(_SELECTED, None)
     if selected is None:
-        from kvref.config import load_settings
-        from kvref.errors import KVRefError
+        from kvref.config.settings import load_settings
+        from kvref.contract.errors import KVRefError
 
         try:
             settings = load_settings({"backend": config.getoption("kvref_backend")})

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvref.errors import BackendUnavailableError
-from kvref.protocol import CAPABILITIES
+from kvref.contract.errors import BackendUnavailableError
+from kvref.contract.protocol import CAPABILITIES
 
 __all__ = ["PROFILES", "Target"]
 
@@ -29,7 +29,7 @@ class Target:
     """An implementation under test.
 
     ``factory(num_blocks, *, policy, reserved_ids, paused_limit, enable_events)`` returns a new
-    pool speaking :class:`kvref.protocol.PrefixCache` (or only :class:`~kvref.protocol.BlockPool`
+    pool speaking :class:`kvref.contract.protocol.PrefixCache` (or only :class:`~kvref.contract.protocol.BlockPool`
     when ``"prefix-cache"`` is not among ``capabilities``).
     """
 
@@ -102,7 +102,7 @@ class Target:
     @classmethod
     def from_backend(cls, name: str, *, device: str | None = None) -> Target:
         """A registered backend (or ``module:attribute``), refusing one not usable here."""
-        from kvref.registry import load_backend
+        from kvref.config.registry import load_backend
 
         backend = load_backend(name)
         reason = backend.availability()

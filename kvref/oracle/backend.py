@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvref import __version__
-from kvref.errors import ConfigError
-from kvref.oracle.pool import OracleBlockPool
+from kvref.contract.errors import ConfigError
+from kvref.oracle.blockpool.pool import OracleBlockPool
 
 __all__ = ["OracleBackend", "backend"]
 

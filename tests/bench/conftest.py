@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvref.registry import backend_statuses, load_backend
+from kvref.config.registry import backend_statuses, load_backend
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kvref.hashing import hash_token_blocks
+from kvref.contract.hashing import hash_token_blocks
 
 pytestmark = pytest.mark.benchmark_suite
 
@@ -188,6 +188,6 @@ def test_admit_a_batch_of_requests_then_free_them(
 
 def test_hash_16_blocks_of_16_tokens(benchmark: Any) -> None:
     tokens = list(range(256))
-    benchmark.extra_info.update(backend="kvref.hashing", workload="hash sha256", blocks_per_round=16)
+    benchmark.extra_info.update(backend="kvref.contract.hashing", workload="hash sha256", blocks_per_round=16)
     result = benchmark(hash_token_blocks, tokens, 16)
     assert len(result) == 16

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from kvref.oracle import OracleBlockPool
-from kvref.replay import collector_paused, replay_stepwise
-from kvref.traces import load_trace
-from kvref.workloads import workload_trace
+from kvref.simulation.replay import collector_paused, replay_stepwise
+from kvref.simulation.traces import load_trace
+from kvref.simulation.workloads import workload_trace
 
 pytestmark = pytest.mark.benchmark_suite
 

@@ -14,7 +14,7 @@ from collections.abc import Hashable, Iterable
 from itertools import islice
 from typing import Any
 
-from kvref.events import BlockRemoved
+from kvref.contract.events import BlockRemoved
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.backend import OracleBackend
 
@@ -141,7 +141,7 @@ class UntaggedExtraKeys(_Buggy):
     (vLLM #44701)."""
 
     def hash_blocks(self, token_ids: Any, block_size: int, **extra: Any) -> list[int]:
-        from kvref.hashing import ROOT_HASH, hash_block
+        from kvref.contract.hashing import ROOT_HASH, hash_block
 
         tokens = list(token_ids)
         flat = [v for k in ("adapter", "cache_salt") if (v := extra.get(k)) is not None]

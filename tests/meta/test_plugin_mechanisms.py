@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvref.report import load_results, render_matrix
+from kvref.reports.summary import load_results, render_matrix
 from tests.meta.test_planted_bugs import run_suite
 
 FREE_DROPS = "TestPool::test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call"

@@ -27,15 +27,23 @@ from collections.abc import Hashable, Sequence
 from importlib import metadata
 from typing import Any, SupportsIndex
 
-from kvref.errors import (
+from kvref.contract.errors import (
     CacheInUseError,
     ConfigError,
     OutOfBlocksError,
 )
-from kvref.events import KVEvent, PrefixCacheStats
-from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import BlockState
-from kvref.validate import IntsLike, as_block_id_list, as_count, as_hash, as_hash_list, as_holder, as_pool_shape
+from kvref.contract.events import KVEvent, PrefixCacheStats
+from kvref.contract.policies import EvictionPolicy, as_policy
+from kvref.contract.protocol import BlockState
+from kvref.contract.validate import (
+    IntsLike,
+    as_block_id_list,
+    as_count,
+    as_hash,
+    as_hash_list,
+    as_holder,
+    as_pool_shape,
+)
 from kvref_conformance.adapter import HeldReferences, checked_registration
 
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]

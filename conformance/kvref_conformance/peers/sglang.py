@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-from kvref.errors import ConfigError
+from kvref.contract.errors import ConfigError
 from kvref_conformance.adapter import ForeignPoolAdapter
 
 __all__ = ["SglangAllocatorAdapter", "SglangBackend", "backend", "backend_paged"]

@@ -30,15 +30,15 @@ from importlib import metadata
 from types import SimpleNamespace
 from typing import Any, SupportsIndex
 
-from kvref.errors import (
+from kvref.contract.errors import (
     CacheInUseError,
     ConfigError,
     OutOfBlocksError,
 )
-from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
-from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import BlockState
-from kvref.validate import (
+from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
+from kvref.contract.policies import EvictionPolicy, as_policy
+from kvref.contract.protocol import BlockState
+from kvref.contract.validate import (
     IntsLike,
     as_block_id_list,
     as_count,

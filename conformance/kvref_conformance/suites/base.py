@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kvref.errors import KVRefError
-from kvref.protocol import CAPABILITIES
+from kvref.contract.errors import KVRefError
+from kvref.contract.protocol import CAPABILITIES
 from kvref_conformance.observe import describe_change, observe
 from kvref_conformance.prerequisites import prerequisites_of
 from kvref_conformance.target import Target

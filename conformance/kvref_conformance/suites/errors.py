@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     HashConflictError,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from kvref.errors import InvalidTypeError, InvalidValueError
-from kvref.events import BlockRemoved
-from kvref.protocol import BlockState
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.events import BlockRemoved
+from kvref.contract.protocol import BlockState
 from kvref_conformance.suites.base import ConformanceSuite, cache_chain, requires, rule
 from kvref_conformance.target import Target
 

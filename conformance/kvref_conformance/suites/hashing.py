@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvref.hashing import MultimodalItem
+from kvref.contract.hashing import MultimodalItem
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
 from kvref_conformance.target import Target
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     InvalidValueError,
@@ -16,7 +16,7 @@ from kvref.errors import (
     ReservedBlockError,
     StaleBlockError,
 )
-from kvref.protocol import BlockState
+from kvref.contract.protocol import BlockState
 from kvref_conformance.observe import observe
 from kvref_conformance.suites.base import ConformanceSuite, cache_chain, fails_unchanged, requires, rule
 from kvref_conformance.target import Target

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockStateError,
     CacheInUseError,
     HashConflictError,
     UnknownHashError,
 )
-from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, PrefixCacheStats, apply_events
-from kvref.protocol import BlockState
+from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, PrefixCacheStats, apply_events
+from kvref.contract.protocol import BlockState
 from kvref_conformance.observe import observe
 from kvref_conformance.suites.base import ConformanceSuite, cache_chain, fails_unchanged, requires, rule
 from kvref_conformance.suites.pool import counts

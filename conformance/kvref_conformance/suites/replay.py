@@ -1,7 +1,7 @@
 """Chapter 10, one-call replay (TRACE-1019, TRACE-1020), for implementations with ``replay``.
 
 The implementation's ``replay_requests`` runs beside the oracle replaying the same requests by
-protocol calls (:func:`kvref.replay.replay_stepwise`); hits, peak occupancy, counts, resident
+protocol calls (:func:`kvref.simulation.replay.replay_stepwise`); hits, peak occupancy, counts, resident
 hashes, statistics and events must agree, and with the ``exact-order`` profile every block too.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from kvref.errors import HashConflictError, InvalidTypeError
+from kvref.contract.errors import HashConflictError, InvalidTypeError
 from kvref.oracle import OracleBlockPool
-from kvref.replay import replay_stepwise
-from kvref.workloads import workload_trace
+from kvref.simulation.replay import replay_stepwise
+from kvref.simulation.workloads import workload_trace
 from kvref_conformance.observe import describe_change, observe
 from kvref_conformance.suites.base import ConformanceSuite, fails_unchanged, requires, rule
 from kvref_conformance.target import Target

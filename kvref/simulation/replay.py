@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvref.errors import InvalidValueError
-from kvref.protocol import ReplayedBatch
-from kvref.traces import Trace, TraceRequest
+from kvref.contract.errors import InvalidValueError
+from kvref.contract.protocol import ReplayedBatch
+from kvref.simulation.traces import Trace, TraceRequest
 
 __all__ = [
     "ReplayResult",
@@ -230,7 +230,7 @@ def collector_paused() -> Iterator[None]:
 def replay(
     trace: Trace, pool: Any, *, warmup: float = 0.0, backend: str = "oracle", stepwise: bool = False
 ) -> ReplayResult:
-    """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.protocol.PrefixCache`).
+    """Replay ``trace`` through ``pool`` (an empty :class:`~kvref.contract.protocol.PrefixCache`).
 
     A pool with the ``replay`` capability replays the warm-up and the counted requests in one
     ``replay_requests`` call each (TRACE-1019); others, or any pool with ``stepwise=True``, go

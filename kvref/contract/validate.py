@@ -2,7 +2,7 @@
 
 Integers are accepted as Python ``int`` or anything with an integer ``__index__`` (NumPy integer
 scalars, 0-d integer tensors); ``bool`` in every spelling, floats, strings and ``None`` are refused
-with :class:`~kvref.errors.InvalidTypeError` (ERR-503). Each helper names the operation and the
+with :class:`~kvref.contract.errors.InvalidTypeError` (ERR-503). Each helper names the operation and the
 argument in its message, so the error reads like a bug report.
 """
 
@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex, TypeAlias
 
-from kvref.errors import HashConflictError, InvalidTypeError, InvalidValueError, UnknownHashError
+from kvref.contract.errors import HashConflictError, InvalidTypeError, InvalidValueError, UnknownHashError
 
 __all__ = [
     "HASH_MAX",

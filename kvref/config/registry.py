@@ -2,7 +2,7 @@
 
 ``load_backend("torch")`` imports only the torch backend's entry point; nothing else is imported
 until asked for. A name that is not registered, or whose package cannot load here, raises
-:class:`~kvref.errors.BackendUnavailableError` with the reason and the command that fixes it
+:class:`~kvref.contract.errors.BackendUnavailableError` with the reason and the command that fixes it
 (CONF-902); nothing ever falls back to another backend. ``module:attribute`` names an
 implementation that is not registered (a class is instantiated without arguments).
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from kvref.errors import BackendUnavailableError, KVRefError
-from kvref.protocol import Backend
+from kvref.contract.errors import BackendUnavailableError, KVRefError
+from kvref.contract.protocol import Backend
 
 __all__ = [
     "GROUP",
@@ -137,7 +137,7 @@ def create_pool(num_blocks: int, **overrides: Any) -> Any:
     Accepts ``backend``, ``device``, ``policy``, ``events`` and the pool's own keywords
     (``reserved_ids``, ``paused_limit``).
     """
-    from kvref.config import load_settings
+    from kvref.config.settings import load_settings
 
     pool_kw = {k: overrides.pop(k) for k in ("reserved_ids", "paused_limit") if k in overrides}
     settings = load_settings(overrides)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from kvref.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["EvictionPolicy", "as_policy"]
 

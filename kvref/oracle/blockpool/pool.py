@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from itertools import islice
 from typing import Any, SupportsIndex
 
-from kvref.errors import (
+from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     CacheInUseError,
@@ -38,12 +38,12 @@ from kvref.errors import (
     ReservedBlockError,
     StaleBlockError,
 )
-from kvref.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
-from kvref.pausing import PausedHolders
-from kvref.policies import EvictionPolicy, as_policy
-from kvref.protocol import STANDARD_CAPABILITIES, BlockState, ReplayedBatch
-from kvref.shape import PoolShape
-from kvref.validate import (
+from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PrefixCacheStats
+from kvref.contract.pausing import PausedHolders
+from kvref.contract.policies import EvictionPolicy, as_policy
+from kvref.contract.protocol import STANDARD_CAPABILITIES, BlockState, ReplayedBatch
+from kvref.contract.shape import PoolShape
+from kvref.contract.validate import (
     IntsLike,
     as_block_id_list,
     as_count,
@@ -629,7 +629,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         return self.match(hs[:limit], holder=holder)
 
     def replay_requests(self, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
-        """Replay a batch of requests as :func:`kvref.replay.replay` does, in one call (TRACE-1019).
+        """Replay a batch of requests as :func:`kvref.simulation.replay.replay` does, in one call (TRACE-1019).
 
         Request ``ids`` in turn, by a holder holding nothing else: ``match(ids)``, allocate the
         misses as far as ``num_available`` allows (TRACE-1015), register them after the hit,
@@ -638,7 +638,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         of them one prefix tree (TRACE-1006) agreeing with the resident parents (PFX-306);
         otherwise HashConflictError and nothing changes (ERR-501).
         """
-        from kvref.oracle.replaying import replay_requests
+        from kvref.oracle.blockpool.replaying import replay_requests
 
         return replay_requests(self, block_lists)
 
@@ -651,8 +651,8 @@ class OracleBlockPool(PoolShape, PausedHolders):
         cache_salt: str | None = None,
         multimodal: Sequence[Any] = (),
     ) -> list[int]:
-        """kvref's own hashing (:func:`kvref.hashing.hash_token_blocks`, default algorithm)."""
-        from kvref.hashing import hash_token_blocks
+        """kvref's own hashing (:func:`kvref.contract.hashing.hash_token_blocks`, default algorithm)."""
+        from kvref.contract.hashing import hash_token_blocks
 
         return hash_token_blocks(
             token_ids,
@@ -800,7 +800,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
 
     def check_invariants(self) -> None:
         """Verify every invariant of the spec; raise InvariantViolation naming the rule broken."""
-        from kvref.oracle.invariants import check_pool_invariants
+        from kvref.oracle.blockpool.invariants import check_pool_invariants
 
         check_pool_invariants(self)
 

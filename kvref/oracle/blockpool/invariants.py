@@ -1,6 +1,6 @@
 """Every invariant the spec states, checked over the oracle's explicit state (STATE-00x, EVICT-404).
 
-Reads the state; changes nothing. Raises :class:`~kvref.errors.InvariantViolation` whose rule is
+Reads the state; changes nothing. Raises :class:`~kvref.contract.errors.InvariantViolation` whose rule is
 the invariant broken and whose message says what was seen and what the rule expects.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from kvref.errors import InvariantViolation
+from kvref.contract.errors import InvariantViolation
 
 if TYPE_CHECKING:
-    from kvref.oracle.pool import OracleBlockPool
+    from kvref.oracle.blockpool.pool import OracleBlockPool
 
 __all__ = ["check_pool_invariants"]
 

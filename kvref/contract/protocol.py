@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, SupportsIndex, runtime_checkable
 
-from kvref.events import KVEvent, PrefixCacheStats
-from kvref.policies import EvictionPolicy
-from kvref.validate import IntsLike
+from kvref.contract.events import KVEvent, PrefixCacheStats
+from kvref.contract.policies import EvictionPolicy
+from kvref.contract.validate import IntsLike
 
 __all__ = [
     "Backend",
@@ -312,7 +312,7 @@ class SupportsInvariants(Protocol):
     """Self-check of every invariant the spec states (STATE-001..STATE-007)."""
 
     def check_invariants(self) -> None:
-        """Raise :class:`~kvref.errors.InvariantViolation` naming the first broken rule."""
+        """Raise :class:`~kvref.contract.errors.InvariantViolation` naming the first broken rule."""
         ...
 
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kvref.errors import BackendUnavailableError
+from kvref.contract.errors import BackendUnavailableError
 
 __all__ = ["cost_table", "plot_benchmark_run"]
 

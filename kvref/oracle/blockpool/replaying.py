@@ -1,6 +1,6 @@
 """Trace replay fused into one call on the oracle's own state (TRACE-1019).
 
-:func:`replay_requests` does for a whole batch what :func:`kvref.replay.replay` does request by
+:func:`replay_requests` does for a whole batch what :func:`kvref.simulation.replay.replay` does request by
 request through the protocol (TRACE-1014): for each request, match the cached prefix, allocate the
 misses (as many as fit, TRACE-1015), register them chained after the hit, and release everything
 tail first. It touches the same state the same way (the free stack, generations, hashes, copies,
@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from kvref.errors import HashConflictError, InvalidTypeError
-from kvref.events import BlockStored
-from kvref.oracle.pool import OracleBlockPool, take_free
-from kvref.policies import EvictionPolicy
-from kvref.protocol import ReplayedBatch
-from kvref.validate import IntsLike, as_hash_list, as_list, prefix_tree_violation
+from kvref.contract.errors import HashConflictError, InvalidTypeError
+from kvref.contract.events import BlockStored
+from kvref.contract.policies import EvictionPolicy
+from kvref.contract.protocol import ReplayedBatch
+from kvref.contract.validate import IntsLike, as_hash_list, as_list, prefix_tree_violation
+from kvref.oracle.blockpool.pool import OracleBlockPool, take_free
 
 __all__ = ["checked_replay_batch", "lru_stack_holds", "replay_requests"]
 

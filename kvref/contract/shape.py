@@ -1,7 +1,7 @@
 """The fixed shape of a block pool, as a mixin: its size and its reserved ids (POOL-101, POOL-102).
 
-A class mixing this in sets ``_n`` and ``_reserved`` once, from :func:`kvref.validate.as_pool_shape`,
-and gets the three sizes every :class:`~kvref.protocol.BlockPool` reports that follow from them.
+A class mixing this in sets ``_n`` and ``_reserved`` once, from :func:`kvref.contract.validate.as_pool_shape`,
+and gets the three sizes every :class:`~kvref.contract.protocol.BlockPool` reports that follow from them.
 The oracle, the array core of the device backends and the conformance suite's adapters share it.
 """
 

@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvref.errors import BackendUnavailableError
-from kvref.replay import ReplayResult
+from kvref.contract.errors import BackendUnavailableError
+from kvref.simulation.replay import ReplayResult
 
 __all__ = ["render_markdown", "write_replay_report"]
 

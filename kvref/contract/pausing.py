@@ -2,15 +2,15 @@
 
 A class mixing this in keeps ``_paused`` (a set of holders) and ``_paused_limit`` and says how
 many references a holder holds (``_references_of``); the mixin supplies the rest of the
-:class:`~kvref.protocol.SupportsPause` protocol.
+:class:`~kvref.contract.protocol.SupportsPause` protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from kvref.errors import PausedHolderError
-from kvref.validate import as_holder
+from kvref.contract.errors import PausedHolderError
+from kvref.contract.validate import as_holder
 
 __all__ = ["PausedHolders"]
 

@@ -1,6 +1,6 @@
 """The offline reference curve of a sweep: Belady's MIN over block ids (TRACE-1017).
 
-It replays a trace with the same rules as :func:`kvref.replay.replay` (longest cached prefix,
+It replays a trace with the same rules as :func:`kvref.simulation.replay.replay` (longest cached prefix,
 the request's blocks held while it runs, at most ``capacity`` of them cached), but evicts the
 cached block whose next use lies farthest in the future, knowing the whole trace. A block's
 parent is next used no later than the block itself (every request using a block uses its
@@ -15,9 +15,9 @@ import heapq
 import math
 import time
 
-from kvref.errors import InvalidValueError
-from kvref.replay import ReplayResult, Tally, check_warmup
-from kvref.traces import Trace
+from kvref.contract.errors import InvalidValueError
+from kvref.simulation.replay import ReplayResult, Tally, check_warmup
+from kvref.simulation.traces import Trace
 
 __all__ = ["belady_replay"]
 

@@ -6,7 +6,7 @@
 ``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
 
-``--backend`` and the other settings follow the precedence of :mod:`kvref.config` (CONF-903).
+``--backend`` and the other settings follow the precedence of :mod:`kvref.config.settings` (CONF-903).
 Errors print as one line naming the rule and exit with status 2.
 """
 
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvref.errors import KVRefError
+from kvref.contract.errors import KVRefError
 
 __all__ = ["main"]
 
@@ -35,7 +35,7 @@ def _console() -> object:
 def _cmd_backends(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from kvref.registry import backend_statuses
+    from kvref.config.registry import backend_statuses
 
     statuses = backend_statuses()
     if args.json:
@@ -87,17 +87,17 @@ def _progress(*, enabled: bool) -> Iterator[Callable[[str, int], None]]:
 def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from kvref.config import load_settings
-    from kvref.policies import EvictionPolicy
-    from kvref.registry import create_pool
-    from kvref.replay import replay
-    from kvref.traces import load_trace
+    from kvref.config.registry import create_pool
+    from kvref.config.settings import load_settings
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.simulation.replay import replay
+    from kvref.simulation.traces import load_trace
 
     settings = load_settings({"backend": args.backend, "hash": args.hash})
     if args.trace:
         trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
     else:
-        from kvref.workloads import workload_trace
+        from kvref.simulation.workloads import workload_trace
 
         trace = workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=settings.hash)
     if args.policy:
@@ -115,7 +115,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     with _progress(enabled=not args.json and len(runs) > 1) as advance:
         for capacity, policy in runs:
             if policy == "belady":
-                from kvref.belady import belady_replay
+                from kvref.simulation.belady import belady_replay
 
                 results.append(belady_replay(trace, capacity, warmup=args.warmup))
             else:
@@ -126,7 +126,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             advance(f"{policy} at {capacity:,} blocks", len(runs))
     compared = _compare_backends(trace, results, args) if args.backends else []
     if args.out:
-        from kvref.replay_report import write_replay_report
+        from kvref.reports.replay import write_replay_report
 
         title = f"kvref replay: {trace.source}, backend {settings.backend}"
         for path in write_replay_report(results, Path(args.out), title=title, backend_runs=compared):
@@ -157,8 +157,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:
     """The largest capacity and first policy of the run, replayed once on every usable backend (TRACE-1018)."""
-    from kvref.registry import backend_statuses, create_pool
-    from kvref.replay import replay
+    from kvref.config.registry import backend_statuses, create_pool
+    from kvref.simulation.replay import replay
 
     run = max((r for r in results if r.policy != "belady"), key=lambda r: r.capacity)
     out = []
@@ -196,7 +196,7 @@ def _print_backend_runs(runs: list[Any]) -> None:
 
 
 def _cmd_spec(args: argparse.Namespace) -> int:
-    from kvref.speclint import (
+    from kvref.cli.speclint import (
         build_index,
         code_rule_refs,
         collect_rule_citations,
@@ -269,7 +269,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvref.report import (
+    from kvref.reports.summary import (
         json_documents,
         load_benchmarks,
         load_replays,
@@ -313,7 +313,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _benchmark_plots(benches: list[dict[str, Any]], out_dir: Path) -> str:
     """Plot each benchmark run next to the report; Markdown image links, or why there are none."""
-    from kvref.bench_plots import plot_benchmark_run
+    from kvref.reports.bench_plots import plot_benchmark_run
 
     lines = ["## Benchmark plots", ""]
     for i, run in enumerate(benches):
@@ -333,7 +333,7 @@ def _benchmark_plots(benches: list[dict[str, Any]], out_dir: Path) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from kvref.workloads import WORKLOADS
+    from kvref.simulation.workloads import WORKLOADS
 
     parser = argparse.ArgumentParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print kvref's version and exit")
@@ -424,7 +424,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KVRefError as exc:
         print(f"kvref {args.command}: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

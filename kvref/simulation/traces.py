@@ -2,7 +2,7 @@
 
 The Mooncake traces (``timestamp``, ``input_length``, ``output_length``, ``hash_ids`` with one
 id per 512-token block) load as they are; a line may carry ``token_ids`` instead, which are
-hashed with :mod:`kvref.hashing` into chained block ids. Every line is checked; the first bad one
+hashed with :mod:`kvref.contract.hashing` into chained block ids. Every line is checked; the first bad one
 stops loading with :class:`TraceError` naming the file, the line and the reason (TRACE-1001).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvref.errors import KVRefError
-from kvref.hashing import DEFAULT_ALGORITHM, ROOT_HASH, hash_block
-from kvref.validate import HASH_MAX, prefix_tree_violation
+from kvref.contract.errors import KVRefError
+from kvref.contract.hashing import DEFAULT_ALGORITHM, ROOT_HASH, hash_block
+from kvref.contract.validate import HASH_MAX, prefix_tree_violation
 
 __all__ = ["Trace", "TraceError", "TraceRequest", "load_trace", "requests_from_tokens", "token_block_ids"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import cbor2
 import xxhash
 
-from kvref.errors import InvalidTypeError, InvalidValueError
-from kvref.validate import HASH_MAX, IntsLike, as_count, as_hash, as_int, as_list
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.validate import HASH_MAX, IntsLike, as_count, as_hash, as_int, as_list
 
 __all__ = [
     "ALGORITHMS",

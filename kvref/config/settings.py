@@ -9,7 +9,7 @@ Each option is resolved on its own, first source wins (CONF-903):
 4. ``[tool.kvref]`` in ``pyproject.toml`` in the working directory;
 5. the default (backend ``oracle``).
 
-Every value is validated where it is read; a bad one raises :class:`~kvref.errors.ConfigError`
+Every value is validated where it is read; a bad one raises :class:`~kvref.contract.errors.ConfigError`
 naming the key, the value and the source (CONF-904). Unknown keys in a file are errors too
 (CONF-905), so a typo never silently does nothing.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvref.errors import ConfigError, KVRefError
+from kvref.contract.errors import ConfigError, KVRefError
 
 __all__ = ["OPTIONS", "Option", "Settings", "load_settings"]
 
@@ -46,7 +46,7 @@ def _device(value: object) -> str | None:
 
 
 def _policy(value: object) -> str:
-    from kvref.policies import as_policy
+    from kvref.contract.policies import as_policy
 
     try:
         return as_policy(value).value
@@ -55,7 +55,7 @@ def _policy(value: object) -> str:
 
 
 def _hash(value: object) -> str:
-    from kvref.hashing import ALGORITHMS
+    from kvref.contract.hashing import ALGORITHMS
 
     if not isinstance(value, str) or value not in ALGORITHMS:
         raise ValueError(f"one of {', '.join(sorted(ALGORITHMS))}")

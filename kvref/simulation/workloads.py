@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from kvref.hashing import DEFAULT_ALGORITHM
-from kvref.traces import Trace, requests_from_tokens
+from kvref.contract.hashing import DEFAULT_ALGORITHM
+from kvref.simulation.traces import Trace, requests_from_tokens
 
 __all__ = [
     "WORKLOADS",

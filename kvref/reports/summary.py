@@ -7,7 +7,7 @@ rules it names and the first lines of its replay.
 
 Benchmarks (pytest-benchmark JSON from ``nox -s bench``): per workload, the median time per
 round and per block of each backend and its ratio against the oracle, with the machine and
-package versions the run recorded; with ``--out``, plots of each run (:mod:`kvref.bench_plots`).
+package versions the run recorded; with ``--out``, plots of each run (:mod:`kvref.reports.bench_plots`).
 
 Replays (``replay.json`` from ``kvref replay --out``): per file, the hit rates, evictions and
 speed of every run, and the file's hit-rate plot when it sits beside it.
