@@ -1,0 +1,255 @@
+"""The order of precondition checks of each operation, written once (ERR-509, chapter 05).
+
+:data:`ORDER_OF_CHECKS` is the table: for each operation, its checks in the order they are made,
+so that an input breaking several rules raises the error of the first (spec chapter 05 prints
+the same table; ``tests/test_order_of_checks.py`` keeps the two equal).
+
+The explainers below walk that order over one call's arguments and raise the error of the first
+check that fails, with the message the oracle gives. Every implementation calls them after its
+own cheap detection says something is wrong: the oracle after a scalar pass, the array core of
+the device backends after a vectorized one (a device kernel cannot call them; the conformance
+suite holds it to the table instead). They read the pool through :class:`BlockView`, on the host,
+and change nothing; an explainer that finds nothing wrong returns, and the caller goes on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NoReturn, Protocol, SupportsIndex
+
+from kvref.contract.errors import (
+    BlockIdError,
+    BlockStateError,
+    HashConflictError,
+    NotHeldError,
+    ReservedBlockError,
+    StaleBlockError,
+)
+from kvref.contract.protocol import BlockState
+
+__all__ = [
+    "ORDER_OF_CHECKS",
+    "BlockView",
+    "Check",
+    "HashEntry",
+    "explain_acquire",
+    "explain_generations",
+    "explain_register",
+    "explain_release",
+    "explain_unheld",
+    "stale_reference",
+]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One precondition of an operation: the rule it enforces and what it looks at."""
+
+    rule: str
+    what: str
+
+
+_TYPES = Check("ERR-503", "the ids, hashes, counts and holders are of the right type")
+_GEN_TYPES = Check("ERR-503", "the generations, when given, are integers")
+_NEGATIVE = Check("ERR-504", "no negative count")
+_PAIRS = Check("ERR-506", "sequences that pair up have the same length")
+_PAUSED = Check("POOL-114", "the holder is not paused (when the call would give it references)")
+_STALE = Check("POOL-112", "every generation given matches its block's (in-range, unreserved blocks)")
+_RANGE = Check("POOL-103", "the block id is in range (entry by entry, in list order, with the next two)")
+_RESERVED = Check("POOL-118", "the block is not reserved")
+
+#: Operation -> its checks, first made first (ERR-509). Entry-by-entry checks run over a call's
+#: entries in list order, all of them for one entry before the next entry.
+ORDER_OF_CHECKS: Mapping[str, tuple[Check, ...]] = {
+    "allocate": (_TYPES, _NEGATIVE, _PAUSED, Check("POOL-105", "count <= num_available")),
+    "free": (
+        _TYPES,
+        _GEN_TYPES,
+        _PAIRS,
+        _STALE,
+        _RANGE,
+        _RESERVED,
+        Check("POOL-108", "the holder holds a reference to the block"),
+        Check("POOL-109", "no block occurs more often than the holder's references to it"),
+    ),
+    "acquire": (
+        _TYPES,
+        _PAUSED,
+        _GEN_TYPES,
+        _PAIRS,
+        _STALE,
+        _RANGE,
+        _RESERVED,
+        Check("POOL-119", "the block is in use or cached, not free"),
+    ),
+    "register": (
+        _TYPES,
+        _PAIRS,
+        Check("ERR-503", "the parent hash, when given, is a hash"),
+        Check("PFX-304", "the parent hash is resident"),
+        Check("PFX-303", "no block occurs twice in the call"),
+        _RANGE,
+        _RESERVED,
+        Check("PFX-302", "the block is in use"),
+        Check("PFX-303", "the block has no hash yet"),
+        Check("PFX-306", "a hash is not its own parent, keeps its resident parent and closes no cycle"),
+    ),
+    "match": (_TYPES, _PAUSED),
+    "allocate_many": (_TYPES, _NEGATIVE, _PAIRS, _PAUSED, Check("POOL-116", "admission stops at the first misfit")),
+    "free_many": (_TYPES, _PAIRS, Check("POOL-117", "the checks of free, per holder over the whole batch")),
+    "match_many": (_TYPES, _PAIRS, _PAUSED),
+}
+
+
+class BlockView(Protocol):
+    """What the explainers read of a pool, host-side and read-only (the protocol's queries).
+
+    Ids passed to the per-block queries are in range; the explainers check that first.
+    """
+
+    @property
+    def num_blocks(self) -> int:
+        """All blocks, reserved ones included."""
+        ...
+
+    def block_state(self, block_id: SupportsIndex) -> BlockState:
+        """The state of a block (STATE-001)."""
+        ...
+
+    def holders(self, block_id: SupportsIndex) -> dict[Hashable, int]:
+        """``{holder: references}`` on a block."""
+        ...
+
+    def generation(self, block_id: SupportsIndex) -> int:
+        """How many times a block has been allocated."""
+        ...
+
+    def block_hash(self, block_id: SupportsIndex) -> int | None:
+        """The hash a block is registered under, or None."""
+        ...
+
+    def hash_entry(self, block_hash: int) -> HashEntry | None:
+        """What the prefix index knows of a hash, or None when it knows nothing."""
+        ...
+
+
+@dataclass(frozen=True)
+class HashEntry:
+    """A hash as the prefix index knows it: resident or not, its parent, whether it has children."""
+
+    resident: bool
+    parent: int | None
+    has_children: bool
+
+
+def explain_unheld(view: BlockView, b: int, holder: Hashable, op: str, *, rule: str = "POOL-108") -> NoReturn:
+    """Raise the specific error for a block ``holder`` cannot release or share (POOL-103, POOL-118, ``rule``)."""
+    if not 0 <= b < view.num_blocks:
+        raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {view.num_blocks})")
+    state = view.block_state(b)
+    if state is BlockState.RESERVED:
+        raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
+    if state is not BlockState.IN_USE:
+        raise NotHeldError(rule, f"{op}: block {b} is {state.value}; holder {holder!r} holds no reference to it")
+    raise NotHeldError(
+        rule, f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {view.holders(b)!r})"
+    )
+
+
+def explain_release(view: BlockView, ids: Sequence[int], holder: Hashable, op: str) -> None:
+    """The first block of ``ids`` that ``holder`` cannot release, as often as it occurs (POOL-108, POOL-109)."""
+    n = view.num_blocks
+    for b in ids:
+        if not 0 <= b < n or holder not in view.holders(b):
+            explain_unheld(view, b, holder, op)
+    for b, times in Counter(ids).items():
+        have = view.holders(b)[holder]
+        if times > have:
+            raise NotHeldError(
+                "POOL-109",
+                f"{op}: block {b} occurs {times} times but holder {holder!r} holds {have} reference(s) to it",
+            )
+
+
+def stale_reference(op: str, b: int, given: int, current: int) -> StaleBlockError:
+    """The POOL-112 error for a generation ``given`` of block ``b`` whose generation is ``current``."""
+    return StaleBlockError(
+        "POOL-112",
+        f"{op}: stale reference to block {b}: generation {given}, current {current} "
+        "(the block was freed and handed out again)",
+    )
+
+
+def explain_generations(view: BlockView, ids: Sequence[int], generations: Sequence[int], op: str) -> None:
+    """The first in-range, unreserved block whose generation is not the one given (POOL-112)."""
+    n = view.num_blocks
+    for b, g in zip(ids, generations, strict=True):
+        if 0 <= b < n and view.block_state(b) is not BlockState.RESERVED:
+            current = view.generation(b)
+            if current != g:
+                raise stale_reference(op, b, g, current)
+
+
+def explain_acquire(view: BlockView, ids: Sequence[int], op: str) -> None:
+    """The first block of ``ids`` that cannot be acquired: out of range, reserved or free (POOL-119)."""
+    n = view.num_blocks
+    for b in ids:
+        if not 0 <= b < n:
+            raise BlockIdError("POOL-103", f"{op}: block id {b} outside [0, {n})")
+        state = view.block_state(b)
+        if state is BlockState.RESERVED:
+            raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
+        if state is BlockState.FREE:
+            raise BlockStateError("POOL-119", f"{op}: block {b} is free; only blocks in use or cached can be acquired")
+
+
+def explain_register(view: BlockView, ids: Sequence[int], hashes: Sequence[int], parent: int | None, op: str) -> None:
+    """The first position of a registration that breaks PFX-302, PFX-303 or PFX-306, in list order.
+
+    The call's arguments are checked already (ERR-503, ERR-506, PFX-304, a block listed twice).
+    Hashes the call itself makes resident count as resident from their position on.
+    """
+    prev = parent
+    pending: dict[int, int | None] = {}  # hashes this call makes resident -> their parent
+    for b, h in zip(ids, hashes, strict=True):
+        if not 0 <= b < view.num_blocks or view.block_state(b) is BlockState.RESERVED:
+            explain_unheld(view, b, None, op, rule="PFX-302")
+        state = view.block_state(b)
+        if state is not BlockState.IN_USE:
+            raise BlockStateError("PFX-302", f"{op}: block {b} is {state.value}; only blocks in use can be registered")
+        registered = view.block_hash(b)
+        if registered is not None:
+            raise HashConflictError("PFX-303", f"{op}: block {b} is already registered under {registered:#x}")
+        if h == prev:
+            raise HashConflictError("PFX-306", f"{op}: hash {h:#x} cannot be its own parent")
+        entry = view.hash_entry(h)
+        if entry is not None and entry.resident:
+            known, known_parent = True, entry.parent
+        else:
+            known, known_parent = h in pending, pending.get(h)
+        if known and known_parent != prev:
+            raise HashConflictError(
+                "PFX-306",
+                f"{op}: hash {h:#x} is resident with parent {known_parent!r}, registration gives parent {prev!r}",
+            )
+        if not known and entry is not None and entry.has_children and _is_ancestor(view, h, prev, pending):
+            raise HashConflictError(
+                "PFX-306", f"{op}: registering {h:#x} under {prev!r} would make it its own ancestor"
+            )
+        pending.setdefault(h, prev)
+        prev = h
+
+
+def _is_ancestor(view: BlockView, h: int, start: int | None, pending: Mapping[int, int | None]) -> bool:
+    """Whether ``h`` lies on the parent chain from ``start`` up (a would-be cycle, PFX-306)."""
+    seen: set[int] = set()
+    node = start
+    while node is not None and node not in seen:
+        if node == h:
+            return True
+        seen.add(node)
+        entry = view.hash_entry(node)
+        node = entry.parent if entry is not None and entry.resident else pending.get(node)
+    return False
