@@ -1,0 +1,116 @@
+"""The array core's batched calls for a scheduler step: allocate_many, free_many, match_many.
+
+Each does in one pass of array operations what the single calls would do in entry order
+(POOL-116, POOL-117, PFX-320).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from itertools import accumulate
+
+import numpy as np
+
+from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
+from kvref_arraypool.inputs import hash_array, index_array
+from kvref_arraypool.state import ArrayPoolState
+
+__all__ = ["BatchedCalls"]
+
+
+class BatchedCalls(ArrayPoolState):
+    """``allocate_many``, ``free_many`` and ``match_many`` over the array core."""
+
+    def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
+        """Admit the longest prefix of the batch that fits, in order, in one pass (POOL-116).
+
+        Entry ``i`` asks ``counts[i]`` blocks for ``holders[i]``; admission stops at the first
+        entry that does not fit. The admitted entries take their blocks from one pop of the free
+        stack (and one eviction for the shortfall), in entry order, exactly as single calls would.
+        """
+        op = "allocate_many"
+        host, items = index_array(counts, op=op, arg="counts")
+        originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
+        cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
+        hs = as_holder_list(holders, len(cs), op=op)
+        for c, h in zip(cs, hs, strict=True):
+            self._refuse_if_paused(h, c, op)
+        if not cs:
+            return []
+        total = sum(cs)
+        admitted = len(cs)
+        if total > self._nfree:
+            room = self._nfree + self._reclaimable()
+            ends = list(accumulate(cs))
+            admitted = next((i for i, end in enumerate(ends) if end > room), len(cs))
+            total = ends[admitted - 1] if admitted else 0
+        if total == 0:
+            return [[] for _ in range(admitted)]
+        ids = self._take(total, op)
+        hids = self.ops.concat(
+            [self.ops.full(c, self._hid(h)) for c, h in zip(cs[:admitted], hs[:admitted], strict=True) if c]
+        )
+        self._hand_out(ids, hids)
+        flat = self.ops.tolist(ids)
+        out: list[list[int]] = []
+        start = 0
+        for c, h in zip(cs[:admitted], hs[:admitted], strict=True):
+            out.append(flat[start : start + c])
+            start += c
+            self._add_held(h, c)
+        return out
+
+    def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
+        """``free(block_lists[i], holder=holders[i])`` for each ``i`` in order, atomically (POOL-117).
+
+        The whole batch is checked first, duplicates across entries of one holder included, so a
+        bad entry anywhere leaves every reference in place.
+        """
+        op = "free_many"
+        entries = as_list(block_lists, op=op, arg="block_lists")
+        arrays = [index_array(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
+        hs = as_holder_list(holders, len(arrays), op=op)
+        if not arrays:
+            return
+        host = np.concatenate([a for a, _ in arrays]) if len(arrays) > 1 else arrays[0][0]
+        if len(host) == 0:
+            return
+        hid_of = [self._hids.get(h, -1) for h in hs]
+        hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), [len(a) for a, _ in arrays]))
+        by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
+        for (a, items), h in zip(arrays, hs, strict=True):
+            parts, originals = by_holder.setdefault(h, ([], []))
+            parts.append(a)  # values beyond int64 are already -1 here; the originals keep them
+            originals.extend(items if items is not None else a.tolist())
+        groups = [
+            (h, self._hids.get(h, -1), np.concatenate(parts), originals) for h, (parts, originals) in by_holder.items()
+        ]
+        ids, distinct = self._check_release(host, None, hids, groups, None, op)
+        self._release(ids, hids, distinct)
+        for (a, _), h in zip(arrays, hs, strict=True):
+            self._drop_held(h, len(a))
+
+    def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> list[list[int]]:
+        """``match(hash_lists[i], holder=holders[i])`` for each ``i`` in order (PFX-320).
+
+        Lookups change nothing, so all run on the state before the batch; the hits are then
+        pinned in one pass.
+        """
+        op = "match_many"
+        entries = as_list(hash_lists, op=op, arg="hash_lists")
+        lists = [hash_array(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
+        hs = as_holder_list(holders, len(lists), op=op)
+        for h, hl in zip(hs, lists, strict=True):
+            self._refuse_if_paused(h, len(hl), op)
+        hits = [self._lookup(hl, -1) for hl in lists]
+        sizes = [len(x) for x in hits]
+        if sum(sizes):
+            ids = self.ops.concat(hits)
+            hids = self.ops.concat([self.ops.full(k, self._hid(h)) for k, h in zip(sizes, hs, strict=True) if k])
+            self._pin(ids, hids)
+            for k, h in zip(sizes, hs, strict=True):
+                self._add_held(h, k)
+        self._requests += len(lists)
+        self._queries += sum(len(hl) for hl in lists)
+        self._hits += sum(sizes)
+        return [self.ops.tolist(x) for x in hits]

@@ -1,0 +1,114 @@
+"""The array core's acquire: pinning blocks in use or cached for another holder (POOL-110, POOL-119, PFX-310).
+
+A block gaining a second holder becomes shared: its per-holder counts move to the ``shared``
+table. Bad input is detected with array operations and explained by
+:func:`kvref.contract.checks.explain_acquire`, in the shared order of checks (ERR-509).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from kvref.contract.checks import explain_acquire
+from kvref.contract.validate import IntsLike, as_holder
+from kvref_arraypool.inputs import index_array
+from kvref_arraypool.ops import Array
+from kvref_arraypool.references import ReferenceCounting
+from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED
+
+__all__ = ["Pinning"]
+
+
+class Pinning(ReferenceCounting):
+    """``acquire``, and the pinning that ``acquire`` and ``match`` share; on reference counting's checks."""
+
+    def acquire(
+        self,
+        block_ids: IntsLike,
+        *,
+        holder: Hashable = None,
+        generations: IntsLike | None = None,
+    ) -> None:
+        """Add one reference for ``holder`` per occurrence; blocks must be in use or cached (POOL-110).
+
+        A cached block so acquired is pinned: it leaves the eviction order (PFX-310).
+        """
+        op = "acquire"
+        host, items = index_array(block_ids, op=op)
+        holder = as_holder(holder, op=op)
+        self._refuse_if_paused(holder, len(host), op)
+        gens = None if generations is None else self._gen_array(generations, len(host), op)
+        if gens is not None:
+            self._check_generations(host, gens, op)
+        if len(host) == 0:
+            return
+        if self._in_range(host):
+            ids = self.ops.asarray(host)
+            bad = self._is_reserved[ids] | ((self._ref[ids] == 0) & (self._bhash[ids] < 0))
+            if not self.ops.any(bad):
+                self._pin(ids, self._hid(holder))
+                self._add_held(holder, len(host))
+                return
+        explain_acquire(self, items if items is not None else host.tolist(), op)
+
+    def _pin(self, ids: Array, hids: Array | int) -> None:
+        """Add one reference per position (validated: every block in use or cached).
+
+        A block gaining a second holder becomes shared: its per-holder counts move to ``shared``.
+        """
+        ops = self.ops
+        if len(ids) == 0:
+            return
+        owner = self._owner[ids]
+        distinct = self._distinct(ids)
+        if distinct and not ops.any((owner != hids) & (owner != NOBODY)):
+            cached = ids[owner == NOBODY]
+            if len(cached):
+                self._evstamp[cached] = -1
+                self._ncached -= len(cached)
+            self._owner[ids] = hids
+            self._ref[ids] += 1
+            return
+        cnt: Array | int
+        if distinct and isinstance(hids, int):
+            # One holder, distinct blocks: every pair occurs once, no sort needed.
+            ub, current, cnt = ids, owner, 1
+            uh: Array | int = hids
+            uk = (ids << HID_BITS) | hids
+            stays_sole = (current == NOBODY) | (current == hids)
+            cached = ids[current == NOBODY]
+        else:
+            if isinstance(hids, int):
+                hids = ops.full(len(ids), hids)
+            uk, ub, cnt = self._pair_counts(ids, hids)
+            uh = uk & HID_MASK
+            blocks, inverse, holders_per_block = ops.unique(ub)
+            current = self._owner[ub]
+            stays_sole = (holders_per_block[inverse] == 1) & ((current == NOBODY) | (current == uh))
+            cached = blocks[self._ref[blocks] == 0]
+        if len(cached):
+            self._evstamp[cached] = -1
+            self._ncached -= len(cached)
+        to_shared = ~stays_sole
+        convert = ub[to_shared & (current >= 0)]
+        if len(convert) and not distinct:
+            convert = ops.unique(convert)[0]
+        if len(convert):
+            self._shared.insert((convert << HID_BITS) | self._owner[convert], self._ref[convert])
+        self._owner[ub[to_shared]] = SHARED
+        sk = uk[to_shared]
+        sc = cnt if isinstance(cnt, int) else cnt[to_shared]
+        slots = self._shared.find_slots(sk)
+        present = slots >= 0
+        if ops.any(present):
+            ps = slots[present]
+            self._shared.set_at(ps, self._shared.values[ps] + (sc if isinstance(sc, int) else sc[present]))
+        absent = ~present
+        if ops.any(absent):
+            add = sk[absent]
+            self._shared.insert(add, ops.full(len(add), sc) if isinstance(sc, int) else sc[absent])
+        self._owner[ub[stays_sole]] = uh if isinstance(uh, int) else uh[stays_sole]
+        if isinstance(cnt, int):
+            self._ref[ids] += 1
+        else:
+            ops.scatter_add(self._ref, ub, cnt)

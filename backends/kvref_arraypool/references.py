@@ -1,0 +1,237 @@
+"""The array core's reference counting: allocate, free and their checks over device arrays (chapter 01).
+
+Bad input is *detected* with array operations over the whole call; only then do the explainers
+of :mod:`kvref.contract.checks` walk the call on the host to name the first offending entry, in
+the order of checks every implementation shares (ERR-502, ERR-509). On success each call is a
+constant number of array operations over its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import SupportsIndex
+
+import numpy as np
+
+from kvref.contract.checks import explain_release, stale_reference
+from kvref.contract.errors import InvalidValueError, InvariantViolation, OutOfBlocksError
+from kvref.contract.policies import EvictionPolicy
+from kvref.contract.validate import IntsLike, as_count, as_holder
+from kvref_arraypool.inputs import index_array
+from kvref_arraypool.ops import Array
+from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED, ArrayPoolState
+
+__all__ = ["ReferenceCounting"]
+
+_REF_ZERO = EvictionPolicy.REF_ZERO
+
+
+class ReferenceCounting(ArrayPoolState):
+    """``allocate`` and ``free`` (and their device-array forms) over the array core (POOL-104..POOL-112)."""
+
+    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
+        """Take ``count`` unhashed blocks with one reference each for ``holder``, or none (POOL-104..106).
+
+        Free blocks are taken first (top of the stack first); cached blocks are evicted only for
+        the shortfall (EVICT-408) and come back without their hash (PFX-312).
+        """
+        return self.ops.tolist(self.allocate_ids(count, holder=holder))
+
+    def allocate_ids(self, count: SupportsIndex, *, holder: Hashable = None) -> Array:
+        """``allocate``, returning the ids as a device array (int64) instead of a list.
+
+        The form an engine uses to write block tables without a round trip through Python ints.
+        """
+        n = as_count(count, op="allocate")
+        holder = as_holder(holder, op="allocate")
+        self._refuse_if_paused(holder, n, "allocate")
+        if n == 0:
+            return self.ops.zeros(0)
+        ids = self._take(n, "allocate")
+        self._hand_out(ids, self._hid(holder))
+        self._add_held(holder, n)
+        return ids
+
+    def _hand_out(self, ids: Array, hids: Array | int) -> None:
+        self._ref[ids] = 1
+        self._gen[ids] += 1
+        self._owner[ids] = hids
+
+    def _take(self, n: int, op: str) -> Array:
+        """Pop ``n`` blocks: the free stack top-down, then eviction victims (POOL-105, EVICT-408)."""
+        nf = self._nfree
+        if n <= nf:
+            ids = self.ops.copy(self.ops.flip(self._stack[nf - n : nf]))
+            self._nfree = nf - n
+            return ids
+        short = n - nf
+        victims, reclaimable = self._select_victims(short)
+        if len(victims) < short:
+            raise OutOfBlocksError(
+                "POOL-105",
+                f"{op}: asked for {n} blocks, {nf + reclaimable} available "
+                f"({nf} free + {reclaimable} evictable) of {self.num_usable} usable; nothing was taken",
+            )
+        ids = self.ops.concat([self.ops.flip(self._stack[:nf]), victims])
+        self._nfree = 0
+        self._unregister(victims)
+        self._evictions += short
+        return ids
+
+    def free(
+        self,
+        block_ids: IntsLike,
+        *,
+        holder: Hashable = None,
+        generations: IntsLike | None = None,
+    ) -> None:
+        """Drop one of ``holder``'s references per occurrence in ``block_ids``, in list order.
+
+        A block whose last reference goes becomes free, or cached if hashed (PFX-311), or is
+        dropped under ``ref-zero`` (EVICT-405); earlier positions count as released earlier
+        (EVICT-401). All-or-nothing (POOL-107..POOL-109, POOL-112).
+        """
+        op = "free"
+        host, items = index_array(block_ids, op=op)
+        holder = as_holder(holder, op=op)
+        gens = None if generations is None else self._gen_array(generations, len(host), op)
+        if len(host) == 0:
+            return
+        hid = self._hids.get(holder, -1)
+        ids, distinct = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
+        self._release(ids, hid, distinct)
+        self._drop_held(holder, len(host))
+
+    def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
+        gens, _ = index_array(generations, op=op, arg="generations")
+        if len(gens) != expected:
+            raise InvalidValueError(
+                "ERR-506", f"{op}: {len(gens)} generations for {expected} block ids; they must pair up"
+            )
+        return gens
+
+    def _check_generations(self, host: np.ndarray, gens: np.ndarray, op: str) -> None:
+        """POOL-112: every in-range, unreserved block's generation matches the caller's."""
+        ok = (host >= 0) & (host < self._n)
+        safe = np.where(ok, host, 0)
+        ok &= ~self._host_reserved[safe]
+        current = self.ops.to_host(self._gen[self.ops.asarray(safe)])
+        stale = np.flatnonzero(ok & (current != gens))
+        if len(stale):
+            i = int(stale[0])
+            raise stale_reference(op, int(host[i]), int(gens[i]), int(current[i]))
+
+    def _check_release(
+        self,
+        host: np.ndarray,
+        items: list[int] | None,
+        hids: Array | int,
+        groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
+        gens: np.ndarray | None,
+        op: str,
+    ) -> tuple[Array, bool]:
+        """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
+
+        ``groups`` lists each holder with its ids in order, for naming the first bad entry.
+        """
+        if gens is not None:
+            self._check_generations(host, gens, op)
+        known = all(hid >= 0 for _, hid, g_host, _ in groups if len(g_host))  # an empty list asks nothing
+        if known and self._in_range(host):
+            ids = self.ops.asarray(host)
+            owner = self._owner[ids]
+            distinct = self._distinct(ids)
+            if distinct and not self.ops.any(owner != hids):
+                return ids, True
+            if not self.ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
+                return ids, distinct
+        for holder, _, g_host, g_items in groups:
+            explain_release(self, g_items if g_items is not None else g_host.tolist(), holder, op)
+        raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
+
+    def _pair_counts(self, ids: Array, hids: Array | int) -> tuple[Array, Array, Array]:
+        """Distinct (block, holder) pairs as keys, blocks and occurrence counts."""
+        keys = (ids << HID_BITS) | hids
+        uk, _, cnt = self.ops.unique(keys)
+        return uk, uk >> HID_BITS, cnt
+
+    def _counts_cover(self, ids: Array, hids: Array | int) -> bool:
+        """Each (block, holder) occurs no more often than the holder's references to the block."""
+        if isinstance(hids, int) and self._distinct(ids):
+            return not self.ops.any(self._have((ids << HID_BITS) | hids, ids) < 1)
+        uk, ub, cnt = self._pair_counts(ids, hids)
+        have = self._have(uk, ub)
+        return not self.ops.any(have < cnt)
+
+    def _have(self, uk: Array, ub: Array) -> Array:
+        """References each distinct (block, holder) pair holds."""
+        owner = self._owner[ub]
+        sole = owner == (uk & HID_MASK)
+        have = self.ops.where(sole, self._ref[ub], 0)
+        shared = self.ops.nonzero(owner == SHARED)
+        if len(shared):
+            have[shared] = self._shared.find(uk[shared], 0)
+        return have
+
+    def _release(self, ids: Array, hids: Array | int, distinct: bool) -> None:
+        """Drop one reference per position (validated); blocks reaching zero leave in list order.
+
+        ``distinct``: the ids are known to be pairwise distinct (saves a check).
+        """
+        ops = self.ops
+        m = len(ids)
+        if distinct and not ops.any(self._owner[ids] < 0):
+            left = self._ref[ids] - 1
+            self._ref[ids] = left
+            zeroed = ids[left == 0]
+            self._owner[zeroed] = NOBODY
+        elif distinct and isinstance(hids, int):
+            # One holder, distinct blocks: one reference each, some of them shared.
+            shared = ids[self._owner[ids] == SHARED]
+            if len(shared):
+                slots = self._shared.find_slots((shared << HID_BITS) | hids)
+                left = self._shared.values[slots] - 1
+                self._shared.set_at(slots, left)
+                self._shared.delete_at(slots[left == 0])
+            left = self._ref[ids] - 1
+            self._ref[ids] = left
+            zeroed = ids[left == 0]
+            self._owner[zeroed] = NOBODY
+        else:
+            uk, ub, cnt = self._pair_counts(ids, hids)
+            shared = self._owner[ub] == SHARED
+            if ops.any(shared):
+                slots = self._shared.find_slots(uk[shared])
+                left = self._shared.values[slots] - cnt[shared]
+                self._shared.set_at(slots, left)
+                self._shared.delete_at(slots[left == 0])
+            ops.scatter_add(self._ref, ub, -cnt)
+            blocks = ops.unique(ub)[0]
+            zb = blocks[self._ref[blocks] == 0]
+            self._owner[zb] = NOBODY
+            # Zero order: the position of each block's last occurrence.
+            self._mark[zb] = -1
+            ops.scatter_max(self._mark, ids, ops.arange(m))
+            zeroed = zb[ops.argsort(self._mark[zb])]
+        self._settle(zeroed)
+
+    def _settle(self, zeroed: Array) -> None:
+        """Blocks whose last reference just went, in release order: free, cached or dropped."""
+        if len(zeroed) == 0:
+            return
+        hashed = self._bhash[zeroed] >= 0
+        if self._policy is _REF_ZERO:
+            dropped = zeroed[hashed]
+            if len(dropped):
+                self._unregister(dropped)
+                self._evictions += len(dropped)
+            self._push_free(zeroed)
+            return
+        self._push_free(zeroed[~hashed])
+        cached = zeroed[hashed]
+        k = len(cached)
+        if k:
+            stamps = self._stamps(k)
+            self._evstamp[cached] = stamps
+            self._lru_order.push(cached, stamps)
+            self._ncached += k

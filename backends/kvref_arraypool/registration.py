@@ -1,0 +1,183 @@
+"""The array core's registrations: register and unregister hashes in the entry tables (PFX-301..PFX-306, PFX-317).
+
+``register`` detects bad input with array operations over the whole call, and
+:func:`kvref.contract.checks.explain_register` names the first offending position in the shared
+order of checks (ERR-509). Unregistering keeps each entry's copies, oldest copy and resident
+children, and frees an entry when its hash has neither copies nor children (STATE-007).
+"""
+
+from __future__ import annotations
+
+from typing import SupportsIndex
+
+import numpy as np
+
+from kvref.contract.checks import explain_register
+from kvref.contract.errors import HashConflictError, InvalidValueError, UnknownHashError
+from kvref.contract.events import BlockRemoved, BlockStored
+from kvref.contract.policies import EvictionPolicy
+from kvref.contract.validate import IntsLike, as_hash
+from kvref_arraypool.inputs import hash_array, index_array
+from kvref_arraypool.ops import Array
+from kvref_arraypool.state import ArrayPoolState
+
+__all__ = ["Registration"]
+
+_FIFO = EvictionPolicy.FIFO
+
+
+class Registration(ArrayPoolState):
+    """``register`` and the unregistering that eviction, ``ref-zero`` and ``reset`` share."""
+
+    def register(
+        self, block_ids: IntsLike, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None
+    ) -> None:
+        """Cache in-use blocks: ``block_ids[i]`` under ``block_hashes[i]``, chained (PFX-301..306, PFX-317).
+
+        ``block_hashes[0]``'s parent is ``parent_hash`` (None: the chain's root); each later hash's
+        parent is the hash before it.
+        """
+        op = "register"
+        host, items = index_array(block_ids, op=op)
+        hs = hash_array(block_hashes, op=op)
+        m = len(host)
+        if m != len(hs):
+            raise InvalidValueError("ERR-506", f"{op}: {m} block ids for {len(hs)} hashes; they must pair up")
+        parent = -1 if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
+        ops = self.ops
+        parent_entry = -1
+        if parent >= 0:
+            pe = self._entries_of(ops.asarray(np.array([parent], dtype=np.int64)))
+            if not self.ops.any(self._resident(pe)):
+                raise UnknownHashError(
+                    "PFX-304", f"{op}: parent hash {parent:#x} is not resident; register the prefix first"
+                )
+            parent_entry = int(pe[0])
+        if m == 0:
+            return
+        if m > 1 and (len(set(items)) if items is not None else len(np.unique(host))) != m:
+            shown = items if items is not None else host.tolist()
+            raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
+        prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
+        entries = self._entries_of(ops.asarray(hs))
+        resident = self._resident(entries)
+        repeated = m > 1 and len(np.unique(hs)) != m
+        suspicious = repeated or not self._in_range(host) or bool((hs == prev_host).any())
+        if not suspicious:
+            ids = ops.asarray(host)
+            prev = ops.asarray(prev_host)
+            safe = ops.where(entries >= 0, entries, 0)
+            bad = (
+                self._is_reserved[ids]
+                | (self._ref[ids] == 0)
+                | (self._bhash[ids] >= 0)
+                | (resident & (self._eparent[safe] != prev))
+                | (~resident & (entries >= 0) & (self._echildren[safe] > 0))  # cycle risk: checked below
+            )
+            suspicious = ops.any(bad)
+        if suspicious:
+            explain_register(
+                self, items if items is not None else host.tolist(), hs.tolist(), None if parent < 0 else parent, op
+            )
+        self._apply_register(ops.asarray(host), hs, prev_host, entries, resident, parent_entry)
+
+    def _apply_register(
+        self, ids: Array, hs: np.ndarray, prev_host: np.ndarray, entries: Array, resident: Array, parent_entry: int
+    ) -> None:
+        ops = self.ops
+        m = len(hs)
+        hs_dev = ops.asarray(hs)
+        absent = ops.nonzero(entries < 0)
+        k = len(absent)
+        if k:
+            new = ops.copy(self._estack[self._nefree - k : self._nefree])
+            self._nefree -= k
+            self._index.insert(hs_dev[absent], new)
+            self._ehash[new] = hs_dev[absent]
+            self._echildren[new] = 0
+            entries = ops.copy(entries)
+            entries[absent] = new
+        # Parent entry of each position: the given parent's for the first, the previous hash's after.
+        pe = ops.concat([ops.full(1, parent_entry), entries[:-1]])
+        base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
+        fresh = ~resident
+        fe = entries[fresh]
+        self._ecopies[fe] = 1
+        self._ehead[fe] = ids[fresh]
+        self._eparent[fe] = ops.asarray(prev_host)[fresh]
+        fpe = pe[fresh]
+        self._epentry[fe] = fpe
+        self._edepth[fe] = ops.arange(base, base + m)[fresh]
+        ops.scatter_add(self._echildren, fpe[fpe >= 0], 1)
+        self._ecopies[entries[resident]] += 1
+        self._bhash[ids] = hs_dev
+        self._bentry[ids] = entries
+        stamps = self._stamps(m)
+        self._regstamp[ids] = stamps
+        if self._policy is _FIFO:
+            self._fifo_order.push(ids, stamps)
+        if self._events_on:
+            new_pos = ops.to_host(ops.nonzero(fresh))
+            for i in new_pos.tolist():
+                p = int(prev_host[i])
+                self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
+
+    def _unregister(self, victims: Array) -> None:
+        """Remove the hash registration of ``victims`` (in order); a hash leaves with its last copy."""
+        ops = self.ops
+        m = len(victims)
+        e = self._bentry[victims]
+        cached = self._evstamp[victims] >= 0
+        self._ncached -= ops.count(cached)
+        self._evstamp[victims] = -1
+        self._bhash[victims] = -1
+        self._bentry[victims] = -1
+        self._regstamp[victims] = -1
+        if m == 1:
+            ue, inverse, cnt = e, ops.zeros(1), ops.full(1, 1)
+        else:
+            ue, inverse, cnt = ops.unique(e)
+        self._ecopies[ue] -= cnt
+        left = self._ecopies[ue]
+        lost_head = ue[(left > 0) & (self._bentry[self._ehead[ue]] != ue)]
+        if len(lost_head):
+            self._renew_heads(lost_head)
+        gone_mask = left == 0
+        gone = ue[gone_mask]
+        if len(gone) == 0:
+            self._trim_orders()
+            return
+        if self._events_on:
+            last = ops.full(len(ue), -1)
+            ops.scatter_max(last, inverse, ops.arange(m))
+            order = ops.argsort(last[gone_mask])
+            for h in ops.tolist(self._ehash[gone[order]]):
+                self._events.append(BlockRemoved(h))
+        gpe = self._epentry[gone]
+        gpe = gpe[gpe >= 0]
+        ops.scatter_add(self._echildren, gpe, -1)
+        candidates = ops.unique(ops.concat([gone, gpe]))[0] if len(gone) + len(gpe) > 1 else gone
+        dead = candidates[(self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0)]
+        if len(dead):
+            self._index.delete(self._ehash[dead])
+            self._ehash[dead] = -1
+            self._ehead[dead] = -1
+            self._estack[self._nefree : self._nefree + len(dead)] = dead
+            self._nefree += len(dead)
+        self._trim_orders()
+
+    def _renew_heads(self, entries: Array) -> None:
+        """Oldest remaining copy of each entry, by registration stamp (rare: hashes with several copies)."""
+        ops = self.ops
+        copies = ops.nonzero(ops.isin(self._bentry, entries))
+        ce = self._bentry[copies]
+        cs = self._regstamp[copies]
+        oldest = ops.full(self._n_entries, 1 << 62)
+        ops.scatter_min(oldest, ce, cs)
+        first = cs == oldest[ce]
+        self._ehead[ce[first]] = copies[first]
+
+    def _trim_orders(self) -> None:
+        self._lru_order.trim()
+        if self._policy is _FIFO:
+            self._fifo_order.trim()
