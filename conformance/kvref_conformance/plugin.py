@@ -21,13 +21,13 @@ import pytest
 from kvref_conformance.deviations import Deviation, load_deviations
 from kvref_conformance.profiles import register_profiles, selected_profile
 from kvref_conformance.results import ResultsRecorder
+from kvref_conformance.session import FAILED_RULES, PROFILE, TARGET_KEY, failed_rules
+from kvref_conformance.suites.base import ConformanceSuite
 from kvref_conformance.target import Target
 
-__all__ = ["TARGET_KEY", "failed_rules"]
+__all__ = ["kvref_target", "selected_target"]
 
-TARGET_KEY = pytest.StashKey[Target]()
 _SELECTED = pytest.StashKey[Target | None]()
-_FAILED = pytest.StashKey[dict[str, set[str]]]()
 _RECORDER = pytest.StashKey[ResultsRecorder]()
 _DEVIATIONS = pytest.StashKey[dict[str, list[Deviation]]]()
 
@@ -70,7 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
         settings.load_profile(f"{profile}-no-shrink")
         profile = f"{profile}-no-shrink"
-    config.stash[_FAILED] = {}
+    config.stash[FAILED_RULES] = {}
+    config.stash[PROFILE] = profile
     config.stash[_SELECTED] = None
     if config.getoption("kvref_backend") is not None or any("kvref_conformance" in str(a) for a in config.args):
         selected_target(config)
@@ -116,11 +117,6 @@ def kvref_target(request: pytest.FixtureRequest) -> Target:
     return selected_target(request.config)
 
 
-def failed_rules(config: pytest.Config, target_name: str) -> set[str]:
-    """Rules with a failed test so far for ``target_name``."""
-    return config.stash[_FAILED].setdefault(target_name, set())
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     selected = config.stash.get(_SELECTED, None)
     lines = []
@@ -131,9 +127,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"profile {selected.profile}"
         )
         lines.append(f"kvref capabilities: {caps}")
-    from hypothesis import settings
-
-    lines.append(f"kvref Hypothesis profile: {settings._current_profile}")
+    lines.append(f"kvref Hypothesis profile: {config.stash.get(PROFILE, 'not loaded')}")
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("KVREF_")}
     lines.append("kvref environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "no KVREF_* variables"))
     return lines
@@ -144,8 +138,6 @@ def _item_target(item: pytest.Item) -> Target | None:
     own = getattr(cls, "target", None) if cls is not None else None
     if isinstance(own, Target):
         return own
-    from kvref_conformance.suites.base import ConformanceSuite
-
     if cls is not None and issubclass(cls, ConformanceSuite):
         return selected_target(item.config)
     return None

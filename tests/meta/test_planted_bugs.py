@@ -78,7 +78,11 @@ def test_a_state_machine_failure_shrinks_to_a_short_replay(tmp_path: Path) -> No
     assert code != 0, f"the pool machine missed ScatterFree:\n{output[-2000:]}"
     [failure] = results["failures"]
     replay = failure["replay"]
-    rules = {name for name, f in vars(DifferentialMachine).items() if hasattr(f, "hypothesis_stateful_rule")}
+    rules = {
+        name
+        for name in dir(DifferentialMachine)
+        if hasattr(getattr(DifferentialMachine, name), "hypothesis_stateful_rule")
+    }
     steps = [name for name in re.findall(r"state\.(\w+)\(", replay) if name in rules]
     assert "Failing test case" in replay, f"no replay program in the failure:\n{replay[:3000]}"
     assert 0 < len(steps) <= 8, f"replay of {len(steps)} steps, expected a minimal one:\n{replay[:3000]}"

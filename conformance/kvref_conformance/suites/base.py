@@ -15,6 +15,7 @@ from kvref.contract.errors import KVRefError
 from kvref.contract.protocol import CAPABILITIES
 from kvref_conformance.observe import describe_change, observe
 from kvref_conformance.prerequisites import prerequisites_of
+from kvref_conformance.session import TARGET_KEY, failed_rules
 from kvref_conformance.target import Target
 
 __all__ = ["ConformanceSuite", "cache_chain", "fails_unchanged", "first_policy", "requires", "rule"]
@@ -62,8 +63,6 @@ class ConformanceSuite:
 
     @pytest.fixture(autouse=True)
     def _kvref_gates(self, impl: Target, request: pytest.FixtureRequest) -> None:
-        from kvref_conformance.plugin import TARGET_KEY, failed_rules
-
         node = request.node
         node.stash[TARGET_KEY] = impl
         for marker in node.iter_markers("kvref_requires"):

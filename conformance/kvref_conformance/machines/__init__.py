@@ -1,0 +1,65 @@
+"""Stateful models: every step goes to the implementation and to the oracle, side by side.
+
+:func:`make_machine` builds a Hypothesis ``RuleBasedStateMachine`` for one target and policy.
+Block ids are implementation-defined, so the machine keeps a renaming: ids that allocate returns
+on both sides are paired by position, and a prefix hit on the implementation is followed on the
+oracle (its ``prefer`` hook), since which copy of a hash a lookup returns is the implementation's
+choice (PFX-308). A target with the ``exact-order`` profile must return the oracle's very ids.
+
+After every step it checks conservation, no id twice, reference count = holders, generations,
+cached set and events (replaying the events gives the resident hashes), statistics, prefix
+closure where the policy promises it, and the implementation's own ``check_invariants``. A shadow
+KV store records what each block holds; every hit must return blocks holding exactly the
+requested prefix, so a stale or wrong hit fails the step it happens in. Every assertion message
+starts with the id of the rule it checks.
+
+The machine is assembled from one module per concern: :mod:`.core` (side-by-side calls, renaming,
+shadow store), :mod:`.pool_steps`, :mod:`.cache_steps` and :mod:`.observations`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvref_conformance.machines.cache_steps import CacheSteps
+from kvref_conformance.machines.core import STEP_COUNTS, STEP_SECONDS, chain_hash, chain_hashes
+from kvref_conformance.machines.observations import Observations
+from kvref_conformance.machines.pool_steps import PoolSteps
+from kvref_conformance.target import Target
+
+__all__ = ["STEP_COUNTS", "STEP_SECONDS", "DifferentialMachine", "chain_hash", "chain_hashes", "make_machine"]
+
+#: Rules removed when the target or the machine leaves the prefix cache, or the batches, out.
+CACHE_RULES = ("run_request", "reset", "lookup_is_pure_and_honest", "register_a_second_copy")
+BATCH_RULES = ("allocate_batch", "free_batch")
+
+
+class DifferentialMachine(PoolSteps, CacheSteps, Observations):
+    """The machine; :func:`make_machine` binds ``target``, ``policy`` and the features in play."""
+
+
+def make_machine(
+    target: Target, policy: str, *, cache: bool = True, batches: bool = False
+) -> type[DifferentialMachine]:
+    """A machine class driving ``target`` under ``policy`` beside the oracle.
+
+    ``cache=False`` leaves the prefix cache out (the pool alone); ``batches=True`` adds the
+    batched forms to the steps.
+    """
+    kind = "batch" if batches else "cache" if cache else "pool"
+    name = f"{target.name}:{kind}[{policy}]"
+    attrs: dict[str, Any] = {
+        "target": target,
+        "policy": policy,
+        "name": name,
+        "use_cache": cache,
+        "use_batches": batches,
+    }
+    # Rules of features left out are removed, not guarded: Hypothesis then never draws them.
+    if not (cache and target.has("prefix-cache")):
+        attrs.update(dict.fromkeys(CACHE_RULES))
+    if not (batches and target.has("batching")):
+        attrs.update(dict.fromkeys(BATCH_RULES))
+    if not target.has("pause"):
+        attrs["toggle_pause"] = None
+    return type(f"Differential_{kind}_{policy.replace('-', '_')}", (DifferentialMachine,), attrs)
