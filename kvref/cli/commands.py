@@ -1,0 +1,121 @@
+"""``kvref backends``, ``kvref conformance`` and ``kvref spec``: what runs here, the suite, the spec's own check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from kvref.cli.console import console
+
+__all__ = ["run_backends", "run_conformance", "run_spec"]
+
+
+def run_backends(args: argparse.Namespace) -> int:
+    """Every registered backend: usable here or why not, version, device, capabilities (``kvref backends``)."""
+    from rich.table import Table
+
+    from kvref.config.registry import backend_statuses
+
+    statuses = backend_statuses()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": s.name,
+                        "usable": s.usable,
+                        "reason": s.reason,
+                        "version": s.version,
+                        "device": s.device,
+                        "capabilities": sorted(s.capabilities),
+                    }
+                    for s in statuses
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    table = Table(title="kvref backends")
+    for column in ("backend", "usable", "version", "device", "capabilities / reason"):
+        table.add_column(column)
+    for s in statuses:
+        detail = ", ".join(sorted(s.capabilities)) if s.usable else s.reason
+        table.add_row(s.name, "yes" if s.usable else "no", s.version, s.device, detail)
+    console().print(table)
+    return 0
+
+
+def run_conformance(args: argparse.Namespace) -> int:
+    """Run the conformance suite in this process: the same mechanism as ``pytest --pyargs``."""
+    from importlib.metadata import entry_points
+
+    try:
+        import pytest
+    except ImportError:
+        raise SystemExit("kvref conformance needs the suite's dependencies: pip install 'kvref[conformance]'") from None
+    argv = ["--pyargs", "kvref_conformance", "-c", os.devnull, "--rootdir", os.getcwd(), "-p", "no:cacheprovider"]
+    # kvref itself is already imported (this command is part of it): nothing in it needs rewriting.
+    argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    if not any(ep.name == "kvref_conformance" for ep in entry_points(group="pytest11")):
+        argv += ["-p", "kvref_conformance.plugin"]
+    for flag, value in (
+        ("--kvref-backend", args.backend),
+        ("--kvref-device", args.device),
+        ("--kvref-profile", args.profile),
+        ("--kvref-results", args.results),
+        ("--kvref-deviations", args.deviations),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    if args.no_shrink:
+        argv.append("--kvref-no-shrink")
+    return int(pytest.main(argv + list(args.pytest_args)))
+
+
+def run_spec(args: argparse.Namespace) -> int:
+    """Lint the spec, write ``spec/rules.json``, and check rule coverage by tests (``kvref spec check``)."""
+    from kvref.cli.speclint import (
+        build_index,
+        code_rule_refs,
+        collect_rule_citations,
+        coverage,
+        lint,
+        parse_spec,
+    )
+
+    spec_dir = Path(args.spec)
+    if not spec_dir.is_dir():
+        raise SystemExit(f"kvref spec: no spec directory at {spec_dir}")
+    index_path = spec_dir / "rules.json"
+    chapters = parse_spec(spec_dir)
+    problems = lint(chapters, index_path)
+    rules = sum(len(c.rules) for c in chapters)
+    print(f"spec: {len(chapters)} chapters, {rules} rules")
+    for problem in problems:
+        print(f"  lint: {problem}")
+    if args.action in ("index", "check") and not problems:
+        index_path.write_text(json.dumps(build_index(chapters), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {index_path}")
+    failing: list[str] = []
+    if args.action == "check":
+        cited = collect_rule_citations([Path(p) for p in args.tests if Path(p).exists()])
+        report = coverage(chapters, cited)
+        for level in ("MUST", "MUST NOT", "SHOULD", "SHOULD NOT", "MAY"):
+            ids = report.untested.get(level, [])
+            if ids:
+                print(f"  untested {level} rules ({len(ids)}): {', '.join(ids)}")
+        for rid, where in sorted(report.unknown.items()):
+            print(f"  tests cite unknown rule {rid}: {', '.join(where[:3])}")
+        bad_code = code_rule_refs([Path(p) for p in args.code if Path(p).exists()], chapters)
+        for rid, where in sorted(bad_code.items()):
+            print(f"  code cites unknown rule {rid}: {', '.join(where[:3])}")
+        failing = report.failing() + sorted(bad_code)
+        tested = len({r.id for c in chapters for r in c.rules} & set(cited))
+        print(f"coverage: {tested}/{rules} rules cited by a test")
+    if problems or failing:
+        print("spec check FAILED")
+        return 1
+    print("spec check passed")
+    return 0

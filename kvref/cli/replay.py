@@ -1,0 +1,150 @@
+"""``kvref replay``: replay a trace or a built-in workload through a backend's prefix cache.
+
+Hit rates per policy and capacity (with Belady's MIN on ``--sweep``), and with ``--backends`` the
+same replay on every usable backend, which must count the same (TRACE-1018).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kvref.cli.console import console
+
+__all__ = ["compare_backends", "print_backend_runs", "progress", "run_replay"]
+
+
+@contextmanager
+def progress(*, enabled: bool) -> Iterator[Callable[[str, int], None]]:
+    """A rich progress bar over replay runs, shown on a terminal only."""
+    from rich.progress import Progress
+
+    screen = console()
+    if not enabled or not screen.is_terminal:
+        yield lambda _label, _total: None
+        return
+    with Progress(console=screen, transient=True) as bar:
+        task = bar.add_task("replaying", total=None)
+
+        def advance(label: str, total: int) -> None:
+            bar.update(task, advance=1, total=total, description=label)
+
+        yield advance
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """Replay per policy and capacity, print (or write) the results; 1 when backends count differently."""
+    from rich.table import Table
+
+    from kvref.config.registry import create_pool
+    from kvref.config.settings import load_settings
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.simulation.replay import replay
+    from kvref.simulation.traces import load_trace
+
+    settings = load_settings({"backend": args.backend, "hash": args.hash})
+    if args.trace:
+        trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
+    else:
+        from kvref.simulation.workloads import workload_trace
+
+        trace = workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=settings.hash)
+    if args.policy:
+        policies = args.policy
+    elif settings.sources["policy"] != "default":
+        policies = [settings.policy]
+    else:
+        policies = [p.value for p in EvictionPolicy]
+    capacities = sorted(set(args.capacity or [10_000]))
+    if args.sweep and len(capacities) == 1:
+        base = capacities[0]
+        capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
+    runs = [(c, p) for c in capacities for p in [*policies, *(["belady"] if args.sweep else [])]]
+    results = []
+    with progress(enabled=not args.json and len(runs) > 1) as advance:
+        for capacity, policy in runs:
+            if policy == "belady":
+                from kvref.simulation.belady import belady_replay
+
+                results.append(belady_replay(trace, capacity, warmup=args.warmup))
+            else:
+                pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+                results.append(
+                    replay(trace, pool, warmup=args.warmup, backend=settings.backend, stepwise=args.stepwise)
+                )
+            advance(f"{policy} at {capacity:,} blocks", len(runs))
+    compared = compare_backends(trace, results, args) if args.backends else []
+    if args.out:
+        from kvref.reports.replay import write_replay_report
+
+        title = f"kvref replay: {trace.source}, backend {settings.backend}"
+        for path in write_replay_report(results, Path(args.out), title=title, backend_runs=compared):
+            print(f"wrote {path}", file=sys.stderr)
+    disagree = [r.backend for r in compared if r.counts() != compared[0].counts()]
+    if args.json:
+        print(json.dumps([r.to_json() for r in results + compared], indent=2))
+        return 1 if disagree else 0
+    table = Table(
+        title=f"kvref replay: {trace.source}, {len(trace.requests)} requests, {trace.block_references} block "
+        f"references in blocks of {trace.block_size} tokens, backend {settings.backend}"
+    )
+    for column in ("blocks", "policy", "block hits", "token hits", "no-evict", "evictions", "blocks/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in results:
+        table.add_row(
+            f"{r.capacity:,}", r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}",
+            f"{r.infinite_token_hit_rate:.2%}", f"{r.evictions:,}", f"{r.block_ops_per_second:,.0f}",
+        )  # fmt: skip
+    console().print(table)
+    if compared:
+        print_backend_runs(compared)
+    if disagree:
+        print(f"kvref replay: backends {disagree} counted differently from {compared[0].backend}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:
+    """The largest capacity and first policy of the run, replayed once on every usable backend (TRACE-1018)."""
+    from kvref.config.registry import backend_statuses, create_pool
+    from kvref.simulation.replay import replay
+
+    run = max((r for r in results if r.policy != "belady"), key=lambda r: r.capacity)
+    out = []
+    for status in sorted(backend_statuses(), key=lambda s: s.name != "oracle"):
+        if not status.usable:
+            continue
+        # A backend with a one-call replay (TRACE-1019) runs both ways: they must count the same.
+        modes = [False, True] if "replay" in status.capabilities else [True]
+        for stepwise in modes:
+            pool = create_pool(run.capacity + 1, backend=status.name, policy=run.policy)
+            label = f"{status.name} ({status.device})"
+            out.append(replay(trace, pool, warmup=args.warmup, backend=label, stepwise=stepwise))
+    return out
+
+
+def print_backend_runs(runs: list[Any]) -> None:
+    """The per-backend table of ``--backends``: hit rates, evictions, whether the counts agree, speed."""
+    from rich.table import Table
+
+    first = runs[0]
+    table = Table(
+        title=f"every usable backend: {first.policy} at {first.capacity:,} blocks "
+        f"(same: the same counts as {first.backend})"
+    )
+    table.add_column("backend", justify="right")
+    table.add_column("replay", justify="right")
+    for column in ("block hits", "token hits", "evictions", "same", "blocks/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in runs:
+        same = "yes" if r.counts() == first.counts() else "NO"
+        table.add_row(
+            r.backend, r.mode, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
+            f"{r.block_ops_per_second:,.0f}",
+        )  # fmt: skip
+    console().print(table)

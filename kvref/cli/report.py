@@ -1,0 +1,77 @@
+"""``kvref report``: conformance results, benchmark runs and replays as one Markdown report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvref.contract.errors import KVRefError
+
+__all__ = ["benchmark_plots", "run_report"]
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Render every results file under ``args.paths``; 1 when there was nothing to render."""
+    from kvref.reports.summary import (
+        json_documents,
+        load_benchmarks,
+        load_replays,
+        load_results,
+        render_benchmarks,
+        render_matrix,
+        render_replays,
+    )
+
+    paths = [Path(p) for p in args.paths]
+    for missing in [p for p in paths if not p.exists()]:
+        print(f"kvref report: {missing} does not exist; skipped", file=sys.stderr)
+    paths = [p for p in paths if p.exists()]
+    documents = json_documents(paths)
+    docs = load_results(paths, documents)
+    benches = load_benchmarks(paths, documents)
+    replays = load_replays(documents)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    parts = []
+    if docs or not (benches or replays):
+        parts.append(render_matrix(docs))
+    if benches:
+        parts.append(render_benchmarks(benches))
+        if out is not None:
+            parts.append(benchmark_plots(benches, out.parent))
+    if replays:
+        parts.append(render_replays(replays, None if out is None else out.parent))
+    text = "\n".join(parts)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        print(
+            f"wrote {out} ({len(docs)} conformance result(s), {len(benches)} benchmark run(s), "
+            f"{len(replays)} replay file(s))"
+        )
+    else:
+        print(text, end="")
+    return 0 if docs or benches or replays else 1
+
+
+def benchmark_plots(benches: list[dict[str, Any]], out_dir: Path) -> str:
+    """Plot each benchmark run next to the report; Markdown image links, or why there are none."""
+    from kvref.reports.bench_plots import plot_benchmark_run
+
+    lines = ["## Benchmark plots", ""]
+    for i, run in enumerate(benches):
+        stem = (
+            f"bench-{Path(str(run['_file'])).stem}"
+            if len(benches) == 1
+            else f"bench-{i}-{Path(str(run['_file'])).stem}"
+        )
+        try:
+            written = plot_benchmark_run(run, out_dir, stem)
+        except KVRefError as exc:
+            return "\n".join([*lines, f"No plots: {exc}", ""])
+        for path in written:
+            lines.append(f"![{path.stem}]({path.name})")
+    lines.append("")
+    return "\n".join(lines)
