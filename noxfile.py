@@ -117,10 +117,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff: lint rules and formatting, over everything."""
-    session.install("-c", CONSTRAINTS, "ruff>=0.6")
+    """ruff (lint rules and formatting, over everything) and import-linter (the floors of ARCHITECTURE.md).
+
+    kvref is installed (without dependencies) so that import-linter finds its packages; the
+    contracts live in pyproject.toml under ``[tool.importlinter]``.
+    """
+    session.install("-c", CONSTRAINTS, "ruff>=0.6", "import-linter>=2.1")
+    session.install("-c", CONSTRAINTS, "--no-deps", "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
 
 
 @nox.session(python=PYTHON)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kvref import _moved
+from kvref._moved import install as _install_aliases
 from kvref.contract.errors import KVRefError
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.protocol import BlockPool, BlockState, PrefixCache
 
-_moved.install()
+_install_aliases()
 
 __all__ = ["BlockPool", "BlockState", "EvictionPolicy", "KVRefError", "PrefixCache", "__version__"]
