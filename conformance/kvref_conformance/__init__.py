@@ -26,6 +26,7 @@ from kvref_conformance.target import PROFILES, Target
 
 __all__ = [
     "PROFILES",
+    "ErrorOrderSuite",
     "ErrorSuite",
     "EvictionSuite",
     "HashingSuite",
@@ -41,6 +42,7 @@ _SUITES = {
     "EvictionSuite": "kvref_conformance.suites.eviction",
     "HashingSuite": "kvref_conformance.suites.hashing",
     "ErrorSuite": "kvref_conformance.suites.errors",
+    "ErrorOrderSuite": "kvref_conformance.suites.error_order",
     "StatefulSuite": "kvref_conformance.suites.stateful",
 }
 

@@ -6,6 +6,7 @@ tested through exactly this module, as any third party's would be.
 
 from __future__ import annotations
 
+from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
 from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
@@ -33,6 +34,10 @@ class TestEviction(EvictionSuite):
 
 class TestErrors(ErrorSuite):
     """Chapter 05 on the selected backend."""
+
+
+class TestErrorOrder(ErrorOrderSuite):
+    """Chapter 05's order of checks, where the selected backend declares it."""
 
 
 class TestReplay(ReplaySuite):

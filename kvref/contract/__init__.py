@@ -2,6 +2,8 @@
 
 - :mod:`~kvref.contract.protocol`: the protocols (``BlockPool``, ``PrefixCache``, capabilities);
 - :mod:`~kvref.contract.errors`: the error tree, each error naming its rule (chapter 05);
+- :mod:`~kvref.contract.checks`: the order of precondition checks of each operation, and the
+  explainers that name the first broken one (ERR-509);
 - :mod:`~kvref.contract.events`: KV events and hit statistics (chapter 03);
 - :mod:`~kvref.contract.validate`: argument checks every implementation runs alike;
 - :mod:`~kvref.contract.policies`: the eviction policies (chapter 04);

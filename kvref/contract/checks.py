@@ -39,6 +39,7 @@ __all__ = [
     "explain_register",
     "explain_release",
     "explain_unheld",
+    "order_table",
     "stale_reference",
 ]
 
@@ -51,55 +52,78 @@ class Check:
     what: str
 
 
-_TYPES = Check("ERR-503", "the ids, hashes, counts and holders are of the right type")
-_GEN_TYPES = Check("ERR-503", "the generations, when given, are integers")
-_NEGATIVE = Check("ERR-504", "no negative count")
-_PAIRS = Check("ERR-506", "sequences that pair up have the same length")
-_PAUSED = Check("POOL-114", "the holder is not paused (when the call would give it references)")
-_STALE = Check("POOL-112", "every generation given matches its block's (in-range, unreserved blocks)")
-_RANGE = Check("POOL-103", "the block id is in range (entry by entry, in list order, with the next two)")
-_RESERVED = Check("POOL-118", "the block is not reserved")
+_IDS = Check("ERR-503", "the block ids are a sequence of integers")
+_HASHES = Check("ERR-503, HASH-207", "the hashes are a sequence of integers in [0, 2**63)")
+_HOLDER = Check("ERR-503", "the holder is hashable")
+_GENERATIONS = Check("ERR-503", "the generations, when given, are a sequence of integers")
+_GEN_PAIRS = Check("ERR-506", "as many generations as ids")
+_HOLDERS = Check("ERR-503, ERR-506", "one hashable holder per entry")
+_PAUSED = Check("POOL-114", "the holder is not paused, when the call would give it references")
+_STALE = Check("POOL-112", "each generation matches its block's (blocks in range and not reserved)")
+_RANGE = Check("POOL-103", "entry by entry, in list order: the id is in range,")
+_RESERVED = Check("POOL-118", "the block is not reserved,")
 
-#: Operation -> its checks, first made first (ERR-509). Entry-by-entry checks run over a call's
-#: entries in list order, all of them for one entry before the next entry.
+#: Operation -> its checks, first made first (ERR-509). Rows that say "entry by entry" run over a
+#: call's entries in list order, every such row for one entry before the next entry.
 ORDER_OF_CHECKS: Mapping[str, tuple[Check, ...]] = {
-    "allocate": (_TYPES, _NEGATIVE, _PAUSED, Check("POOL-105", "count <= num_available")),
+    "allocate": (
+        Check("ERR-503", "the count is an integer"),
+        Check("ERR-504", "the count is not negative"),
+        _HOLDER,
+        _PAUSED,
+        Check("POOL-105", "the count is at most num_available"),
+    ),
     "free": (
-        _TYPES,
-        _GEN_TYPES,
-        _PAIRS,
+        _IDS,
+        _HOLDER,
+        _GENERATIONS,
+        _GEN_PAIRS,
         _STALE,
         _RANGE,
         _RESERVED,
-        Check("POOL-108", "the holder holds a reference to the block"),
+        Check("POOL-108", "and the holder holds a reference to it"),
         Check("POOL-109", "no block occurs more often than the holder's references to it"),
     ),
     "acquire": (
-        _TYPES,
+        _IDS,
+        _HOLDER,
         _PAUSED,
-        _GEN_TYPES,
-        _PAIRS,
+        _GENERATIONS,
+        _GEN_PAIRS,
         _STALE,
         _RANGE,
         _RESERVED,
-        Check("POOL-119", "the block is in use or cached, not free"),
+        Check("POOL-119", "and the block is in use or cached, not free"),
     ),
     "register": (
-        _TYPES,
-        _PAIRS,
-        Check("ERR-503", "the parent hash, when given, is a hash"),
+        _IDS,
+        _HASHES,
+        Check("ERR-506", "as many hashes as ids"),
+        Check("ERR-503, HASH-207", "the parent hash, when given, is a hash"),
         Check("PFX-304", "the parent hash is resident"),
         Check("PFX-303", "no block occurs twice in the call"),
         _RANGE,
         _RESERVED,
-        Check("PFX-302", "the block is in use"),
-        Check("PFX-303", "the block has no hash yet"),
-        Check("PFX-306", "a hash is not its own parent, keeps its resident parent and closes no cycle"),
+        Check("PFX-302", "the block is in use,"),
+        Check("PFX-303", "the block has no hash yet,"),
+        Check("PFX-306", "and its hash is not its own parent, keeps its resident parent and closes no cycle"),
     ),
-    "match": (_TYPES, _PAUSED),
-    "allocate_many": (_TYPES, _NEGATIVE, _PAIRS, _PAUSED, Check("POOL-116", "admission stops at the first misfit")),
-    "free_many": (_TYPES, _PAIRS, Check("POOL-117", "the checks of free, per holder over the whole batch")),
-    "match_many": (_TYPES, _PAIRS, _PAUSED),
+    "match": (_HASHES, _HOLDER, Check("ERR-503, HASH-207", "the parent hash, when given, is a hash"), _PAUSED),
+    "allocate_many": (
+        Check("ERR-503, ERR-504", "entry by entry: the count is an integer, not negative"),
+        _HOLDERS,
+        Check("POOL-114", "entry by entry: a holder asking for blocks is not paused"),
+    ),
+    "free_many": (
+        Check("ERR-503", "entry by entry: the block ids are a sequence of integers"),
+        _HOLDERS,
+        Check("POOL-117", "holder by holder, in order of first appearance: the checks of free over its entries"),
+    ),
+    "match_many": (
+        Check("ERR-503, HASH-207", "entry by entry: the hashes are a sequence of integers in [0, 2**63)"),
+        _HOLDERS,
+        Check("POOL-114", "entry by entry: a holder with hashes to match is not paused"),
+    ),
 }
 
 
@@ -253,3 +277,12 @@ def _is_ancestor(view: BlockView, h: int, start: int | None, pending: Mapping[in
         entry = view.hash_entry(node)
         node = entry.parent if entry is not None and entry.resident else pending.get(node)
     return False
+
+
+def order_table() -> str:
+    """:data:`ORDER_OF_CHECKS` as the Markdown table spec chapter 05 prints (one row per check)."""
+    rows = ["| operation | # | rule | what is checked |", "|---|---:|---|---|"]
+    for op, checks in ORDER_OF_CHECKS.items():
+        for i, check in enumerate(checks, 1):
+            rows.append(f"| `{op}` | {i} | {check.rule} | {check.what} |")
+    return "\n".join(rows)

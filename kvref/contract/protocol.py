@@ -55,6 +55,7 @@ CAPABILITIES: dict[str, str] = {
     "snapshot": "can return its whole observable state for before/after comparison",
     "hashing": "computes block hashes of token ids itself (hash_blocks)",
     "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
+    "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",
     "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
