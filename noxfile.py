@@ -11,6 +11,7 @@ torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is install
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
 
@@ -65,30 +66,16 @@ def conformance(session: nox.Session, backend: str) -> None:
     session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=False)
 def gpu(session: nox.Session) -> None:
-    """On a machine with a CUDA device: conformance and benchmarks of torch and CuPy on ``cuda:0``.
+    """On a CUDA machine: conformance, CUDA tests and benchmarks of torch and CuPy on ``cuda:0``.
 
-    Installs the CUDA build torch's index gives for this machine (not the pinned CPU build), so
-    run it only where the GPU and its driver are. Results land in results/gpu/.
+    Runs ``scripts/gpu_check.py`` in the Python that runs nox, with no virtualenv and no package
+    index: a GPU machine's torch and CuPy match its driver, and it may have no network. The
+    script says what is missing (carry its wheel) and installs kvref itself without an index.
+    Where nox is not installed, run the script directly: ``python scripts/gpu_check.py``.
     """
-    install(session, "conformance", "bench", "test", "cupy")
-    session.install("torch")
-    probe = "import torch; print('cuda' if torch.cuda.is_available() else 'none')"
-    seen = session.run("python", "-c", probe, silent=True)
-    if not isinstance(seen, str) or "cuda" not in seen:
-        session.skip("no CUDA device visible to torch here")
-    os.makedirs("results/gpu", exist_ok=True)
-    for backend in ("torch", "cupy"):
-        session.run(
-            "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
-            "--results", "results/gpu",
-        )  # fmt: skip
-    session.run("pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
-    session.run(
-        "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--kvref-bench-device=cuda:0",
-        "--benchmark-json=results/gpu/bench.json", *session.posargs,
-    )  # fmt: skip
+    session.run(sys.executable, "scripts/gpu_check.py", *session.posargs, external=True)
 
 
 @nox.session(python=PYTHON)

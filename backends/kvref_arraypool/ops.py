@@ -34,6 +34,10 @@ class ArrayOps(ABC):
     is_device: bool
 
     @abstractmethod
+    def address(self, a: Array) -> int:
+        """Where ``a``'s data starts in its device's memory: what a captured CUDA graph reads (CONF-908)."""
+
+    @abstractmethod
     def zeros(self, n: int) -> Array:
         """int64 zeros of length ``n``."""
 
@@ -137,16 +141,15 @@ class NumpyLikeOps(ArrayOps):
         self.name = xp.__name__
         self.device = device
         self.is_device = is_device
-        if is_device:  # pragma: no cover - needs a CUDA device
-            import cupyx
+        # ``ufunc.at`` on NumPy, and on CuPy since 13 (CuPy 14 deprecates cupyx.scatter_add/max/min,
+        # whose DeprecationWarning fails a suite that treats warnings as errors).
+        self._add_at = xp.add.at
+        self._max_at = xp.maximum.at
+        self._min_at = xp.minimum.at
 
-            self._add_at = cupyx.scatter_add
-            self._max_at = cupyx.scatter_max
-            self._min_at = cupyx.scatter_min
-        else:
-            self._add_at = np.add.at
-            self._max_at = np.maximum.at
-            self._min_at = np.minimum.at
+    def address(self, a: Array) -> int:
+        """``a.data.ptr`` on CuPy, ``a.ctypes.data`` on NumPy."""
+        return int(a.data.ptr) if self.is_device else int(a.ctypes.data)
 
     def zeros(self, n: int) -> Array:
         """int64 zeros."""
@@ -189,15 +192,15 @@ class NumpyLikeOps(ArrayOps):
         return a[::-1]
 
     def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
-        """``np.add.at`` / ``cupyx.scatter_add``."""
+        """``xp.add.at``: duplicates summed (NumPy, and CuPy >= 13)."""
         self._add_at(a, idx, values)
 
     def scatter_max(self, a: Array, idx: Array, values: Array) -> None:
-        """``np.maximum.at`` / ``cupyx.scatter_max``."""
+        """``xp.maximum.at``."""
         self._max_at(a, idx, values)
 
     def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
-        """``np.minimum.at`` / ``cupyx.scatter_min``."""
+        """``xp.minimum.at``."""
         self._min_at(a, idx, values)
 
     def unique(self, a: Array) -> tuple[Array, Array, Array]:

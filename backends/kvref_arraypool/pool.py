@@ -46,8 +46,30 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
     """
 
     def capabilities(self) -> frozenset[str]:
-        """Every capability of the protocol but the fused replay (TRACE-1019): replay goes step by step."""
-        return STANDARD_CAPABILITIES
+        """Every capability of the protocol but the fused replay (TRACE-1019): replay goes step by step.
+
+        On a CUDA device also ``cuda-graph``: :meth:`graph_arrays` may be read by captured graphs.
+        """
+        return STANDARD_CAPABILITIES | {"cuda-graph"} if self.ops.is_device else STANDARD_CAPABILITIES
+
+    def graph_arrays(self) -> dict[str, Any]:
+        """The arrays a captured CUDA graph may read, by the names of spec 09's table (CONF-908).
+
+        Each keeps its address for the pool's lifetime (``ops.address``); their contents change
+        with every operation, so a graph replayed between operations reads the current state.
+        ``stack[:num_free]`` is the free stack; ``num_free`` itself is a host counter.
+        """
+        return {
+            "ref": self._ref,
+            "gen": self._gen,
+            "bhash": self._bhash,
+            "stack": self._stack,
+            "index.keys": self._index.keys,
+            "index.values": self._index.values,
+            "ehash": self._ehash,
+            "ehead": self._ehead,
+            "eparent": self._eparent,
+        }
 
     def eviction_order(self) -> list[int]:
         """Cached blocks in release order (lru order), oldest first."""

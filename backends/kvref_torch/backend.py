@@ -44,10 +44,12 @@ class TorchBackend:
         return None
 
     def device(self, requested: str | None = None) -> str:
-        """``cpu`` by default; ``cuda``/``cuda:N`` when torch sees that device."""
+        """``cuda:0`` by default where torch sees a CUDA device, else ``cpu`` (as CuPy picks); ``cuda:N`` on request."""
         import torch
 
-        if requested is None or requested == "cpu":
+        if requested is None:
+            return "cuda:0" if torch.cuda.is_available() else "cpu"
+        if requested == "cpu":
             return "cpu"
         if requested == "cuda" or requested.startswith("cuda:"):
             index = requested.partition(":")[2] or "0"
@@ -78,7 +80,7 @@ class TorchBackend:
         paused_limit: int = 0,
         enable_events: bool = False,
     ) -> ArrayBlockPool:
-        """A new pool on ``device`` (default ``cpu``)."""
+        """A new pool on ``device`` (default: ``cuda:0`` where torch sees CUDA, else ``cpu``)."""
         from kvref_arraypool.pool import ArrayBlockPool
 
         from kvref_torch.ops import TorchOps

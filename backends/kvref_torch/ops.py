@@ -26,6 +26,10 @@ class TorchOps(ArrayOps):
         self.device = str(self.torch_device)
         self.is_device = self.torch_device.type == "cuda"
 
+    def address(self, a: Array) -> int:
+        """``a.data_ptr()``."""
+        return int(a.data_ptr())
+
     def zeros(self, n: int) -> Array:
         """int64 zeros."""
         return torch.zeros(n, dtype=torch.int64, device=self.torch_device)

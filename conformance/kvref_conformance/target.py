@@ -114,4 +114,7 @@ class Target:
             return backend.create(num_blocks, device=device, **kwargs)
 
         profile = getattr(backend, "conformance_profile", "renaming")
-        return cls(name, factory, backend.capabilities(), backend.version(), resolved_device, profile)
+        capabilities = frozenset(backend.capabilities())
+        if resolved_device.startswith("cuda"):  # what a pool has on this very device (cuda-graph)
+            capabilities |= frozenset(factory(2).capabilities())
+        return cls(name, factory, capabilities, backend.version(), resolved_device, profile)

@@ -6,6 +6,7 @@ tested through exactly this module, as any third party's would be.
 
 from __future__ import annotations
 
+from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
 from kvref_conformance.suites.eviction import EvictionSuite
@@ -38,6 +39,10 @@ class TestErrors(ErrorSuite):
 
 class TestErrorOrder(ErrorOrderSuite):
     """Chapter 05's order of checks, where the selected backend declares it."""
+
+
+class TestCudaGraph(CudaGraphSuite):
+    """CONF-908 with a real captured graph, where the selected backend's pools live on a CUDA device."""
 
 
 class TestReplay(ReplaySuite):

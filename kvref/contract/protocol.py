@@ -56,6 +56,7 @@ CAPABILITIES: dict[str, str] = {
     "hashing": "computes block hashes of token ids itself (hash_blocks)",
     "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
+    "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",
     "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
@@ -64,8 +65,9 @@ CAPABILITIES: dict[str, str] = {
 }
 
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
-#: is a fast path an implementation may add (TRACE-1019). The oracle and the array backends share it.
-STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay"}
+#: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
+#: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
+STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay", "cuda-graph"}
 
 
 class BlockState(StrEnum):
