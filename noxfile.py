@@ -100,6 +100,9 @@ def bench(session: nox.Session) -> None:
         "--benchmark-json=results/bench.json",
         *session.posargs,
     )
+    # Kernel launches and host syncs per call beside the times (counted on any device).
+    session.install("-c", CONSTRAINTS, "torch==2.13.0")
+    session.run("python", "-m", "kvref_torch.counting", "--json", "results/launch-counts.json")
 
 
 @nox.session(python=PYTHON)

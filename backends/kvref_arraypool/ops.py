@@ -32,6 +32,11 @@ class ArrayOps(ABC):
     name: str
     device: str
     is_device: bool
+    #: Arrays copied to the host so far (``tolist``, ``to_host``): on a GPU each waits for the
+    #: device. Counted for the launch/sync budget (``kvref_torch.counting``); never reset here.
+    host_reads: int = 0
+    #: Host arrays copied in so far (``asarray``): on a GPU each is a host-to-device copy.
+    host_writes: int = 0
 
     @abstractmethod
     def address(self, a: Array) -> int:
@@ -127,6 +132,7 @@ class ArrayOps(ABC):
 
     def tolist(self, a: Array) -> list[int]:
         """Host list of Python ints."""
+        self.host_reads += 1
         return list(a.tolist())
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op is the right default for host arrays
@@ -171,10 +177,12 @@ class NumpyLikeOps(ArrayOps):
 
     def asarray(self, host: np.ndarray) -> Array:
         """The host array itself on NumPy; a copy in device memory on CuPy."""
+        self.host_writes += 1
         return self.xp.asarray(host)
 
     def to_host(self, a: Array) -> np.ndarray:
         """Host NumPy array (the array itself on NumPy)."""
+        self.host_reads += 1
         if self.is_device:  # pragma: no cover - needs a CUDA device
             return np.asarray(a.get())
         return np.asarray(a)

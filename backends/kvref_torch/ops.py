@@ -50,6 +50,7 @@ class TorchOps(ArrayOps):
 
     def asarray(self, host: np.ndarray) -> Array:
         """A view of the host array on ``cpu``; a copy in device memory on CUDA."""
+        self.host_writes += 1
         if not host.flags.writeable:  # torch.from_numpy warns on read-only memory; take a copy
             host = host.copy()
         tensor = torch.from_numpy(np.ascontiguousarray(host))
@@ -59,6 +60,7 @@ class TorchOps(ArrayOps):
 
     def to_host(self, a: Array) -> np.ndarray:
         """Host NumPy array."""
+        self.host_reads += 1
         result: np.ndarray = a.detach().cpu().numpy()
         return result
 

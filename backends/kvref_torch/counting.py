@@ -1,0 +1,225 @@
+"""What one call costs a GPU, counted on any device: kernel launches and host synchronizations.
+
+:class:`CountLaunches` is a torch dispatch mode: it sees every aten operation a call dispatches,
+on ``cpu`` as on ``cuda``, so the counts measured on a CPU-only machine are those a GPU would see.
+
+- **launches**: aten operations that run a kernel on CUDA (views, allocations and metadata do not);
+- **syncs**: points where the host must wait for the device: a scalar read
+  (``int(t)``, ``bool(t)``), an output whose size depends on the data (``nonzero``, a boolean
+  mask, ``unique``), and every array the array core copies to the host (``ArrayOps.host_reads``);
+- **copies in**: host arrays copied to the device (``ArrayOps.host_writes``).
+
+:func:`measure` runs the scenarios of the launch budget (``backends/launch_budget.toml``): each
+operation of the array core at several batch sizes. ``python -m kvref_torch.counting`` prints
+them; ``--write`` rewrites the budget file, on purpose (the test never does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from kvref_arraypool.ops import ArrayOps
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["BUDGET_FILE", "SCENARIOS", "CallCost", "CountLaunches", "load_budget", "measure", "write_budget"]
+
+#: The budget, in the repository beside the backends.
+BUDGET_FILE = Path(__file__).resolve().parents[1] / "launch_budget.toml"
+
+#: aten operations after which the host waits for the device on CUDA: a scalar read, or an output
+#: whose size depends on the data.
+_SYNCING = frozenset(
+    {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive"}
+)
+#: aten operations that launch no kernel: allocation and metadata only.
+_NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "lift_fresh", "detach", "alias"})
+
+
+@dataclass
+class CallCost:
+    """Launches, syncs and host-to-device copies of one measured call, and the launches by operation."""
+
+    launches: int = 0
+    syncs: int = 0
+    copies_in: int = 0
+    by_op: Counter[str] = field(default_factory=Counter)
+
+
+def _boolean_index(args: tuple[Any, ...]) -> bool:
+    """Whether an ``index`` / ``index_put`` call indexes with a boolean mask (a sync on CUDA)."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices or ())
+
+
+class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not type-checked here
+    """Count the kernel launches and host syncs of everything run inside ``with`` (see the module)."""
+
+    def __init__(self, ops: ArrayOps) -> None:
+        super().__init__()
+        self.ops = ops
+        self.cost = CallCost()
+        self._reads = self._writes = 0
+
+    def __enter__(self) -> CountLaunches:
+        self._reads, self._writes = self.ops.host_reads, self.ops.host_writes
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.cost.syncs += self.ops.host_reads - self._reads
+        self.cost.copies_in += self.ops.host_writes - self._writes
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        name = func.overloadpacket.__name__
+        if name in _SYNCING or (name in ("index", "index_put", "index_put_") and _boolean_index(args)):
+            self.cost.syncs += 1
+        if not func.is_view and name not in _NO_KERNEL:
+            self.cost.launches += 1
+            self.cost.by_op[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+Scenario = Callable[[Any, int], Callable[[], object]]
+
+
+def _allocate(pool: Any, n: int) -> Callable[[], object]:
+    return lambda: pool.allocate_ids(n, holder="a")
+
+
+def _free(pool: Any, n: int) -> Callable[[], object]:
+    ids = pool.allocate_ids(n, holder="a")
+    return lambda: pool.free(ids, holder="a")
+
+
+def _chain(pool: Any, n: int) -> list[int]:
+    hashes = list(range(1, n + 1))
+    ids = pool.allocate(n, holder="c")
+    pool.register(ids, hashes)
+    pool.free(ids[::-1], holder="c")
+    return hashes
+
+
+def _match(pool: Any, n: int) -> Callable[[], object]:
+    hashes = _chain(pool, n)
+    return lambda: pool.match_ids(hashes, holder="m")
+
+
+def _register(pool: Any, n: int) -> Callable[[], object]:
+    ids = pool.allocate(n, holder="r")
+    return lambda: pool.register(ids, list(range(1, n + 1)))
+
+
+def _acquire(pool: Any, n: int) -> Callable[[], object]:
+    ids = pool.allocate_ids(n, holder="a")
+    return lambda: pool.acquire(ids, holder="b")
+
+
+def _evicting_allocate(pool: Any, n: int) -> Callable[[], object]:
+    _chain(pool, pool.num_free)  # every usable block cached: the allocation evicts all it takes
+    return lambda: pool.allocate_ids(n, holder="a")
+
+
+def _admission(pool: Any, n: int) -> Callable[[], object]:
+    """A scheduler step admitting ``n`` requests of 4 blocks, half of them hits: match_many + allocate_many."""
+    hashes = _chain(pool, 2)
+    lists = [[*hashes, 10_000 + 2 * i, 10_001 + 2 * i] for i in range(n)]
+    holders = [f"req-{i}" for i in range(n)]
+
+    def step() -> object:
+        hits = pool.match_many(lists, holders=holders)
+        return pool.allocate_many([4 - len(h) for h in hits], holders=holders)
+
+    return step
+
+
+#: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
+SCENARIOS: dict[str, Scenario] = {
+    "allocate": _allocate,
+    "free": _free,
+    "acquire": _acquire,
+    "match": _match,
+    "register": _register,
+    "evicting_allocate": _evicting_allocate,
+    "admission": _admission,
+}
+BATCHES = (1, 16, 256, 4096)
+
+
+def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str, dict[int, CallCost]]:
+    """The cost of one call of every scenario at every batch size, each on a fresh lru pool."""
+    from kvref_torch.backend import backend
+
+    out: dict[str, dict[int, CallCost]] = {}
+    for op, scenario in SCENARIOS.items():
+        for n in batches:
+            size = 6 * n + 64 if op == "admission" else 2 * n + 16
+            pool = backend.create(size, device=device, policy="lru")
+            call = scenario(pool, n)
+            with CountLaunches(pool.ops) as counter:
+                call()
+            out.setdefault(op, {})[n] = counter.cost
+    return out
+
+
+def load_budget(path: Path = BUDGET_FILE) -> dict[str, dict[int, dict[str, int]]]:
+    """The budget file as ``{operation: {batch: {"launches": L, "syncs": S}}}``."""
+    import tomllib
+
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {op: {int(n): dict(v) for n, v in per.items()} for op, per in raw.items()}
+
+
+def write_budget(costs: dict[str, dict[int, CallCost]], path: Path = BUDGET_FILE) -> None:
+    """Write ``costs`` as the new budget (on purpose, after a change that lowers or must raise them)."""
+    lines = [
+        "# Kernel launches and host syncs allowed per call of the array core on torch, counted on any",
+        "# device by kvref_torch.counting (the counts a CUDA run makes). tests/test_launch_budget.py",
+        "# fails when a call costs more. Rewrite on purpose: python -m kvref_torch.counting --write",
+    ]
+    for op, per in costs.items():
+        for n, cost in per.items():
+            lines += ["", f'[{op}."{n}"]', f"launches = {cost.launches}", f"syncs = {cost.syncs}"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the counts (and, with ``--write``, make them the budget)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--device", default="cpu", help="torch device (the counts do not depend on it)")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {BUDGET_FILE.name} with these counts")
+    parser.add_argument("--json", help="also write the counts here as JSON (nox -s bench does)")
+    args = parser.parse_args(argv)
+    costs = measure(args.device)
+    if args.json:
+        import json
+
+        table = {
+            op: {str(n): {"launches": c.launches, "syncs": c.syncs, "copies_in": c.copies_in} for n, c in per.items()}
+            for op, per in costs.items()
+        }
+        Path(args.json).write_text(
+            json.dumps({"device": args.device, "costs": table}, indent=1) + "\n", encoding="utf-8"
+        )
+    print(f"{'operation':<18} {'batch':>6} {'launches':>9} {'syncs':>6} {'copies in':>9}  most launched")
+    for op, per in costs.items():
+        for n, cost in per.items():
+            top = ", ".join(f"{name} {k}" for name, k in cost.by_op.most_common(3))
+            print(f"{op:<18} {n:>6} {cost.launches:>9} {cost.syncs:>6} {cost.copies_in:>9}  {top}")
+    if args.write:
+        write_budget(costs)
+        print(f"wrote {BUDGET_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

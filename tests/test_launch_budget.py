@@ -1,0 +1,50 @@
+"""The launch/sync budget: no call of the array core on torch costs more kernel launches or host
+syncs than ``backends/launch_budget.toml`` allows (CONF-911; the GPU issue's counts).
+
+The counts come from :mod:`kvref_torch.counting`, a torch dispatch mode that sees every aten
+operation on the CPU as on CUDA, so this runs in CI without a GPU. The budget is rewritten on
+purpose (``python -m kvref_torch.counting --write``), never by this test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvref_torch.counting import BATCHES, SCENARIOS, CountLaunches, load_budget, measure  # noqa: E402
+from kvref_torch.ops import TorchOps  # noqa: E402
+
+BUDGET = load_budget()
+COSTS = measure("cpu")
+
+
+def test_the_budget_names_every_scenario_at_every_batch_size() -> None:
+    missing = [(op, n) for op in SCENARIOS for n in BATCHES if n not in BUDGET.get(op, {})]
+    assert not missing, f"launch_budget.toml has no budget for {missing}; rewrite it with --write"
+
+
+@pytest.mark.rule("CONF-911")
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("op", list(SCENARIOS))
+def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> None:
+    cost, allowed = COSTS[op][batch], BUDGET[op][batch]
+    top = ", ".join(f"{name} x{k}" for name, k in cost.by_op.most_common(5))
+    assert cost.launches <= allowed["launches"] and cost.syncs <= allowed["syncs"], (
+        f"{op} at batch {batch}: {cost.launches} kernel launches and {cost.syncs} host syncs, the budget allows "
+        f"{allowed['launches']} and {allowed['syncs']} (most launched: {top}); make the call cheaper, or raise "
+        "the budget on purpose with `python -m kvref_torch.counting --write`"
+    )
+
+
+def test_the_counter_sees_launches_and_the_syncs_a_gpu_would_make() -> None:
+    ops = TorchOps("cpu")
+    a = ops.arange(10)
+    with CountLaunches(ops) as counter:
+        picked = a[a > 3]  # a comparison, then a boolean mask: its output size waits for the device
+        _ = int(picked[0])  # a scalar read
+        ops.tolist(picked)  # a copy to the host
+    cost = counter.cost
+    assert cost.launches >= 2, f"a comparison and a masked index counted as {cost.launches} launches"
+    assert cost.syncs == 3, f"a boolean mask, a scalar read and a host copy counted as {cost.syncs} syncs, not 3"
+    assert cost.by_op["gt"] == 1, f"launches by operation: {dict(cost.by_op)}"
