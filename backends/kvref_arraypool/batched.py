@@ -13,6 +13,7 @@ import numpy as np
 
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
 from kvref_arraypool.inputs import hash_array, index_array
+from kvref_arraypool.ops import Array
 from kvref_arraypool.state import ArrayPoolState
 
 __all__ = ["BatchedCalls"]
@@ -47,10 +48,7 @@ class BatchedCalls(ArrayPoolState):
         if total == 0:
             return [[] for _ in range(admitted)]
         ids = self._take(total, op)
-        hids = self.ops.concat(
-            [self.ops.full(c, self._hid(h)) for c, h in zip(cs[:admitted], hs[:admitted], strict=True) if c]
-        )
-        self._hand_out(ids, hids)
+        self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]))
         flat = self.ops.tolist(ids)
         out: list[list[int]] = []
         start = 0
@@ -102,15 +100,49 @@ class BatchedCalls(ArrayPoolState):
         hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
             self._refuse_if_paused(h, len(hl), op)
-        hits = [self._lookup(hl, -1) for hl in lists]
-        sizes = [len(x) for x in hits]
+        ids, sizes = self._lookup_many(lists)
         if sum(sizes):
-            ids = self.ops.concat(hits)
-            hids = self.ops.concat([self.ops.full(k, self._hid(h)) for k, h in zip(sizes, hs, strict=True) if k])
-            self._pin(ids, hids)
+            self._pin(ids, self._holder_ids(sizes, hs))
             for k, h in zip(sizes, hs, strict=True):
                 self._add_held(h, k)
         self._requests += len(lists)
         self._queries += sum(len(hl) for hl in lists)
         self._hits += sum(sizes)
-        return [self.ops.tolist(x) for x in hits]
+        flat = self.ops.tolist(ids)
+        ends = list(accumulate(sizes))
+        return [flat[end - k : end] for k, end in zip(sizes, ends, strict=True)]
+
+    def _holder_ids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> Array:
+        """Holder id of each of ``counts[i]`` positions of entry ``i``, as one device array (one copy in).
+
+        Ids are given to the holders of non-empty entries in entry order, as single calls would.
+        """
+        hids = np.array([self._hid(h) if c else -1 for c, h in zip(counts, holders, strict=True)], dtype=np.int64)
+        return self.ops.asarray(np.repeat(hids, np.asarray(counts, dtype=np.int64)))
+
+    def _lookup_many(self, lists: Sequence[np.ndarray]) -> tuple[Array, list[int]]:
+        """The hits of every chain from the root, in one pass: their blocks (concatenated) and lengths.
+
+        All chains are looked up together on the state before the batch, as ``match_many`` promises
+        (PFX-320): one probe of the index for every hash, one segmented minimum for the first miss
+        of each chain, one gather of the oldest copies. Two host reads: the lengths and the blocks.
+        """
+        ops = self.ops
+        lengths = np.array([len(hl) for hl in lists], dtype=np.int64)
+        total = int(lengths.sum())
+        if total == 0:
+            return ops.zeros(0), [0] * len(lists)
+        flat = np.concatenate(lists)
+        starts = np.cumsum(lengths) - lengths
+        segment = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
+        position = np.arange(total, dtype=np.int64) - starts[segment]
+        prev = np.concatenate([np.array([-1], dtype=np.int64), flat[:-1]])
+        prev[position == 0] = -1  # every chain starts at the root
+        entries = self._entries_of(ops.asarray(flat))
+        safe = ops.where(entries >= 0, entries, 0)
+        ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == ops.asarray(prev))
+        seg, pos = ops.asarray(segment), ops.asarray(position)
+        hit_length = ops.asarray(lengths.copy())
+        ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
+        ids = self._ehead[safe[pos < hit_length[seg]]]
+        return ids, ops.tolist(hit_length)
