@@ -1,5 +1,5 @@
 """The launch/sync budget: no call of the array core on torch costs more kernel launches or host
-syncs than ``backends/launch_budget.toml`` allows (CONF-911; the GPU issue's counts).
+syncs than ``backends/kvref_torch/launch_budget.toml`` allows (CONF-911; the GPU issue's counts).
 
 The counts come from :mod:`kvref_torch.counting`, a torch dispatch mode that sees every aten
 operation on the CPU as on CUDA, so this runs in CI without a GPU. The budget is rewritten on

@@ -9,7 +9,7 @@ on ``cpu`` as on ``cuda``, so the counts measured on a CPU-only machine are thos
   mask, ``unique``), and every array the array core copies to the host (``ArrayOps.host_reads``);
 - **copies in**: host arrays copied to the device (``ArrayOps.host_writes``).
 
-:func:`measure` runs the scenarios of the launch budget (``backends/launch_budget.toml``): each
+:func:`measure` runs the scenarios of the launch budget (``kvref_torch/launch_budget.toml``): each
 operation of the array core at several batch sizes. ``python -m kvref_torch.counting`` prints
 them; ``--write`` rewrites the budget file, on purpose (the test never does).
 """
@@ -30,8 +30,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["BUDGET_FILE", "SCENARIOS", "CallCost", "CountLaunches", "load_budget", "measure", "write_budget"]
 
-#: The budget, in the repository beside the backends.
-BUDGET_FILE = Path(__file__).resolve().parents[1] / "launch_budget.toml"
+#: The budget, shipped inside this package (so an installed kvref finds it too).
+BUDGET_FILE = Path(__file__).with_name("launch_budget.toml")
 
 #: aten operations after which the host waits for the device on CUDA: a scalar read, or an output
 #: whose size depends on the data.
