@@ -1,0 +1,272 @@
+"""The oracle's token-slot allocator with pages (chapter 06, RADIX-601..RADIX-611).
+
+Slots are token positions in a KV buffer. Pages of ``page_size`` slots are the unit of
+allocation: page ``p`` holds slots ``p * page_size .. p * page_size + page_size - 1``, pages
+``1 .. num_pages`` are handed out and page 0 (slot 0, the padding slot) never is. With
+``page_size = 1`` a page is a slot, as in SGLang's ``TokenToKVPoolAllocator``; larger pages are
+its ``PagedTokenToKVPoolAllocator``.
+
+State: ``_free`` (pages ready to hand out, in order), ``_released`` (pages freed since the last
+merge, in order; only when ``sort`` is on), ``_allocated`` (a flag per page), ``_version`` (per
+slot, bumped by every allocation: seed 003's staleness check), and the open free group, if any
+(``_group``: pages freed in it, in order, not yet released).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, SupportsIndex
+
+from kvref.contract.errors import BlockIdError, InvalidValueError, InvariantViolation, NotHeldError, ReservedBlockError
+from kvref.contract.validate import IntsLike, as_block_id_list, as_count
+
+__all__ = ["FreeGroupError", "OracleSlotAllocator"]
+
+
+class FreeGroupError(InvalidValueError):
+    """A free group opened twice, or closed without being opened (RADIX-607)."""
+
+
+class OracleSlotAllocator:
+    """Token slots in pages, strict: ``alloc``, ``free``, free groups, versions, ``clear`` (chapter 06).
+
+    ``OracleSlotAllocator(size, *, page_size=1, sort=True)``: ``size`` usable slots, a multiple of
+    ``page_size`` (RADIX-601). ``sort`` is SGLang's ``need_sort``: freed pages wait in a release
+    list and are merged, sorted ascending, when an allocation runs short (RADIX-610).
+    """
+
+    def __init__(self, size: SupportsIndex, *, page_size: SupportsIndex = 1, sort: bool = True) -> None:
+        op = "OracleSlotAllocator"
+        n = as_count(size, op=op, arg="size")
+        ps = as_count(page_size, op=op, arg="page_size")
+        if ps < 1:
+            raise InvalidValueError("RADIX-601", f"{op}: page_size must be at least 1, got {ps}")
+        if n < ps or n % ps:
+            raise InvalidValueError(
+                "RADIX-601", f"{op}: size {n} must be a positive multiple of page_size {ps} (whole pages only)"
+            )
+        if not isinstance(sort, bool):
+            raise InvalidValueError("RADIX-601", f"{op}: sort must be a bool, got {sort!r}")
+        self._size = n
+        self._page = ps
+        self._pages = n // ps
+        self._sort = sort
+        self._version = [0] * ((self._pages + 1) * ps)
+        self._allocated = bytearray(self._pages + 1)
+        self._free: list[int] = []
+        self._released: list[int] = []
+        self._group: list[int] | None = None
+        self.clear()
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def size(self) -> int:
+        """Usable slots: ``num_pages * page_size`` (slots of page 0 excluded)."""
+        return self._size
+
+    @property
+    def page_size(self) -> int:
+        """Slots per page (RADIX-601)."""
+        return self._page
+
+    @property
+    def num_pages(self) -> int:
+        """Pages that can be handed out: ``1 .. num_pages``."""
+        return self._pages
+
+    @property
+    def sort(self) -> bool:
+        """Whether released pages are merged sorted (SGLang's ``need_sort``)."""
+        return self._sort
+
+    def available_size(self) -> int:
+        """Slots ``alloc`` can hand out now: free and released pages, not those of an open group (RADIX-605)."""
+        return (len(self._free) + len(self._released)) * self._page
+
+    @property
+    def in_group(self) -> bool:
+        """Whether a free group is open (RADIX-607)."""
+        return self._group is not None
+
+    # ------------------------------------------------------------- allocation
+
+    def alloc(self, need_size: SupportsIndex) -> list[int] | None:
+        """``need_size`` slots in whole pages, or None (changing nothing) when fewer are available (RADIX-603).
+
+        ``need_size`` must be a multiple of ``page_size`` (RADIX-604). Each page's slots come in
+        order; pages come off the front of the free list (RADIX-610). Every slot handed out gets
+        a new version (RADIX-608).
+        """
+        n = as_count(need_size, op="alloc", arg="need_size")
+        ps = self._page
+        if n % ps:
+            raise InvalidValueError(
+                "RADIX-604",
+                f"alloc: {n} slots is not a whole number of pages of {ps}; a short allocation would lose "
+                f"{n % ps} slot(s)",
+            )
+        want = n // ps
+        if want > len(self._free) + len(self._released):
+            return None
+        if want > len(self._free):
+            self._merge()
+        pages = self._free[:want]
+        del self._free[:want]
+        out: list[int] = []
+        version, allocated = self._version, self._allocated
+        for p in pages:
+            allocated[p] = 1
+            first = p * ps
+            for slot in range(first, first + ps):
+                version[slot] += 1
+                out.append(slot)
+        return out
+
+    def _merge(self) -> None:
+        """Move the release list onto the free list; sorted ascending when ``sort`` is on (RADIX-610)."""
+        self._free.extend(self._released)
+        self._released.clear()
+        if self._sort:
+            self._free.sort()
+
+    def merge_and_sort_free(self) -> None:
+        """Merge released pages into the free list now (SGLang's name; a no-op without released pages)."""
+        if self._released:
+            self._merge()
+
+    # ----------------------------------------------------------------- release
+
+    def free(self, indices: IntsLike) -> None:
+        """Return the pages ``indices`` fall in; any slot of a page names the whole page (RADIX-606).
+
+        Each page named must be allocated and not already freed in the open group: a slot out of
+        range raises BlockIdError, one of page 0 ReservedBlockError, one of a free page
+        NotHeldError; nothing changes then (ERR-501). Inside a free group the pages are released
+        at ``free_group_end`` (RADIX-607).
+        """
+        pages = self._pages_of(as_block_id_list(indices, op="free", arg="indices"), "free")
+        if not pages:
+            return
+        if self._group is not None:
+            self._group.extend(pages)
+        else:
+            self._release(pages)
+
+    def _pages_of(self, slots: Sequence[int], op: str) -> list[int]:
+        """The distinct pages ``slots`` name, in first-named order, each checked (RADIX-606)."""
+        ps, top = self._page, (self._pages + 1) * self._page
+        pending = set(self._group) if self._group else set()
+        seen: set[int] = set()
+        pages: list[int] = []
+        for slot in slots:
+            if not 0 <= slot < top:
+                raise BlockIdError("RADIX-606", f"{op}: slot {slot} outside [0, {top})")
+            p = slot // ps
+            if p == 0:
+                raise ReservedBlockError(
+                    "RADIX-602", f"{op}: slot {slot} is in page 0, the padding page, never handed out"
+                )
+            if p in seen:
+                continue
+            if not self._allocated[p] or p in pending:
+                where = "freed earlier in the open free group" if p in pending else "not allocated"
+                raise NotHeldError(
+                    "RADIX-606", f"{op}: slot {slot} is in page {p}, which is {where} (a double free?); nothing freed"
+                )
+            seen.add(p)
+            pages.append(p)
+        return pages
+
+    def _release(self, pages: Iterable[int]) -> None:
+        allocated = self._allocated
+        target = self._released if self._sort else self._free
+        for p in pages:
+            allocated[p] = 0
+            target.append(p)
+
+    def free_group_begin(self) -> None:
+        """Open a free group: later frees are checked at once and released together at its end (RADIX-607)."""
+        if self._group is not None:
+            raise FreeGroupError("RADIX-607", "free_group_begin: a free group is already open; groups do not nest")
+        self._group = []
+
+    def free_group_end(self) -> None:
+        """Close the open free group, releasing its pages as one free of their concatenation (RADIX-607)."""
+        if self._group is None:
+            raise FreeGroupError("RADIX-607", "free_group_end: no free group is open")
+        pages, self._group = self._group, None
+        self._release(pages)
+
+    def clear(self) -> None:
+        """Every page free, in ascending order; no release list, no open group; versions kept (RADIX-609)."""
+        self._free = list(range(1, self._pages + 1))
+        self._released = []
+        self._group = None
+        for p in range(len(self._allocated)):
+            self._allocated[p] = 0
+
+    # ---------------------------------------------------------------- versions
+
+    def version(self, slot: SupportsIndex) -> int:
+        """How many times ``slot`` has been handed out (RADIX-608)."""
+        return self._version[self._slot(slot, "version")]
+
+    def is_current(self, slot: SupportsIndex, version: SupportsIndex) -> bool:
+        """Whether ``(slot, version)`` names the slot's current allocation: allocated, same version (RADIX-608)."""
+        s = self._slot(slot, "is_current")
+        v = as_count(version, op="is_current", arg="version")
+        return bool(self._allocated[s // self._page]) and self._version[s] == v
+
+    def is_allocated(self, slot: SupportsIndex) -> bool:
+        """Whether ``slot``'s page is allocated (freed in an open group still counts as allocated)."""
+        return bool(self._allocated[self._slot(slot, "is_allocated") // self._page])
+
+    def _slot(self, value: object, op: str) -> int:
+        (s,) = as_block_id_list([value], op=op, arg="slot")
+        if not 0 <= s < len(self._version):
+            raise BlockIdError("RADIX-606", f"{op}: slot {s} outside [0, {len(self._version)})")
+        return s
+
+    # -------------------------------------------------------------- inspection
+
+    def free_order(self) -> list[int]:
+        """Pages in the order ``alloc`` would take them now, merging as it would (RADIX-610)."""
+        pending = self._free + self._released
+        return sorted(pending) if self._sort and self._released else pending
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep, comparable copy of the whole state (ERR-501)."""
+        return {
+            "free": list(self._free),
+            "released": list(self._released),
+            "allocated": bytes(self._allocated),
+            "version": list(self._version),
+            "group": None if self._group is None else list(self._group),
+        }
+
+    def check_invariants(self) -> None:
+        """Every page is in exactly one place: free, released or allocated; page 0 never (RADIX-611)."""
+        places = self._free + self._released
+        if len(set(places)) != len(places):
+            raise InvariantViolation("RADIX-611", f"check_invariants: a page is listed twice among free {places}")
+        if 0 in places or any(not 1 <= p <= self._pages for p in places):
+            raise InvariantViolation("RADIX-602", f"check_invariants: page 0 or an unknown page among free {places}")
+        if any(self._allocated[p] for p in places):
+            raise InvariantViolation("RADIX-611", "check_invariants: an allocated page is also free")
+        allocated = sum(self._allocated)
+        if allocated + len(places) != self._pages or self._allocated[0]:
+            raise InvariantViolation(
+                "RADIX-611",
+                f"check_invariants: {allocated} allocated + {len(places)} free != {self._pages} pages",
+            )
+        if self._released and not self._sort:
+            raise InvariantViolation("RADIX-610", "check_invariants: pages wait in the release list without sort")
+        if self._group is not None and any(not self._allocated[p] for p in self._group):
+            raise InvariantViolation("RADIX-607", "check_invariants: a page in the open group is not allocated")
+
+    def __repr__(self) -> str:
+        return (
+            f"OracleSlotAllocator(size={self._size}, page_size={self._page}, sort={self._sort}, "
+            f"available={self.available_size()})"
+        )

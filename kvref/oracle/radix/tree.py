@@ -1,0 +1,380 @@
+"""The oracle's token radix cache over a token-slot allocator (chapter 06, RADIX-620..RADIX-632).
+
+Keys are token sequences in a namespace (an adapter id, a cache salt: any hashable; different
+namespaces never share a node, RADIX-620). Each node holds whole pages of tokens and the slots
+they occupy; the tree owns those slots until it evicts them, and then returns each to the
+allocator exactly once. Matches and inserts see a key only up to its last whole page.
+
+What the caller owns: the slots it allocated and did not hand to the tree. ``insert`` returns
+how much of the key was already cached; the slots the caller passed for that part are not taken
+(RADIX-623), so the caller frees those that are not the tree's own (its duplicates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from itertools import count
+from typing import Any, SupportsIndex
+
+from kvref.contract.errors import (
+    CacheInUseError,
+    HashConflictError,
+    InvalidTypeError,
+    InvalidValueError,
+    NotHeldError,
+    UnknownHashError,
+)
+from kvref.contract.validate import IntsLike, as_block_id_list, as_count
+from kvref.oracle.radix.allocator import OracleSlotAllocator
+from kvref.oracle.radix.invariants import check_tree
+from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
+from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats
+
+__all__ = ["OracleRadixCache"]
+
+
+class OracleRadixCache:
+    """Token radix tree, strict and plain (chapter 06): match, insert, lock/unlock, evict, reset.
+
+    ``OracleRadixCache(allocator, *, policy="lru")``: pages are ``allocator.page_size`` tokens;
+    ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``, ``priority`` (RADIX-628).
+    """
+
+    def __init__(self, allocator: OracleSlotAllocator, *, policy: str = "lru") -> None:
+        if not isinstance(allocator, OracleSlotAllocator):
+            raise InvalidValueError(
+                "RADIX-620", f"OracleRadixCache: allocator must be an OracleSlotAllocator, got {allocator!r}"
+            )
+        self.allocator = allocator
+        self._page = allocator.page_size
+        self._policy = as_radix_policy(policy)
+        self._ids = count(1)
+        self._clock = 0
+        self._roots: dict[Hashable, Node] = {}
+        self._nodes: dict[int, Node] = {}
+        self._owner: dict[int, Node] = {}  # slot -> the node holding it
+        self._receipts: dict[int, Node | None] = {}
+        self._leaves = EvictableLeaves(self._policy)
+        self._protected = 0
+        self._stats = RadixStats()
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per page, the allocator's (RADIX-621)."""
+        return self._page
+
+    @property
+    def policy(self) -> str:
+        """The eviction policy (RADIX-628)."""
+        return self._policy
+
+    def total_size(self) -> int:
+        """Tokens cached: evictable plus protected (RADIX-625)."""
+        return len(self._owner)
+
+    def protected_size(self) -> int:
+        """Tokens of locked nodes, which eviction never frees (RADIX-625)."""
+        return self._protected
+
+    def evictable_size(self) -> int:
+        """Tokens of unlocked nodes (RADIX-625)."""
+        return len(self._owner) - self._protected
+
+    @property
+    def stats(self) -> RadixStats:
+        """Cumulative statistics (RADIX-632)."""
+        return self._stats
+
+    # ---------------------------------------------------------------- helpers
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _root(self, namespace: Hashable, op: str, *, create: bool = True) -> Node | None:
+        """The root of ``namespace``; made on first insert, never by a match."""
+        try:
+            root = self._roots.get(namespace)
+        except TypeError:
+            raise InvalidTypeError("ERR-503", f"{op}: namespace {namespace!r} is not hashable") from None
+        if root is None and create:
+            root = Node(next(self._ids), namespace, (), [], None)
+            self._roots[namespace] = root
+            self._nodes[root.ident] = root
+        return root
+
+    def _aligned(self, tokens: IntsLike, op: str) -> tuple[int, ...]:
+        """The key's tokens up to its last whole page (RADIX-621)."""
+        toks = as_block_id_list(tokens, op=op, arg="tokens")
+        for t in toks:
+            if t < 0:
+                raise InvalidValueError("ERR-504", f"{op}: token id {t} is negative")
+        return tuple(toks[: len(toks) // self._page * self._page])
+
+    def _walk(self, root: Node, key: tuple[int, ...], touch: int | None) -> tuple[Node, int]:
+        """The deepest node whose path is a prefix of ``key``, splitting a node the prefix ends inside.
+
+        Returns the node and the matched length (a whole number of pages). ``touch`` stamps the
+        access time of every node passed (RADIX-629).
+        """
+        ps, node, at = self._page, root, 0
+        while at < len(key):
+            child = node.children.get(key[at : at + ps])
+            if child is None:
+                break
+            size = len(child.tokens)
+            same = ps
+            while same < size and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
+                same += ps
+            if same < size:
+                child = self._split(child, same)
+            if touch is not None:
+                child.access = touch
+                self._leaves.offer(child)
+            node, at = child, at + same
+            if same < size:
+                break
+        return node, at
+
+    def _split(self, child: Node, at: int) -> Node:
+        """Cut ``child`` after ``at`` tokens: a new node takes the first part and keeps its keys (RADIX-627)."""
+        parent: Node = child.parent  # type: ignore[assignment]  # a split node is never a root
+        head = Node(
+            next(self._ids), child.namespace, child.tokens[:at], child.slots[:at], parent,
+            locks=child.locks, access=child.access, created=child.created, hits=child.hits,
+            priority=child.priority,
+        )  # fmt: skip
+        self._nodes[head.ident] = head
+        parent.children[head.tokens[: self._page]] = head
+        child.tokens, child.slots, child.parent = child.tokens[at:], child.slots[at:], head
+        head.children[child.tokens[: self._page]] = child
+        for slot in head.slots:
+            self._owner[slot] = head
+        return head
+
+    # ------------------------------------------------------------ operations
+
+    def match(self, tokens: IntsLike, *, namespace: Hashable = None) -> MatchResult:
+        """The longest cached prefix of ``tokens`` in ``namespace``, in whole pages (RADIX-622).
+
+        Its slots are exactly those inserted for those tokens; its node is the one the prefix
+        ends at (a node the prefix ends inside is split there, RADIX-627), for ``lock``. Every
+        node passed counts as accessed (RADIX-629); nothing is pinned.
+        """
+        key = self._aligned(tokens, "match")
+        root = self._root(namespace, "match", create=False)
+        if root is None:
+            s = self._stats
+            self._stats = RadixStats(
+                s.matches + 1, s.queried_tokens + len(key), s.hit_tokens, s.evicted_tokens, s.resets
+            )
+            return MatchResult([], 0, 0)
+        node, length = self._walk(root, key, self._tick())
+        slots: list[int] = []
+        for n in reversed(list(node.path())):
+            slots.extend(n.slots)
+        if not node.is_root:
+            node.hits += 1
+            self._leaves.offer(node)
+        s = self._stats
+        self._stats = RadixStats(
+            s.matches + 1, s.queried_tokens + len(key), s.hit_tokens + length, s.evicted_tokens, s.resets
+        )
+        return MatchResult(slots, length, 0 if node.is_root else node.ident)
+
+    def insert(
+        self, tokens: IntsLike, slots: IntsLike, *, namespace: Hashable = None, priority: SupportsIndex = 0
+    ) -> int:
+        """Cache ``tokens`` -> ``slots``; returns how many leading tokens were cached already (RADIX-623).
+
+        Only the part not yet cached is stored, with its slots, which the tree then owns; the
+        values already there are kept. ``tokens`` and ``slots`` pair up and cover whole pages
+        (RADIX-621); the new slots must be whole allocated pages the tree does not hold (RADIX-626).
+        """
+        op = "insert"
+        toks = as_block_id_list(tokens, op=op, arg="tokens")
+        vals = as_block_id_list(slots, op=op, arg="slots")
+        if len(toks) != len(vals):
+            raise InvalidValueError("ERR-506", f"{op}: {len(toks)} tokens for {len(vals)} slots; they must pair up")
+        if len(toks) % self._page:
+            raise InvalidValueError(
+                "RADIX-621", f"{op}: {len(toks)} tokens is not a whole number of pages of {self._page}"
+            )
+        key = self._aligned(toks, op)
+        prio = as_count(priority, op=op, arg="priority")
+        root: Node = self._root(namespace, op)  # type: ignore[assignment]  # made when missing
+        node, have = self._peek(root, key)
+        self._check_new_slots(vals[have:], op)
+        now = self._tick()
+        node, have = self._walk(root, key, now)
+        for n in node.path():  # a path's priority is the highest any insert through it gave (RADIX-628)
+            if n.priority < prio:
+                n.priority = prio
+                self._leaves.offer(n)
+        if have < len(key):
+            leaf = Node(
+                next(self._ids), namespace, key[have:], vals[have:], node,
+                access=now, created=now, priority=prio,
+            )  # fmt: skip
+            self._nodes[leaf.ident] = leaf
+            node.children[leaf.tokens[: self._page]] = leaf
+            for slot in leaf.slots:
+                self._owner[slot] = leaf
+            self._leaves.offer(node)  # no longer a leaf
+            self._leaves.offer(leaf)
+        self._leaves.compact(len(self._nodes))
+        return have
+
+    def _peek(self, root: Node, key: tuple[int, ...]) -> tuple[Node, int]:
+        """How much of ``key`` is cached, without splitting or touching anything."""
+        ps, node, at = self._page, root, 0
+        while at < len(key):
+            child = node.children.get(key[at : at + ps])
+            if child is None:
+                break
+            same = ps
+            while same < len(child.tokens) and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
+                same += ps
+            at += same
+            if same < len(child.tokens):
+                break
+            node = child
+        return node, at
+
+    def _check_new_slots(self, slots: Sequence[int], op: str) -> None:
+        """New slots are whole allocated pages, each slot once, none held by the tree (RADIX-626)."""
+        ps, alloc = self._page, self.allocator
+        seen: set[int] = set()
+        for i, slot in enumerate(slots):
+            if slot in seen or slot in self._owner:
+                where = (
+                    "twice in this insert" if slot in seen else f"already in the tree (node {self._owner[slot].ident})"
+                )
+                raise HashConflictError("RADIX-626", f"{op}: slot {slot} is {where}; a slot holds one token")
+            seen.add(slot)
+            if not 0 <= slot < (alloc.num_pages + 1) * ps or not alloc.is_allocated(slot):
+                raise NotHeldError("RADIX-626", f"{op}: slot {slot} is not an allocated slot of the allocator")
+            if slot % ps != i % ps or (i % ps and slot != slots[i - 1] + 1):
+                raise InvalidValueError(
+                    "RADIX-626",
+                    f"{op}: slot {slot} at position {i} breaks its page: pages are inserted whole, in order",
+                )
+
+    def lock(self, node: SupportsIndex) -> LockReceipt:
+        """Lock ``node`` and its ancestors against eviction; returns the receipt ``unlock`` takes (RADIX-624)."""
+        target = self._node(node, "lock")
+        receipt = LockReceipt(next(self._ids), 0 if target is None else target.ident)
+        self._receipts[receipt.ident] = target
+        if target is None:
+            return receipt
+        for n in target.path():
+            if n.locks == 0:
+                self._protected += len(n.tokens)
+            n.locks += 1
+            self._leaves.offer(n)
+        return receipt
+
+    def unlock(self, receipt: LockReceipt) -> None:
+        """Release the lock ``receipt`` stands for; a receipt not held (used, never given) is an error (RADIX-624)."""
+        if not isinstance(receipt, LockReceipt) or receipt.ident not in self._receipts:
+            raise NotHeldError("RADIX-624", f"unlock: {receipt!r} is not a lock held on this tree; nothing unlocked")
+        target = self._receipts.pop(receipt.ident)
+        if target is None:
+            return
+        for n in target.path():
+            n.locks -= 1
+            if n.locks == 0:
+                self._protected -= len(n.tokens)
+            self._leaves.offer(n)
+
+    def _node(self, value: object, op: str) -> Node | None:
+        """The node ``value`` names; None for 0, the empty prefix (a lock on it locks nothing)."""
+        (ident,) = as_block_id_list([value], op=op, arg="node")
+        if ident == 0:
+            return None
+        node = self._nodes.get(ident)
+        if node is None or not node.alive:
+            raise UnknownHashError("RADIX-624", f"{op}: node {ident} is not in the tree (evicted, or never made)")
+        return node
+
+    def evict(self, num_tokens: SupportsIndex) -> int:
+        """Free unlocked leaves in policy order until ``num_tokens`` are freed or none is left (RADIX-628).
+
+        Frees whole nodes, so it may free up to one node's tokens less one more than asked;
+        returns the tokens freed, ``>= min(num_tokens, evictable_size())``. A parent left childless
+        and unlocked becomes a leaf in its turn. Every slot goes back to the allocator once.
+        """
+        want = as_count(num_tokens, op="evict", arg="num_tokens")
+        freed = 0
+        while freed < want:
+            leaf = self._leaves.pop()
+            if leaf is None:
+                break
+            freed += self._remove(leaf)
+        if freed:
+            s = self._stats
+            self._stats = RadixStats(s.matches, s.queried_tokens, s.hit_tokens, s.evicted_tokens + freed, s.resets)
+        return freed
+
+    def _remove(self, leaf: Node) -> int:
+        parent: Node = leaf.parent  # type: ignore[assignment]  # never a root
+        del parent.children[leaf.tokens[: self._page]]
+        leaf.alive = False
+        del self._nodes[leaf.ident]
+        for slot in leaf.slots:
+            del self._owner[slot]
+        self.allocator.free(leaf.slots)
+        self._leaves.offer(parent)
+        return len(leaf.slots)
+
+    def reset(self) -> None:
+        """Free every cached slot and forget every node; refused while any lock is held (RADIX-630)."""
+        if self._receipts:
+            raise CacheInUseError("RADIX-630", f"reset: {len(self._receipts)} lock(s) held; unlock them first")
+        slots = sorted(self._owner)
+        if slots:
+            self.allocator.free(slots)
+        for node in self._nodes.values():
+            node.alive = False
+        self._roots.clear()
+        self._nodes.clear()
+        self._owner.clear()
+        self._leaves.clear()
+        s = self._stats
+        self._stats = RadixStats(s.matches, s.queried_tokens, s.hit_tokens, s.evicted_tokens, s.resets + 1)
+
+    # -------------------------------------------------------------- inspection
+
+    def node_tokens(self, node: SupportsIndex) -> tuple[int, ...]:
+        """The whole key from the root to ``node``."""
+        target = self._node(node, "node_tokens")
+        out: list[int] = []
+        for n in reversed(list(target.path()) if target is not None else []):
+            out.extend(n.tokens)
+        return tuple(out)
+
+    def cached_slots(self) -> frozenset[int]:
+        """Every slot the tree holds."""
+        return frozenset(self._owner)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep, comparable copy of the tree: every node's key, slots, locks and keys (ERR-501)."""
+        nodes = {
+            n.ident: (n.namespace, n.tokens, tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
+            for n in self._nodes.values()
+        }
+        return {"nodes": nodes, "receipts": sorted(self._receipts), "protected": self._protected, "stats": self._stats}
+
+    def check_invariants(self) -> None:
+        """Every invariant of chapter 06's tree; raises InvariantViolation naming the rule."""
+        check_tree(
+            self, list(self._nodes.values()), self._owner, [n for n in self._receipts.values() if n], self._protected
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"OracleRadixCache(page_size={self._page}, policy={self._policy!r}, nodes={len(self._nodes)}, "
+            f"evictable={self.evictable_size()}, protected={self._protected})"
+        )
