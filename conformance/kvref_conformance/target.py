@@ -39,6 +39,9 @@ class Target:
     version: str = "unknown"
     device: str = "host"
     profile: str = "renaming"
+    #: ``slots_factory(size, *, page_size, sort)``: chapter 06's token-slot allocator, where the
+    #: target has one (capability ``token-slots``).
+    slots_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -61,7 +64,15 @@ class Target:
         if not drop:
             return self
         name = f"{self.name}-without-{'-'.join(drop)}"
-        return Target(name, self.factory, self.capabilities - set(drop), self.version, self.device, self.profile)
+        return Target(
+            name,
+            self.factory,
+            self.capabilities - set(drop),
+            self.version,
+            self.device,
+            self.profile,
+            self.slots_factory,
+        )
 
     def has(self, capability: str) -> bool:
         """Whether the target declares ``capability``."""
@@ -85,6 +96,14 @@ class Target:
             enable_events=enable_events,
         )
 
+    def create_slots(self, size: int, *, page_size: int = 1, sort: bool = True) -> Any:
+        """A new token-slot allocator of the implementation (chapter 06); ConfigError where it has none."""
+        if self.slots_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no token-slot allocator")
+        return self.slots_factory(size, page_size=page_size, sort=sort)
+
     @classmethod
     def from_factory(
         cls,
@@ -95,9 +114,10 @@ class Target:
         version: str = "unknown",
         device: str = "host",
         profile: str = "renaming",
+        slots_factory: Callable[..., Any] | None = None,
     ) -> Target:
-        """A target from any callable with the factory signature above."""
-        return cls(name, factory, frozenset(capabilities), version, device, profile)
+        """A target from any callable with the factory signature above (and, optionally, a slots factory)."""
+        return cls(name, factory, frozenset(capabilities), version, device, profile, slots_factory)
 
     @classmethod
     def from_backend(cls, name: str, *, device: str | None = None) -> Target:
@@ -114,7 +134,13 @@ class Target:
             return backend.create(num_blocks, device=device, **kwargs)
 
         profile = getattr(backend, "conformance_profile", "renaming")
+        make_slots = getattr(backend, "create_slots", None)
+
+        def slots_factory(size: int, **kwargs: Any) -> Any:
+            return make_slots(size, device=device, **kwargs)  # type: ignore[misc]
+
         capabilities = frozenset(backend.capabilities())
         if resolved_device.startswith("cuda"):  # what a pool has on this very device (cuda-graph)
             capabilities |= frozenset(factory(2).capabilities())
-        return cls(name, factory, capabilities, backend.version(), resolved_device, profile)
+        slots = slots_factory if make_slots is not None else None
+        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots)

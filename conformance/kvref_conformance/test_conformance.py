@@ -14,6 +14,7 @@ from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.replay import ReplaySuite
+from kvref_conformance.suites.slots import SlotAllocatorSuite
 from kvref_conformance.suites.stateful import StatefulSuite
 
 
@@ -43,6 +44,10 @@ class TestErrorOrder(ErrorOrderSuite):
 
 class TestCudaGraph(CudaGraphSuite):
     """CONF-908 with a real captured graph, where the selected backend's pools live on a CUDA device."""
+
+
+class TestSlots(SlotAllocatorSuite):
+    """Chapter 06's token-slot allocator, where the selected backend has one."""
 
 
 class TestReplay(ReplaySuite):

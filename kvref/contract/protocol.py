@@ -39,6 +39,7 @@ __all__ = [
     "SupportsReplay",
     "SupportsSnapshot",
     "ReplayedBatch",
+    "SLOT_CAPABILITIES",
     "STANDARD_CAPABILITIES",
 ]
 
@@ -55,6 +56,9 @@ CAPABILITIES: dict[str, str] = {
     "snapshot": "can return its whole observable state for before/after comparison",
     "hashing": "computes block hashes of token ids itself (hash_blocks)",
     "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
+    "token-slots": "hands out token slots in pages (create_slots: chapter 06's allocator)",
+    "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
+    "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
@@ -64,10 +68,13 @@ CAPABILITIES: dict[str, str] = {
     "policy-fifo": "evicts by registration order (fifo)",
 }
 
+#: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
+SLOT_CAPABILITIES: frozenset[str] = frozenset({"token-slots", "slot-versions", "slot-order"})
+
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
 #: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
 #: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
-STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay", "cuda-graph"}
+STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay", "cuda-graph", *SLOT_CAPABILITIES}
 
 
 class BlockState(StrEnum):

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from kvref import __version__
 from kvref.contract.errors import ConfigError
+from kvref.contract.protocol import SLOT_CAPABILITIES
 from kvref.oracle.blockpool.pool import OracleBlockPool
+from kvref.oracle.radix.allocator import OracleSlotAllocator
 
 __all__ = ["OracleBackend", "backend"]
 
@@ -33,8 +35,15 @@ class OracleBackend:
         return "host"
 
     def capabilities(self) -> frozenset[str]:
-        """Everything the spec defines."""
-        return OracleBlockPool(2).capabilities()
+        """Everything the spec defines, chapter 06's token slots included."""
+        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES
+
+    def create_slots(
+        self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
+    ) -> OracleSlotAllocator:
+        """A new :class:`OracleSlotAllocator` of ``size`` slots in pages of ``page_size`` (chapter 06)."""
+        self.device(device)
+        return OracleSlotAllocator(size, page_size=page_size, sort=sort)
 
     def create(
         self,

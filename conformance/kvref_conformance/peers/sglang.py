@@ -27,7 +27,7 @@ from typing import Any
 from kvref.contract.errors import ConfigError
 from kvref_conformance.adapter import ForeignPoolAdapter
 
-__all__ = ["SglangAllocatorAdapter", "SglangBackend", "backend", "backend_paged"]
+__all__ = ["SglangAllocatorAdapter", "SglangBackend", "SglangSlots", "backend", "backend_paged"]
 
 INSTALL = "use `nox -s peer-sglang` (sglang==0.5.23 installed --no-deps; see README)"
 
@@ -81,6 +81,51 @@ class SglangAllocatorAdapter(ForeignPoolAdapter):
         return frozenset({"pause", "policy-lru"})
 
 
+class SglangSlots:
+    """SGLang's allocator as chapter 06's token-slot allocator: lists in, lists out, nothing checked here.
+
+    The suite calls SGLang's own ``alloc``, ``free``, ``free_group_begin``/``end``,
+    ``available_size`` and ``clear`` as its scheduler does; every check (or its absence) is SGLang's.
+    """
+
+    def __init__(self, size: int, *, page_size: int, sort: bool) -> None:
+        import torch
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+
+        self._torch = torch
+        self.size = size
+        self.page_size = page_size
+        if page_size == 1:
+            self.allocator: Any = TokenToKVPoolAllocator(size, torch.float16, "cpu", None, sort)
+        else:
+            self.allocator = PagedTokenToKVPoolAllocator(size, page_size, torch.float16, "cpu", None, sort)
+
+    def alloc(self, need_size: int) -> list[int] | None:
+        """``allocator.alloc``: the slot indices as a list, or None."""
+        got = self.allocator.alloc(need_size)
+        return None if got is None else [int(s) for s in got.tolist()]
+
+    def free(self, indices: Sequence[int]) -> None:
+        """``allocator.free`` of the indices as an int64 tensor."""
+        self.allocator.free(self._torch.tensor(list(indices), dtype=self._torch.int64))
+
+    def free_group_begin(self) -> None:
+        """``allocator.free_group_begin``."""
+        self.allocator.free_group_begin()
+
+    def free_group_end(self) -> None:
+        """``allocator.free_group_end``."""
+        self.allocator.free_group_end()
+
+    def available_size(self) -> int:
+        """``allocator.available_size()``."""
+        return int(self.allocator.available_size())
+
+    def clear(self) -> None:
+        """``allocator.clear``."""
+        self.allocator.clear()
+
+
 class SglangBackend:
     """The ``sglang`` (token allocator) and ``sglang-paged`` (pages of :data:`PAGE_SIZE`) entry points."""
 
@@ -114,8 +159,26 @@ class SglangBackend:
         return "cpu"
 
     def capabilities(self) -> frozenset[str]:
-        """A plain block pool with paused holders kept by the adapter."""
-        return frozenset({"pause", "policy-lru"})
+        """A plain block pool with paused holders kept by the adapter, and the allocator as chapter 06's.
+
+        The token allocator hands slots out in chapter 06's order (``slot-order``); the paged one
+        puts freed pages at the front of its free list when it does not sort, by design, so it is
+        compared by counts only.
+        """
+        order = {"slot-order"} if self.page_size == 1 else set()
+        return frozenset({"pause", "policy-lru", "token-slots", *order})
+
+    def create_slots(
+        self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
+    ) -> SglangSlots:
+        """SGLang's token allocator (``sglang``) or paged allocator (``sglang-paged``), driven directly."""
+        self.device(device)
+        if (page_size == 1) != (self.page_size == 1):
+            kind = "pages of 1 slot (the token allocator)" if self.page_size == 1 else "pages of 2 or more slots"
+            raise ConfigError(
+                "CONF-904", f"backend {self.name!r} makes allocators of {kind}, not of pages of {page_size}"
+            )
+        return SglangSlots(size, page_size=page_size, sort=sort)
 
     def create(
         self,
