@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvref_torch.counting import BATCHES, SCENARIOS, CountLaunches, load_budget, measure  # noqa: E402
+from kvref_torch.counting import BATCHES, SCENARIOS, SLOT_SCENARIOS, CountLaunches, load_budget, measure  # noqa: E402
 from kvref_torch.ops import TorchOps  # noqa: E402
 
 BUDGET = load_budget()
@@ -20,13 +20,13 @@ COSTS = measure("cpu")
 
 
 def test_the_budget_names_every_scenario_at_every_batch_size() -> None:
-    missing = [(op, n) for op in SCENARIOS for n in BATCHES if n not in BUDGET.get(op, {})]
+    missing = [(op, n) for op in [*SCENARIOS, *SLOT_SCENARIOS] for n in BATCHES if n not in BUDGET.get(op, {})]
     assert not missing, f"launch_budget.toml has no budget for {missing}; rewrite it with --write"
 
 
 @pytest.mark.rule("CONF-911")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("op", list(SCENARIOS))
+@pytest.mark.parametrize("op", [*SCENARIOS, *SLOT_SCENARIOS])
 def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> None:
     cost, allowed = COSTS[op][batch], BUDGET[op][batch]
     top = ", ".join(f"{name} x{k}" for name, k in cost.by_op.most_common(5))

@@ -103,8 +103,9 @@ class HashTable:
         """Add distinct keys that are absent, with their values.
 
         Each round, every pending key looks for the first open slot (empty or deleted) in its
-        window and tries to claim it; one claimant per slot wins, the others go on from the next
-        slot.
+        window and tries to claim it; of several claimants the highest pending index wins (a
+        scatter-max, so the layout is the same on every device and run), the others go on from
+        the next slot.
         """
         n = len(keys)
         if n == 0:
@@ -125,7 +126,8 @@ class HashTable:
             if len(rows):
                 at = window[rows, first[rows]]
                 tried = pending[rows]
-                claim[at] = tried
+                claim[at] = -1  # the highest pending index wins a contested slot: the same winner on every
+                ops.scatter_max(claim, at, tried)  # device and run (a plain scatter leaves it to the device)
                 got = claim[at] == tried
                 ws, wk = at[got], tried[got]
                 self.tombs -= ops.count(tkeys[ws] == TOMB)

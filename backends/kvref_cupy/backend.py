@@ -11,9 +11,12 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
+from kvref.contract.protocol import SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
+    from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
+    from kvref_arraypool.slots import ArraySlotAllocator
 
 __all__ = ["CupyBackend", "backend"]
 
@@ -84,8 +87,29 @@ class CupyBackend:
         )
 
     def capabilities(self) -> frozenset[str]:
-        """Everything the spec defines (the array core is complete)."""
-        return self.create(2, device="host").capabilities()
+        """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
+        return self.create(2, device="host").capabilities() | SLOT_CAPABILITIES
+
+    def create_slots(
+        self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
+    ) -> ArraySlotAllocator:
+        """Chapter 06's token-slot allocator on CuPy (or, without CUDA, NumPy) arrays."""
+        from kvref_arraypool.slots import ArraySlotAllocator
+
+        return ArraySlotAllocator(size, ops=self._ops(self.device(device)), page_size=page_size, sort=sort)
+
+    def _ops(self, where: str) -> NumpyLikeOps:
+        """NumPy on the host, CuPy on ``cuda:N`` (made current)."""
+        from kvref_arraypool.ops import NumpyLikeOps
+
+        if where == "host":
+            import numpy
+
+            return NumpyLikeOps(numpy, device="host", is_device=False)
+        import cupy  # pragma: no cover - needs a CUDA device
+
+        cupy.cuda.Device(int(where.partition(":")[2])).use()  # pragma: no cover
+        return NumpyLikeOps(cupy, device=where, is_device=True)  # pragma: no cover
 
     def create(
         self,
@@ -98,21 +122,11 @@ class CupyBackend:
         enable_events: bool = False,
     ) -> ArrayBlockPool:
         """A new pool on ``device`` (default: the first CUDA device, else the host)."""
-        from kvref_arraypool.ops import NumpyLikeOps
         from kvref_arraypool.pool import ArrayBlockPool
 
         where = self.device(device)
-        if where == "host":
-            import numpy
-
-            ops = NumpyLikeOps(numpy, device="host", is_device=False)
-            name = "cupy (host: numpy)"
-        else:  # pragma: no cover - needs a CUDA device
-            import cupy
-
-            cupy.cuda.Device(int(where.partition(":")[2])).use()
-            ops = NumpyLikeOps(cupy, device=where, is_device=True)
-            name = "cupy"
+        ops = self._ops(where)
+        name = "cupy (host: numpy)" if where == "host" else "cupy"
         return ArrayBlockPool(
             num_blocks,
             ops=ops,

@@ -11,9 +11,11 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
+from kvref.contract.protocol import SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
     from kvref_arraypool.pool import ArrayBlockPool
+    from kvref_arraypool.slots import ArraySlotAllocator
 
 __all__ = ["TorchBackend", "backend"]
 
@@ -67,8 +69,18 @@ class TorchBackend:
         )
 
     def capabilities(self) -> frozenset[str]:
-        """Everything the spec defines (the array core is complete)."""
-        return self.create(2).capabilities()
+        """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
+        return self.create(2).capabilities() | SLOT_CAPABILITIES
+
+    def create_slots(
+        self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
+    ) -> ArraySlotAllocator:
+        """Chapter 06's token-slot allocator on torch tensors on ``device``."""
+        from kvref_arraypool.slots import ArraySlotAllocator
+
+        from kvref_torch.ops import TorchOps
+
+        return ArraySlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort)
 
     def create(
         self,

@@ -28,7 +28,16 @@ import torch
 from kvref_arraypool.ops import ArrayOps
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["BUDGET_FILE", "SCENARIOS", "CallCost", "CountLaunches", "load_budget", "measure", "write_budget"]
+__all__ = [
+    "BUDGET_FILE",
+    "SCENARIOS",
+    "SLOT_SCENARIOS",
+    "CallCost",
+    "CountLaunches",
+    "load_budget",
+    "measure",
+    "write_budget",
+]
 
 #: The budget, shipped inside this package (so an installed kvref finds it too).
 BUDGET_FILE = Path(__file__).with_name("launch_budget.toml")
@@ -142,6 +151,18 @@ def _admission(pool: Any, n: int) -> Callable[[], object]:
     return step
 
 
+def _slots_alloc(slots: Any, n: int) -> Callable[[], object]:
+    return lambda: slots.alloc_ids(n)
+
+
+def _slots_free(slots: Any, n: int) -> Callable[[], object]:
+    ids = slots.alloc_ids(n)
+    return lambda: slots.free(ids)
+
+
+#: Chapter 06's token-slot allocator: set-ups on a fresh allocator of pages of one slot.
+SLOT_SCENARIOS: dict[str, Scenario] = {"slots_alloc": _slots_alloc, "slots_free": _slots_free}
+
 #: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
 SCENARIOS: dict[str, Scenario] = {
     "allocate": _allocate,
@@ -160,12 +181,15 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     from kvref_torch.backend import backend
 
     out: dict[str, dict[int, CallCost]] = {}
-    for op, scenario in SCENARIOS.items():
+    for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
-            pool = backend.create(size, device=device, policy="lru")
-            call = scenario(pool, n)
-            with CountLaunches(pool.ops) as counter:
+            if op in SLOT_SCENARIOS:
+                target: Any = backend.create_slots(size, device=device)
+            else:
+                target = backend.create(size, device=device, policy="lru")
+            call = scenario(target, n)
+            with CountLaunches(target.ops) as counter:
                 call()
             out.setdefault(op, {})[n] = counter.cost
     return out

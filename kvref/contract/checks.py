@@ -15,7 +15,7 @@ and change nothing; an explainer that finds nothing wrong returns, and the calle
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import NoReturn, Protocol, SupportsIndex
 
@@ -40,6 +40,7 @@ __all__ = [
     "explain_release",
     "explain_unheld",
     "order_table",
+    "pages_to_free",
     "stale_reference",
 ]
 
@@ -286,3 +287,39 @@ def order_table() -> str:
         for i, check in enumerate(checks, 1):
             rows.append(f"| `{op}` | {i} | {check.rule} | {check.what} |")
     return "\n".join(rows)
+
+
+def pages_to_free(
+    slots: Sequence[int],
+    page_size: int,
+    num_pages: int,
+    is_allocated: Callable[[int], bool],
+    pending: Set[int],
+    op: str = "free",
+) -> list[int]:
+    """The distinct pages a token-slot ``free`` names, in first-named order, or its first error (RADIX-606).
+
+    Slot by slot, in list order: in range (BlockIdError), not in page 0, the padding page
+    (ReservedBlockError, RADIX-602), its page allocated and not freed earlier in the open group
+    (``pending``; NotHeldError). A page named twice in one call counts once. The oracle runs it
+    on every free, the array allocator once its own check has found something wrong.
+    """
+    top = (num_pages + 1) * page_size
+    seen: set[int] = set()
+    pages: list[int] = []
+    for slot in slots:
+        if not 0 <= slot < top:
+            raise BlockIdError("RADIX-606", f"{op}: slot {slot} outside [0, {top})")
+        p = slot // page_size
+        if p == 0:
+            raise ReservedBlockError("RADIX-602", f"{op}: slot {slot} is in page 0, the padding page, never handed out")
+        if p in seen:
+            continue
+        if p in pending or not is_allocated(p):
+            where = "freed earlier in the open free group" if p in pending else "not allocated"
+            raise NotHeldError(
+                "RADIX-606", f"{op}: slot {slot} is in page {p}, which is {where} (a double free?); nothing freed"
+            )
+        seen.add(p)
+        pages.append(p)
+    return pages

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, SupportsIndex
 
-from kvref.contract.errors import BlockIdError, InvalidValueError, InvariantViolation, NotHeldError, ReservedBlockError
+from kvref.contract.checks import pages_to_free
+from kvref.contract.errors import BlockIdError, InvalidValueError, InvariantViolation
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 
 __all__ = ["FreeGroupError", "OracleSlotAllocator"]
@@ -155,28 +156,9 @@ class OracleSlotAllocator:
 
     def _pages_of(self, slots: Sequence[int], op: str) -> list[int]:
         """The distinct pages ``slots`` name, in first-named order, each checked (RADIX-606)."""
-        ps, top = self._page, (self._pages + 1) * self._page
-        pending = set(self._group) if self._group else set()
-        seen: set[int] = set()
-        pages: list[int] = []
-        for slot in slots:
-            if not 0 <= slot < top:
-                raise BlockIdError("RADIX-606", f"{op}: slot {slot} outside [0, {top})")
-            p = slot // ps
-            if p == 0:
-                raise ReservedBlockError(
-                    "RADIX-602", f"{op}: slot {slot} is in page 0, the padding page, never handed out"
-                )
-            if p in seen:
-                continue
-            if not self._allocated[p] or p in pending:
-                where = "freed earlier in the open free group" if p in pending else "not allocated"
-                raise NotHeldError(
-                    "RADIX-606", f"{op}: slot {slot} is in page {p}, which is {where} (a double free?); nothing freed"
-                )
-            seen.add(p)
-            pages.append(p)
-        return pages
+        pending = frozenset(self._group) if self._group else frozenset()
+        allocated = self._allocated
+        return pages_to_free(slots, self._page, self._pages, lambda p: bool(allocated[p]), pending, op)
 
     def _release(self, pages: Iterable[int]) -> None:
         allocated = self._allocated
