@@ -159,7 +159,7 @@ def peer_vllm(session: nox.Session) -> None:
 
 @nox.session(name="bench-peers", python=PYTHON)
 def bench_peers(session: nox.Session) -> None:
-    """The benchmarks through kvref's backends and the installable peers (vLLM) in one run.
+    """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators) in one run.
 
     Writes results/bench-peers.json; ``kvref report`` renders it with ratios against the oracle.
     torch's own DeprecationWarnings on vLLM's import are ignored here (the tests treat warnings
@@ -168,6 +168,8 @@ def bench_peers(session: nox.Session) -> None:
     install(session, "bench", "test", "cupy")
     session.install("-c", CONSTRAINTS, VLLM)
     session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)  # its allocators, beside chapter 06's
+    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS)
     os.makedirs("results", exist_ok=True)
     session.run(
         "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--benchmark-max-time=0.3",
