@@ -1,0 +1,48 @@
+"""Meta-tests of chapter 06: the suite and the scheduler machine catch every planted bug, naming its rule.
+
+Allocator bugs run through the conformance suite's token-slot tests (``kvref conformance
+--backend tests.meta.radix_bugs:X -- -k Slots``, `ci` profile, in a subprocess as any backend
+would); tree bugs run under the scheduler machine of ``tests/test_radix_machine.py`` in process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvref.contract.errors import KVRefError
+from kvref.oracle.radix import OracleRadixCache
+from tests.meta.radix_bugs import SLOT_BUGS, TREE_BUGS
+from tests.meta.test_planted_bugs import named_rules, run_suite
+from tests.test_radix_machine import SchedulerMachine
+
+
+@pytest.mark.rule("ERR-502")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(SLOT_BUGS.items()))
+def test_the_slot_suite_catches_the_planted_allocator_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    code, output, results = run_suite(f"tests.meta.radix_bugs:{bug}", tmp_path, "--no-shrink", "--", "-k", "Slots")
+    assert code != 0, f"the token-slot suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+@pytest.mark.rule("RADIX-622", "RADIX-624", "RADIX-625")
+@pytest.mark.parametrize(("tree", "rule_id"), TREE_BUGS.items(), ids=[t.__name__ for t in TREE_BUGS])
+def test_the_scheduler_machine_catches_the_planted_tree_bug(tree: type[OracleRadixCache], rule_id: str) -> None:
+    machine: Any = type(f"Machine_{tree.__name__}", (SchedulerMachine,), {"tree_class": tree})
+    with pytest.raises((AssertionError, KVRefError)) as caught:
+        run_state_machine_as_test(
+            machine, settings=settings(max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
+                                       suppress_health_check=list(HealthCheck))
+        )  # fmt: skip
+    message = str(caught.value)
+    rules = set(re.findall(r"\[?(RADIX-\d{3})\]?", message))
+    assert rule_id in rules, (
+        f"the machine caught {tree.__name__} but its failure names {sorted(rules) or 'no rule'}, "
+        f"not {rule_id}: {message[:600]}"
+    )
