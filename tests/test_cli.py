@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,14 @@ def test_replay_with_backends_runs_every_usable_backend_and_they_count_the_same(
     assert oracle_modes == ["fused", "stepwise"], (
         f"the oracle replays in one call and step by step (TRACE-1019); --backends ran it as {oracle_modes}"
     )
+
+
+def test_replay_tables_piped_to_a_file_cut_no_number() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run(
+        [sys.executable, "-m", "kvref", "replay", "--capacity", "256", "--sweep", "--backends"],  # README command 1
+        capture_output=True, text=True, check=True, env=env,
+    ).stdout  # fmt: skip
+    assert "…" not in out, f"a piped replay table cut a value with an ellipsis:\n{out}"
+    rows = [line for line in out.splitlines() if "│" in line and "lru" in line]
+    assert rows and all(line.rstrip().endswith("│") for line in rows), f"table rows were cut:\n{out}"

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from kvref.cli.console import console
+from kvref.cli.console import print_table
 
 __all__ = ["run_backends", "run_conformance", "run_spec"]
 
@@ -43,7 +43,7 @@ def run_backends(args: argparse.Namespace) -> int:
     for s in statuses:
         detail = ", ".join(sorted(s.capabilities)) if s.usable else s.reason
         table.add_row(s.name, "yes" if s.usable else "no", s.version, s.device, detail)
-    console().print(table)
+    print_table(table)
     return 0
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvref.cli.console import console
+from kvref.cli.console import console, print_table
 
 __all__ = ["compare_backends", "print_backend_runs", "progress", "run_replay"]
 
@@ -94,13 +94,13 @@ def run_replay(args: argparse.Namespace) -> int:
         f"references in blocks of {trace.block_size} tokens, backend {settings.backend}"
     )
     for column in ("blocks", "policy", "block hits", "token hits", "no-evict", "evictions", "blocks/s"):
-        table.add_column(column, justify="right", no_wrap=True)
+        table.add_column(column, justify="right", overflow="fold")
     for r in results:
         table.add_row(
             f"{r.capacity:,}", r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}",
             f"{r.infinite_token_hit_rate:.2%}", f"{r.evictions:,}", f"{r.block_ops_per_second:,.0f}",
         )  # fmt: skip
-    console().print(table)
+    print_table(table)
     if compared:
         print_backend_runs(compared)
     if disagree:
@@ -140,11 +140,11 @@ def print_backend_runs(runs: list[Any]) -> None:
     table.add_column("backend", justify="right")
     table.add_column("replay", justify="right")
     for column in ("block hits", "token hits", "evictions", "same", "blocks/s"):
-        table.add_column(column, justify="right", no_wrap=True)
+        table.add_column(column, justify="right", overflow="fold")
     for r in runs:
         same = "yes" if r.counts() == first.counts() else "NO"
         table.add_row(
             r.backend, r.mode, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
             f"{r.block_ops_per_second:,.0f}",
         )  # fmt: skip
-    console().print(table)
+    print_table(table)
