@@ -213,6 +213,16 @@ class FifoRefreshedByHits(_Buggy):
         super()._pin(ids, holder)
 
 
+class StaleCheckedLast(_Buggy):
+    """``free`` checks the blocks before the generations: a stale reference naming a block out of
+    range is reported as out of range, not as stale (the order of checks, ERR-509)."""
+
+    def _check_release(self, ids: list[int], holder: Hashable, gens: list[int] | None, op: str) -> None:
+        super()._check_release(ids, holder, None, op)
+        if gens is not None:
+            self._check_generations(ids, gens, op)
+
+
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
     class PlantedBackend(OracleBackend):
         name = pool_cls.__name__
@@ -245,6 +255,7 @@ EXPECTED: dict[str, str] = {
     "RemovedForEveryCopy": "PFX-317",
     "EagerEviction": "EVICT-408",
     "FifoRefreshedByHits": "EVICT-406",
+    "StaleCheckedLast": "ERR-509",
 }
 
 for _name in EXPECTED:
