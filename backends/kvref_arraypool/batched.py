@@ -83,8 +83,8 @@ class BatchedCalls(ArrayPoolState):
         groups = [
             (h, self._hids.get(h, -1), np.concatenate(parts), originals) for h, (parts, originals) in by_holder.items()
         ]
-        ids, distinct = self._check_release(host, None, hids, groups, None, op)
-        self._release(ids, hids, distinct)
+        ids, distinct, sole = self._check_release(host, None, hids, groups, None, op)
+        self._release(ids, hids, distinct, sole=sole)
         for (a, _), h in zip(arrays, hs, strict=True):
             self._drop_held(h, len(a))
 

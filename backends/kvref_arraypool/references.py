@@ -98,8 +98,8 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
-        ids, distinct = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
-        self._release(ids, hid, distinct)
+        ids, distinct, sole = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
+        self._release(ids, hid, distinct, sole=sole)
         self._drop_held(holder, len(host))
 
     def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
@@ -129,10 +129,12 @@ class ReferenceCounting(ArrayPoolState):
         groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
         gens: np.ndarray | None,
         op: str,
-    ) -> tuple[Array, bool]:
+    ) -> tuple[Array, bool, bool]:
         """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
 
-        ``groups`` lists each holder with its ids in order, for naming the first bad entry.
+        Also whether they are pairwise distinct, and whether each is held by its entry's holder
+        alone (``sole``: the release then needs no look at shared counts). ``groups`` lists each
+        holder with its ids in order, for naming the first bad entry.
         """
         if gens is not None:
             self._check_generations(host, gens, op)
@@ -140,11 +142,18 @@ class ReferenceCounting(ArrayPoolState):
         if known and self._in_range(host):
             ids = self.ops.asarray(host)
             owner = self._owner[ids]
+            m = len(ids)
+            if m <= self._n:  # distinct and solely held, in one host read (the common release)
+                bad = owner != hids
+                if m > 1:
+                    pos = self._positions[:m]
+                    self._mark[ids] = pos
+                    bad |= self._mark[ids] != pos
+                if not self.ops.any(bad):
+                    return ids, True, True
             distinct = self._distinct(ids)
-            if distinct and not self.ops.any(owner != hids):
-                return ids, True
             if not self.ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
-                return ids, distinct
+                return ids, distinct, False
         for holder, _, g_host, g_items in groups:
             explain_release(self, g_items if g_items is not None else g_host.tolist(), holder, op)
         raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
@@ -173,14 +182,15 @@ class ReferenceCounting(ArrayPoolState):
             have[shared] = self._shared.find(uk[shared], 0)
         return have
 
-    def _release(self, ids: Array, hids: Array | int, distinct: bool) -> None:
+    def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
         """Drop one reference per position (validated); blocks reaching zero leave in list order.
 
-        ``distinct``: the ids are known to be pairwise distinct (saves a check).
+        ``distinct``: the ids are known to be pairwise distinct; ``sole``: each is held by its
+        entry's holder alone (both save a check).
         """
         ops = self.ops
         m = len(ids)
-        if distinct and not ops.any(self._owner[ids] < 0):
+        if distinct and (sole or not ops.any(self._owner[ids] < 0)):
             left = self._ref[ids] - 1
             self._ref[ids] = left
             zeroed = ids[left == 0]

@@ -321,11 +321,11 @@ class ArrayPoolState(PoolShape, PausedHolders):
         groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
         gens: np.ndarray | None,
         op: str,
-    ) -> tuple[Array, bool]:
-        """Refuse a release a holder cannot make, or return the ids on the device; :mod:`.references`."""
+    ) -> tuple[Array, bool, bool]:
+        """Refuse a release a holder cannot make, or return the ids, distinct, sole; :mod:`.references`."""
         raise NotImplementedError
 
-    def _release(self, ids: Array, hids: Array | int, distinct: bool) -> None:
+    def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
         """Drop one reference per position of checked ``ids``; :mod:`.references`."""
         raise NotImplementedError
 
