@@ -24,16 +24,12 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from kvref.contract.checks import pages_to_free
-from kvref.contract.errors import BlockIdError, InvalidValueError
+from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, InvariantViolation
 from kvref.contract.validate import as_count
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["ArraySlotAllocator"]
-
-
-class FreeGroupMisuse(InvalidValueError):
-    """A free group opened twice, or closed unopened (RADIX-607)."""
 
 
 class ArraySlotAllocator:
@@ -142,7 +138,9 @@ class ArraySlotAllocator:
         pending = {int(p) for p in np.flatnonzero(self.ops.to_host(self._pending))}
         originals = items if items is not None else host.tolist()
         pages_to_free(originals, ps, self.num_pages, lambda p: bool(allocated[p]), pending)
-        raise AssertionError("free: the device check refused what the host check accepts")  # pragma: no cover
+        raise InvariantViolation(
+            "ERR-508", "free: the device check refused what the host check accepts"
+        )  # pragma: no cover
 
     def _release(self, pages: Array) -> None:
         m = len(pages)
@@ -158,13 +156,13 @@ class ArraySlotAllocator:
     def free_group_begin(self) -> None:
         """Open a free group (RADIX-607)."""
         if self._group is not None:
-            raise FreeGroupMisuse("RADIX-607", "free_group_begin: a free group is already open; groups do not nest")
+            raise FreeGroupError("RADIX-607", "free_group_begin: a free group is already open; groups do not nest")
         self._group = []
 
     def free_group_end(self) -> None:
         """Release the open group's pages as one free of their concatenation (RADIX-607)."""
         if self._group is None:
-            raise FreeGroupMisuse("RADIX-607", "free_group_end: no free group is open")
+            raise FreeGroupError("RADIX-607", "free_group_end: no free group is open")
         parts, self._group = self._group, None
         if parts:
             pages = self.ops.concat(parts)

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "InvalidValueError",
+    "FreeGroupError",
     "InvariantViolation",
     "KVRefError",
     "NotHeldError",
@@ -52,6 +53,10 @@ class InvalidTypeError(InvalidArgumentError, TypeError):
 
 class InvalidValueError(InvalidArgumentError, ValueError):
     """An argument has an accepted type but a value outside its domain (negative count, ...)."""
+
+
+class FreeGroupError(InvalidValueError):
+    """A free group opened while one is open, or closed when none is (RADIX-607)."""
 
 
 class BlockIdError(InvalidArgumentError, IndexError):

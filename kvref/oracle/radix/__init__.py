@@ -5,7 +5,8 @@ pymllm's, seed 003's versions); :class:`OracleRadixCache` is the radix tree whos
 slots (SGLang's ``RadixCache``).
 """
 
-from kvref.oracle.radix.allocator import FreeGroupError, OracleSlotAllocator
+from kvref.contract.errors import FreeGroupError
+from kvref.oracle.radix.allocator import OracleSlotAllocator
 from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats
 from kvref.oracle.radix.tree import OracleRadixCache
 

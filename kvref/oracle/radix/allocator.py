@@ -18,14 +18,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, SupportsIndex
 
 from kvref.contract.checks import pages_to_free
-from kvref.contract.errors import BlockIdError, InvalidValueError, InvariantViolation
+from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, InvariantViolation
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 
-__all__ = ["FreeGroupError", "OracleSlotAllocator"]
-
-
-class FreeGroupError(InvalidValueError):
-    """A free group opened twice, or closed without being opened (RADIX-607)."""
+__all__ = ["OracleSlotAllocator"]
 
 
 class OracleSlotAllocator:

@@ -13,6 +13,7 @@ how much of the key was already cached; the slots the caller passed for that par
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from itertools import count
 from typing import Any, SupportsIndex
 
@@ -113,7 +114,14 @@ class OracleRadixCache:
                 raise InvalidValueError("ERR-504", f"{op}: token id {t} is negative")
         return tuple(toks[: len(toks) // self._page * self._page])
 
-    def _walk(self, root: Node, key: tuple[int, ...], touch: int | None) -> tuple[Node, int]:
+    def _common(self, child: Node, key: tuple[int, ...], at: int) -> int:
+        """Tokens ``child`` shares with ``key[at:]``, in whole pages (its first page is known to match)."""
+        ps, size, same = self._page, len(child.tokens), self._page
+        while same < size and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
+            same += ps
+        return same
+
+    def _walk(self, root: Node, key: tuple[int, ...], touch: int) -> tuple[Node, int]:
         """The deepest node whose path is a prefix of ``key``, splitting a node the prefix ends inside.
 
         Returns the node and the matched length (a whole number of pages). ``touch`` stamps the
@@ -125,14 +133,11 @@ class OracleRadixCache:
             if child is None:
                 break
             size = len(child.tokens)
-            same = ps
-            while same < size and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
-                same += ps
+            same = self._common(child, key, at)
             if same < size:
                 child = self._split(child, same)
-            if touch is not None:
-                child.access = touch
-                self._leaves.offer(child)
+            child.access = touch
+            self._leaves.offer(child)
             node, at = child, at + same
             if same < size:
                 break
@@ -167,9 +172,7 @@ class OracleRadixCache:
         root = self._root(namespace, "match", create=False)
         if root is None:
             s = self._stats
-            self._stats = RadixStats(
-                s.matches + 1, s.queried_tokens + len(key), s.hit_tokens, s.evicted_tokens, s.resets
-            )
+            self._stats = replace(s, matches=s.matches + 1, queried_tokens=s.queried_tokens + len(key))
             return MatchResult([], 0, 0)
         node, length = self._walk(root, key, self._tick())
         slots: list[int] = []
@@ -179,8 +182,8 @@ class OracleRadixCache:
             node.hits += 1
             self._leaves.offer(node)
         s = self._stats
-        self._stats = RadixStats(
-            s.matches + 1, s.queried_tokens + len(key), s.hit_tokens + length, s.evicted_tokens, s.resets
+        self._stats = replace(
+            s, matches=s.matches + 1, queried_tokens=s.queried_tokens + len(key), hit_tokens=s.hit_tokens + length
         )
         return MatchResult(slots, length, 0 if node.is_root else node.ident)
 
@@ -205,7 +208,7 @@ class OracleRadixCache:
         key = self._aligned(toks, op)
         prio = as_count(priority, op=op, arg="priority")
         root: Node = self._root(namespace, op)  # type: ignore[assignment]  # made when missing
-        node, have = self._peek(root, key)
+        _, have = self._peek(root, key)
         self._check_new_slots(vals[have:], op)
         now = self._tick()
         node, have = self._walk(root, key, now)
@@ -234,9 +237,7 @@ class OracleRadixCache:
             child = node.children.get(key[at : at + ps])
             if child is None:
                 break
-            same = ps
-            while same < len(child.tokens) and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
-                same += ps
+            same = self._common(child, key, at)
             at += same
             if same < len(child.tokens):
                 break
@@ -315,7 +316,7 @@ class OracleRadixCache:
             freed += self._remove(leaf)
         if freed:
             s = self._stats
-            self._stats = RadixStats(s.matches, s.queried_tokens, s.hit_tokens, s.evicted_tokens + freed, s.resets)
+            self._stats = replace(s, evicted_tokens=s.evicted_tokens + freed)
         return freed
 
     def _remove(self, leaf: Node) -> int:
@@ -343,7 +344,7 @@ class OracleRadixCache:
         self._owner.clear()
         self._leaves.clear()
         s = self._stats
-        self._stats = RadixStats(s.matches, s.queried_tokens, s.hit_tokens, s.evicted_tokens, s.resets + 1)
+        self._stats = replace(s, resets=s.resets + 1)
 
     # -------------------------------------------------------------- inspection
 
