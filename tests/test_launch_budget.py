@@ -12,7 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvref_torch.counting import BATCHES, SCENARIOS, SLOT_SCENARIOS, CountLaunches, load_budget, measure  # noqa: E402
+from kvref_torch.counting import (  # noqa: E402
+    ARRAY_SCENARIOS,
+    BATCHES,
+    SCENARIOS,
+    SLOT_SCENARIOS,
+    CountLaunches,
+    load_budget,
+    measure,
+)
 from kvref_torch.ops import TorchOps  # noqa: E402
 
 BUDGET = load_budget()
@@ -20,13 +28,18 @@ COSTS = measure("cpu")
 
 
 def test_the_budget_names_every_scenario_at_every_batch_size() -> None:
-    missing = [(op, n) for op in [*SCENARIOS, *SLOT_SCENARIOS] for n in BATCHES if n not in BUDGET.get(op, {})]
+    missing = [
+        (op, n)
+        for op in [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS]
+        for n in BATCHES
+        if n not in BUDGET.get(op, {})
+    ]
     assert not missing, f"launch_budget.toml has no budget for {missing}; rewrite it with --write"
 
 
 @pytest.mark.rule("CONF-911")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("op", [*SCENARIOS, *SLOT_SCENARIOS])
+@pytest.mark.parametrize("op", [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS])
 def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> None:
     cost, allowed = COSTS[op][batch], BUDGET[op][batch]
     top = ", ".join(f"{name} x{k}" for name, k in cost.by_op.most_common(5))
@@ -34,6 +47,17 @@ def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> 
         f"{op} at batch {batch}: {cost.launches} kernel launches and {cost.syncs} host syncs, the budget allows "
         f"{allowed['launches']} and {allowed['syncs']} (most launched: {top}); make the call cheaper, or raise "
         "the budget on purpose with `python -m kvref_torch.counting --write`"
+    )
+
+
+@pytest.mark.rule("ERR-513")
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("op", [*ARRAY_SCENARIOS])
+def test_the_array_surface_never_waits_for_the_device_on_the_success_path(op: str, batch: int) -> None:
+    cost = COSTS[op][batch]
+    assert cost.syncs == 0, (
+        f"{op} at batch {batch} waited for the device {cost.syncs} time(s); an array-surface alloc within the "
+        "host's free count and every free must not (ERR-513)"
     )
 
 

@@ -23,3 +23,14 @@ def test_the_readme_radix_example_runs_and_leaves_a_consistent_tree() -> None:
     exec(compile(block, "README.md (chapter 06 example)", "exec"), scope)
     tree = scope["tree"]
     assert tree.total_size() == 96, f"the example cached {tree.total_size()} tokens, not its 96 whole-page tokens"  # type: ignore[attr-defined]
+
+
+@pytest.mark.rule("ERR-511", "ERR-512")
+def test_the_readme_array_surface_example_reports_its_double_free(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    (block,) = python_blocks("create_slot_arrays")
+    exec(compile(block.replace("4096, page_size=16)", "4096, page_size=16, device='cpu')"), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[RADIX-606]" in printed and "call 1" in printed and "4048" in printed, (
+        f"the README's array-surface example printed {printed!r}; it promises the double free of call 1 and 4048 slots"
+    )

@@ -122,6 +122,19 @@ class ArrayOps(ABC):
     def first_true(self, mask: Array) -> tuple[Array, Array]:
         """Per row of a 2-d bool array: whether any entry is True, and the column of the first."""
 
+    @abstractmethod
+    def argmax_bool(self, mask: Array) -> Array:
+        """The position of the first True of a non-empty 1-d bool array (0 when none), on the device."""
+
+    @abstractmethod
+    def device_ints(self, values: object) -> Array | None:
+        """``values`` as a 1-d int64 array on this device without a host copy, when it is a 1-d
+        integer array of this library on this device; None for anything else (the host path)."""
+
+    @abstractmethod
+    def cast(self, a: Array, dtype: str) -> Array:
+        """A fresh copy of ``a`` as ``"int32"`` or ``"int64"``: an output the caller owns."""
+
     def count(self, mask: Array) -> int:
         """How many entries of ``mask`` are True (a host int: one device sync)."""
         return int(mask.sum())
@@ -243,6 +256,23 @@ class NumpyLikeOps(ArrayOps):
     def first_true(self, mask: Array) -> tuple[Array, Array]:
         """``any`` and ``argmax`` along axis 1."""
         return mask.any(axis=1), mask.argmax(axis=1).astype(self.xp.int64, copy=False)
+
+    def argmax_bool(self, mask: Array) -> Array:
+        """``xp.argmax`` (the first maximum)."""
+        return self.xp.argmax(mask)
+
+    def device_ints(self, values: object) -> Array | None:
+        """An ``xp`` integer array as int64 (no copy when it is int64 already)."""
+        xp = self.xp
+        if isinstance(values, xp.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+            if values.dtype.kind == "u" and values.dtype.itemsize == 8:
+                return None  # uint64 beyond int64: the host path names the value
+            return values.astype(xp.int64, copy=False)
+        return None
+
+    def cast(self, a: Array, dtype: str) -> Array:
+        """``a.astype(dtype)`` (always a copy)."""
+        return a.astype(dtype, copy=True)
 
     def count(self, mask: Array) -> int:
         """``count_nonzero`` as a host int."""

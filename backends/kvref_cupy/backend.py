@@ -11,11 +11,12 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import SLOT_CAPABILITIES
+from kvref.contract.protocol import ARRAY_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
     from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
 __all__ = ["CupyBackend", "backend"]
@@ -88,7 +89,7 @@ class CupyBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
-        return self.create(2, device="host").capabilities() | SLOT_CAPABILITIES
+        return self.create(2, device="host").capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
@@ -97,6 +98,15 @@ class CupyBackend:
         from kvref_arraypool.slots import ArraySlotAllocator
 
         return ArraySlotAllocator(size, ops=self._ops(self.device(device)), page_size=page_size, sort=sort)
+
+    def create_slot_arrays(
+        self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
+    ) -> DeviceSlotAllocator:
+        """Chapter 06's allocator with the array surface (ERR-510..ERR-514): CuPy (or NumPy) arrays in and out."""
+        from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+        ops = self._ops(self.device(device))
+        return DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype=dtype)
 
     def _ops(self, where: str) -> NumpyLikeOps:
         """NumPy on the host, CuPy on ``cuda:N`` (made current)."""

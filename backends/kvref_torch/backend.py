@@ -11,10 +11,11 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import SLOT_CAPABILITIES
+from kvref.contract.protocol import ARRAY_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
     from kvref_arraypool.pool import ArrayBlockPool
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
 __all__ = ["TorchBackend", "backend"]
@@ -70,7 +71,7 @@ class TorchBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
-        return self.create(2).capabilities() | SLOT_CAPABILITIES
+        return self.create(2).capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
@@ -81,6 +82,16 @@ class TorchBackend:
         from kvref_torch.ops import TorchOps
 
         return ArraySlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort)
+
+    def create_slot_arrays(
+        self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
+    ) -> DeviceSlotAllocator:
+        """Chapter 06's allocator with the array surface (ERR-510..ERR-514): tensors in and out, no host sync."""
+        from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+        from kvref_torch.ops import TorchOps
+
+        return DeviceSlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort, dtype=dtype)
 
     def create(
         self,

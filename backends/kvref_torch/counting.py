@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = [
     "BUDGET_FILE",
     "SCENARIOS",
+    "ARRAY_SCENARIOS",
     "SLOT_SCENARIOS",
     "CallCost",
     "CountLaunches",
@@ -67,6 +68,14 @@ def _boolean_index(args: tuple[Any, ...]) -> bool:
     return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices or ())
 
 
+def _host_scalar(name: str, kwargs: dict[str, Any] | None) -> bool:
+    """A Python number wrapped as a host 0-d tensor (``torch.where(mask, 0, x)``): a kernel argument, no launch."""
+    if name != "scalar_tensor":
+        return False
+    device = (kwargs or {}).get("device")
+    return device is None or torch.device(device).type == "cpu"
+
+
 class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not type-checked here
     """Count the kernel launches and host syncs of everything run inside ``with`` (see the module)."""
 
@@ -92,7 +101,7 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
         name = func.overloadpacket.__name__
         if name in _SYNCING or (name in ("index", "index_put", "index_put_") and _boolean_index(args)):
             self.cost.syncs += 1
-        if not func.is_view and name not in _NO_KERNEL:
+        if not func.is_view and name not in _NO_KERNEL and not _host_scalar(name, kwargs):
             self.cost.launches += 1
             self.cost.by_op[name] += 1
         return func(*args, **(kwargs or {}))
@@ -160,8 +169,29 @@ def _slots_free(slots: Any, n: int) -> Callable[[], object]:
     return lambda: slots.free(ids)
 
 
-#: Chapter 06's token-slot allocator: set-ups on a fresh allocator of pages of one slot.
+def _slots_alloc_arrays(slots: Any, n: int) -> Callable[[], object]:
+    return lambda: slots.alloc(n)
+
+
+def _arrays_free(slots: Any, n: int) -> Callable[[], object]:
+    ids = slots.alloc(n)
+    return lambda: slots.free(ids)
+
+
+def _arrays_pair(slots: Any, n: int) -> Callable[[], object]:
+    """What the issue's table times: allocate ``n`` slots and free them, on the array surface."""
+    return lambda: slots.free(slots.alloc(n))
+
+
+#: Chapter 06's token-slot allocator: set-ups on a fresh allocator of pages of one slot. The
+#: ``slots_*`` scenarios go through the list protocol (a free reads its verdict at once); the
+#: ``slot_arrays_*`` ones through the array surface (ERR-510..ERR-514), int32 ids, nothing read back.
 SLOT_SCENARIOS: dict[str, Scenario] = {"slots_alloc": _slots_alloc, "slots_free": _slots_free}
+ARRAY_SCENARIOS: dict[str, Scenario] = {
+    "slot_arrays_alloc": _slots_alloc_arrays,
+    "slot_arrays_free": _arrays_free,
+    "slot_arrays_pair": _arrays_pair,
+}
 
 #: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
 SCENARIOS: dict[str, Scenario] = {
@@ -181,11 +211,13 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     from kvref_torch.backend import backend
 
     out: dict[str, dict[int, CallCost]] = {}
-    for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS}.items():
+    for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
-            if op in SLOT_SCENARIOS:
-                target: Any = backend.create_slots(size, device=device)
+            if op in ARRAY_SCENARIOS:
+                target: Any = backend.create_slot_arrays(size, device=device)
+            elif op in SLOT_SCENARIOS:
+                target = backend.create_slots(size, device=device)
             else:
                 target = backend.create(size, device=device, policy="lru")
             call = scenario(target, n)

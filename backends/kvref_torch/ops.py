@@ -15,6 +15,9 @@ from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["TorchOps"]
 
+_INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+
 
 class TorchOps(ArrayOps):
     """int64/bool tensors on one torch device."""
@@ -125,6 +128,25 @@ class TorchOps(ArrayOps):
     def first_true(self, mask: Array) -> tuple[Array, Array]:
         """``any`` and ``argmax`` (first maximum) along dim 1; argmax needs a number type."""
         return mask.any(dim=1), mask.to(torch.uint8).argmax(dim=1)
+
+    def argmax_bool(self, mask: Array) -> Array:
+        """``argmax`` of the mask as uint8 (torch has no argmax of bool); the first maximum."""
+        return mask.to(torch.uint8).argmax()
+
+    def device_ints(self, values: object) -> Array | None:
+        """A 1-d integer tensor on this device, as int64 (no copy when it is int64 already)."""
+        if (
+            isinstance(values, torch.Tensor)
+            and values.ndim == 1
+            and values.device == self.torch_device
+            and values.dtype in _INTEGER_DTYPES
+        ):
+            return values.to(torch.int64)
+        return None
+
+    def cast(self, a: Array, dtype: str) -> Array:
+        """``a.to(dtype, copy=True)``."""
+        return a.to(_DTYPES[dtype], copy=True)
 
     def count(self, mask: Array) -> int:
         """``count_nonzero`` as a host int."""

@@ -42,6 +42,9 @@ class Target:
     #: ``slots_factory(size, *, page_size, sort)``: chapter 06's token-slot allocator, where the
     #: target has one (capability ``token-slots``).
     slots_factory: Callable[..., Any] | None = None
+    #: ``slot_arrays_factory(size, *, page_size, sort, dtype)``: the same allocator with the array
+    #: surface (capability ``slot-arrays``, ERR-510..ERR-514).
+    slot_arrays_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -72,6 +75,7 @@ class Target:
             self.device,
             self.profile,
             self.slots_factory,
+            self.slot_arrays_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -103,6 +107,14 @@ class Target:
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no token-slot allocator")
         return self.slots_factory(size, page_size=page_size, sort=sort)
+
+    def create_slot_arrays(self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32") -> Any:
+        """A new token-slot allocator with the array surface (ERR-510); ConfigError where it has none."""
+        if self.slot_arrays_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no array surface for its token slots")
+        return self.slot_arrays_factory(size, page_size=page_size, sort=sort, dtype=dtype)
 
     @classmethod
     def from_factory(
@@ -143,4 +155,10 @@ class Target:
         if resolved_device.startswith("cuda"):  # what a pool has on this very device (cuda-graph)
             capabilities |= frozenset(factory(2).capabilities())
         slots = slots_factory if make_slots is not None else None
-        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots)
+        make_arrays = getattr(backend, "create_slot_arrays", None)
+
+        def slot_arrays_factory(size: int, **kwargs: Any) -> Any:
+            return make_arrays(size, device=device, **kwargs)  # type: ignore[misc]
+
+        arrays = slot_arrays_factory if make_arrays is not None else None
+        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays)

@@ -14,6 +14,7 @@ from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.replay import ReplaySuite
+from kvref_conformance.suites.slot_arrays import SlotArraysSuite
 from kvref_conformance.suites.slots import SlotAllocatorSuite
 from kvref_conformance.suites.stateful import StatefulSuite
 
@@ -48,6 +49,10 @@ class TestCudaGraph(CudaGraphSuite):
 
 class TestSlots(SlotAllocatorSuite):
     """Chapter 06's token-slot allocator, where the selected backend has one."""
+
+
+class TestSlotArrays(SlotArraysSuite):
+    """Chapter 06's allocator with the array surface (ERR-510..ERR-514), where the selected backend has one."""
 
 
 class TestReplay(ReplaySuite):

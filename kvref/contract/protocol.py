@@ -40,6 +40,7 @@ __all__ = [
     "SupportsSnapshot",
     "ReplayedBatch",
     "SLOT_CAPABILITIES",
+    "ARRAY_CAPABILITIES",
     "STANDARD_CAPABILITIES",
 ]
 
@@ -59,6 +60,7 @@ CAPABILITIES: dict[str, str] = {
     "token-slots": "hands out token slots in pages (create_slots: chapter 06's allocator)",
     "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
     "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
+    "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
@@ -74,7 +76,14 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset({"token-slots", "slot-versions", "
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
 #: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
 #: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
-STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {"replay", "cuda-graph", *SLOT_CAPABILITIES}
+#: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
+ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays"})
+STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
+    "replay",
+    "cuda-graph",
+    *SLOT_CAPABILITIES,
+    *ARRAY_CAPABILITIES,
+}
 
 
 class BlockState(StrEnum):

@@ -2,8 +2,10 @@
 
 Every backend with ``create_slots`` (the oracle, torch, CuPy) and, where SGLang imports (``nox
 -s bench-peers``), SGLang's own ``TokenToKVPoolAllocator``, in one run so a report can put them as
-ratios. The device allocators are driven through their array form (``alloc_ids``), as an engine
-keeping slot ids on the device would; SGLang's through its tensors.
+ratios. The device allocators are driven through their list form with device ids (``alloc_ids``)
+and, as ``NAME-arrays``, through the array surface (``create_slot_arrays``: int32 ids, every free
+checked on the device, no host sync), as an engine keeping slot ids on the device would; SGLang's
+through its tensors.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def slot_backends() -> list[str]:
     """Usable backends that make token-slot allocators, and ``sglang-direct`` where SGLang imports."""
     names = [s.name for s in backend_statuses() if s.usable and "token-slots" in s.capabilities]
     names = [n for n in names if not n.startswith("sglang")]
+    names += [f"{s.name}-arrays" for s in backend_statuses() if s.usable and "slot-arrays" in s.capabilities]
     try:
         import sglang.srt.mem_cache.allocator  # noqa: F401
     except Exception:  # SGLang absent, or a dependency of it
@@ -38,6 +41,9 @@ def pair(name: str, size: int, device: str | None) -> tuple[Callable[[int], Any]
 
         sglang = TokenToKVPoolAllocator(size, torch.float16, device or "cpu", None, False)
         return sglang.alloc, sglang.free
+    if name.endswith("-arrays"):  # the array surface (ERR-510): int32 ids, checked on the device, no sync
+        arrays: Any = load_backend(name.removesuffix("-arrays")).create_slot_arrays(size, device=device)
+        return arrays.alloc, arrays.free
     backend: Any = load_backend(name)
     allocator = backend.create_slots(size, device=None if name == "oracle" else device)
     return getattr(allocator, "alloc_ids", allocator.alloc), allocator.free

@@ -17,6 +17,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvref.contract.errors import KVRefError
 from kvref.oracle.radix import OracleRadixCache
+from tests.meta.array_surface_bugs import ARRAY_BUGS
 from tests.meta.radix_bugs import SLOT_BUGS, TREE_BUGS
 from tests.meta.test_planted_bugs import named_rules, run_suite
 from tests.test_radix_machine import SchedulerMachine
@@ -38,6 +39,7 @@ def test_the_scheduler_machine_catches_the_planted_tree_bug(tree: type[OracleRad
     with pytest.raises((AssertionError, KVRefError)) as caught:
         run_state_machine_as_test(
             machine, settings=settings(max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
+                                       report_multiple_bugs=False,
                                        suppress_health_check=list(HealthCheck))
         )  # fmt: skip
     message = str(caught.value)
@@ -46,3 +48,13 @@ def test_the_scheduler_machine_catches_the_planted_tree_bug(tree: type[OracleRad
         f"the machine caught {tree.__name__} but its failure names {sorted(rules) or 'no rule'}, "
         f"not {rule_id}: {message[:600]}"
     )
+
+
+@pytest.mark.rule("ERR-510", "ERR-511", "ERR-512", "ERR-513")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(ARRAY_BUGS.items()))
+def test_the_array_surface_suite_catches_the_planted_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    target = f"tests.meta.array_surface_bugs:{bug}"
+    code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "SlotArrays")
+    assert code != 0, f"the array-surface suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"

@@ -14,6 +14,7 @@ slot, bumped by every allocation: seed 003's staleness check), and the open free
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, SupportsIndex
 
@@ -50,7 +51,7 @@ class OracleSlotAllocator:
         self._sort = sort
         self._version = [0] * ((self._pages + 1) * ps)
         self._allocated = bytearray(self._pages + 1)
-        self._free: list[int] = []
+        self._free: deque[int] = deque()
         self._released: list[int] = []
         self._group: list[int] | None = None
         self.clear()
@@ -108,8 +109,8 @@ class OracleSlotAllocator:
             return None
         if want > len(self._free):
             self._merge()
-        pages = self._free[:want]
-        del self._free[:want]
+        take = self._free.popleft
+        pages = [take() for _ in range(want)]  # a deque: taking from the front costs the pages taken, not the list
         out: list[int] = []
         version, allocated = self._version, self._allocated
         for p in pages:
@@ -125,7 +126,7 @@ class OracleSlotAllocator:
         self._free.extend(self._released)
         self._released.clear()
         if self._sort:
-            self._free.sort()
+            self._free = deque(sorted(self._free))
 
     def merge_and_sort_free(self) -> None:
         """Merge released pages into the free list now (SGLang's name; a no-op without released pages)."""
@@ -178,7 +179,7 @@ class OracleSlotAllocator:
 
     def clear(self) -> None:
         """Every page free, in ascending order; no release list, no open group; versions kept (RADIX-609)."""
-        self._free = list(range(1, self._pages + 1))
+        self._free = deque(range(1, self._pages + 1))
         self._released = []
         self._group = None
         for p in range(len(self._allocated)):
@@ -210,7 +211,7 @@ class OracleSlotAllocator:
 
     def free_order(self) -> list[int]:
         """Pages in the order ``alloc`` would take them now, merging as it would (RADIX-610)."""
-        pending = self._free + self._released
+        pending = [*self._free, *self._released]
         return sorted(pending) if self._sort and self._released else pending
 
     def snapshot(self) -> dict[str, Any]:
@@ -225,7 +226,7 @@ class OracleSlotAllocator:
 
     def check_invariants(self) -> None:
         """Every page is in exactly one place: free, released or allocated; page 0 never (RADIX-611)."""
-        places = self._free + self._released
+        places = [*self._free, *self._released]
         if len(set(places)) != len(places):
             raise InvariantViolation("RADIX-611", f"check_invariants: a page is listed twice among free {places}")
         if 0 in places or any(not 1 <= p <= self._pages for p in places):
