@@ -42,7 +42,8 @@ def pair(name: str, size: int, device: str | None) -> tuple[Callable[[int], Any]
         sglang = TokenToKVPoolAllocator(size, torch.float16, device or "cpu", None, False)
         return sglang.alloc, sglang.free
     if name.endswith("-arrays"):  # the array surface (ERR-510): int32 ids, checked on the device, no sync
-        arrays: Any = load_backend(name.removesuffix("-arrays")).create_slot_arrays(size, device=device)
+        maker: Any = load_backend(name.removesuffix("-arrays"))
+        arrays = maker.create_slot_arrays(size, device=device)
         return arrays.alloc, arrays.free
     backend: Any = load_backend(name)
     allocator = backend.create_slots(size, device=None if name == "oracle" else device)
