@@ -1,7 +1,8 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
 ``nox`` runs the default sessions (tests, conformance per backend, the peers vLLM, SGLang and
-Megatron-Core, lint, typecheck, spec): the test command of README.md.
+Megatron-Core, the fused kernels under Triton's interpreter, lint, typecheck, spec): the test
+command of README.md.
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
@@ -21,6 +22,7 @@ nox.options.sessions = [
     "peer-vllm",
     "peer-sglang",
     "peer-megatron",
+    "kernels",
     "lint",
     "typecheck",
     "spec",
@@ -224,3 +226,13 @@ def peer_megatron(session: nox.Session) -> None:
     )
     session.run("python", "-c", _UNPACK, wheels)
     session.run("kvref", "conformance", "--backend", "megatron", "--profile", "ci", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def kernels(session: nox.Session) -> None:
+    """The torch-triton backend's fused kernels under Triton's interpreter (no GPU needed):
+    beside the array path (tests/test_slot_kernels.py), and through chapter 06's suites."""
+    install(session, "test", "triton", torch=True)
+    env = {"TRITON_INTERPRET": "1", "CI": os.environ.get("CI", "1")}
+    session.run("pytest", "tests/test_slot_kernels.py", *session.posargs, env=env)
+    session.run("kvref", "conformance", "--backend", "torch-triton", "--profile", "ci", "--", "-k", "Slot", env=env)

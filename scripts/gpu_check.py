@@ -8,7 +8,8 @@ uses the interpreter it runs in:
    whatever is missing (carry its wheel: ``pip install --no-index --no-deps WHEEL``);
 2. it installs kvref from this checkout, editable, without dependencies and without an index;
 3. it runs the conformance suite of torch and CuPy on ``cuda:0`` (results in ``results/gpu/``,
-   the device named in each file), the CUDA tests and the benchmarks on ``cuda:0``.
+   the device named in each file), the CUDA tests, the fused Triton kernels of ``torch-triton``
+   (where Triton is installed) and the benchmarks on ``cuda:0``.
 
 Run it from the repository root: ``python scripts/gpu_check.py [--skip-bench] [-- PYTEST ARGS]``.
 It exits non-zero at the first step that fails, and with status 3 (saying why) where there is no
@@ -66,6 +67,12 @@ def main() -> int:
         run("-m", "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
             "--results", RESULTS)  # fmt: skip
     run("-m", "pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
+    if importlib.util.find_spec("triton") is not None:  # the fused kernels, compiled: beside the array path
+        run("-m", "pytest", "tests/test_slot_kernels.py", "-p", "no:cacheprovider")
+        run("-m", "kvref", "conformance", "--backend", "torch-triton", "--device", "cuda:0", "--profile", "ci",
+            "--results", RESULTS, "--", "-k", "Slot")  # fmt: skip
+    else:
+        print("gpu_check: triton is not installed: the torch-triton kernels are not checked", file=sys.stderr)
     if not args.skip_bench:
         run("-m", "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--kvref-bench-device=cuda:0",
             f"--benchmark-json={RESULTS}/bench.json", "-p", "no:cacheprovider", *args.pytest_args)  # fmt: skip

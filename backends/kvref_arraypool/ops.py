@@ -127,9 +127,10 @@ class ArrayOps(ABC):
         """The position of the first True of a non-empty 1-d bool array (0 when none), on the device."""
 
     @abstractmethod
-    def device_ints(self, values: object) -> Array | None:
+    def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
         """``values`` as a 1-d int64 array on this device without a host copy, when it is a 1-d
-        integer array of this library on this device; None for anything else (the host path)."""
+        integer array of this library on this device; None for anything else (the host path).
+        ``any_width``: keep a narrower integer dtype as it is (for a kernel that reads it)."""
 
     @abstractmethod
     def cast(self, a: Array, dtype: str) -> Array:
@@ -261,13 +262,13 @@ class NumpyLikeOps(ArrayOps):
         """``xp.argmax`` (the first maximum)."""
         return self.xp.argmax(mask)
 
-    def device_ints(self, values: object) -> Array | None:
+    def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
         """An ``xp`` integer array as int64 (no copy when it is int64 already)."""
         xp = self.xp
         if isinstance(values, xp.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
             if values.dtype.kind == "u" and values.dtype.itemsize == 8:
                 return None  # uint64 beyond int64: the host path names the value
-            return values.astype(xp.int64, copy=False)
+            return values if any_width else values.astype(xp.int64, copy=False)
         return None
 
     def cast(self, a: Array, dtype: str) -> Array:

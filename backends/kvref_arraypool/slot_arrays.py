@@ -22,7 +22,7 @@ entries are sent to a dump slot past the end of each list, so no write depends o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, SupportsIndex
+from typing import Any, Protocol, SupportsIndex
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from kvref_arraypool.deferred import DeviceErrorRecord, ErrorKind
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["SLOT_ERRORS", "DeviceSlotAllocator"]
+__all__ = ["SLOT_ERRORS", "DeviceSlotAllocator", "SlotKernels"]
 
 #: The errors a device-checked ``free`` records (ERR-511), by code; RADIX-606 and RADIX-602.
 SLOT_ERRORS = {
@@ -44,6 +44,32 @@ SLOT_ERRORS = {
         "is in a page that is not allocated or was freed earlier in the open group (a double free?)",
     ),
 }
+
+
+class SlotKernels(Protocol):
+    """Fused ``alloc`` and ``free`` for one array library and device (``kvref_torch.slot_kernels``).
+
+    Each does in one launch what the array path of :class:`DeviceSlotAllocator` does, over the
+    same arrays and record, with the same result; ``free`` handles up to ``max_free`` entries and
+    returns each entry's page and whether it was kept (released, or marked in an open group).
+    """
+
+    name: str
+    max_free: int
+
+    def alloc(
+        self, *, ring: Array, state: Array, version: Array, record: Array, head: int, want: int, num_pages: int,
+        page_size: int, dtype: str,
+    ) -> Array:  # fmt: skip
+        """Take ``want`` pages from ``ring`` at ``head``; the fresh slots in ``dtype``."""
+
+    def free(
+        self, *, slots: Array, state: Array, first: Array, ring: Array, released: Array, record: Array, head: int,
+        num_pages: int, page_size: int, sort: bool, group: bool,
+    ) -> tuple[Array, Array]:  # fmt: skip
+        """Check ``slots`` and release (or, in a group, mark) their pages; each entry's page and kept flag."""
+
+
 _RING, _RELEASED = 0, 1  # the record's counters: the ring's length, the release list's length
 _DTYPES = ("int32", "int64")
 _FREE, _HELD, _PENDING = 0, 1, 2  # a page's state
@@ -64,6 +90,7 @@ class DeviceSlotAllocator:
         page_size: SupportsIndex = 1,
         sort: bool = True,
         dtype: str = "int32",
+        kernels: SlotKernels | None = None,
     ) -> None:
         op = "DeviceSlotAllocator"
         n = as_count(size, op=op, arg="size")
@@ -79,6 +106,8 @@ class DeviceSlotAllocator:
         if dtype == "int32" and n + ps > 2**31:
             raise InvalidValueError("ERR-510", f"{op}: {n + ps} slot ids do not fit int32; ask for dtype='int64'")
         self.ops = ops
+        #: Fused kernels for ``alloc`` and ``free`` (one launch each), or None: array operations.
+        self.kernels = kernels
         self.size, self.page_size, self.num_pages, self.sort, self.dtype = n, ps, n // ps, sort, dtype
         pages = self.num_pages
         # Each list has a dump slot at index ``pages`` for the writes of refused entries.
@@ -150,11 +179,22 @@ class DeviceSlotAllocator:
                 return None
             if want > self._floor:
                 self._merge()
+        if self.kernels is not None:
+            return self._alloc_fused(self.kernels, want)
         pages = self._pop(want)
         self._state[pages] = _HELD
         slots = pages if ps == 1 else (pages[:, None] * ps + self._offsets[None, :]).reshape(-1)
         self.ops.scatter_add(self._version, slots, 1)
         return self.ops.cast(slots, self.dtype)
+
+    def _alloc_fused(self, kernels: SlotKernels, want: int) -> Array:
+        head = self._head
+        self._head = (head + want) % self.num_pages
+        self._floor -= want
+        return kernels.alloc(
+            ring=self._ring, state=self._state, version=self._version, record=self.record.array, head=head,
+            want=want, num_pages=self.num_pages, page_size=self.page_size, dtype=self.dtype,
+        )  # fmt: skip
 
     def _pop(self, want: int) -> Array:
         """The first ``want`` pages of the ring (the floor covers them); the head and counts move past them."""
@@ -195,13 +235,25 @@ class DeviceSlotAllocator:
         free changes nothing; :meth:`check` raises its error.
         """
         ops, ps = self.ops, self.page_size
-        given = ops.device_ints(slots)
+        fused = self.kernels is not None
+        given = ops.device_ints(slots, any_width=fused)
         if given is None:
             host, _ = index_array(slots, op="free", arg="indices")
             given = ops.asarray(host)
         m = len(given)
         if m == 0:
             return
+        if self.kernels is not None and m <= self.kernels.max_free:
+            page, keep = self.kernels.free(
+                slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
+                record=self.record.array, head=self._head, num_pages=self.num_pages, page_size=ps, sort=self.sort,
+                group=self._group is not None,
+            )  # fmt: skip
+            if self._group is not None:
+                self._group.append((page, keep))
+            self._unconfirmed = True
+            return
+        given = ops.cast(given, "int64") if fused else given  # the array path works in int64
         out = (given < 0) | (given >= (self.num_pages + 1) * ps)
         page = ops.where(out, 0, given // ps)
         held = self._state[page] == _HELD

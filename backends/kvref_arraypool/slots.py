@@ -29,9 +29,19 @@ class ArraySlotAllocator:
     """Token slots in pages over device arrays; the oracle's allocator, slot for slot (chapter 06)."""
 
     def __init__(self, size: SupportsIndex, *, ops: ArrayOps, page_size: SupportsIndex = 1, sort: bool = True) -> None:
+        self._adopt(DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype="int64"))
+
+    @classmethod
+    def over(cls, arrays: DeviceSlotAllocator) -> ArraySlotAllocator:
+        """The list protocol over an existing array-surface allocator (with fused kernels, say)."""
+        self = cls.__new__(cls)
+        self._adopt(arrays)
+        return self
+
+    def _adopt(self, arrays: DeviceSlotAllocator) -> None:
         #: The array surface underneath (ERR-510..ERR-514): what an engine on a GPU calls.
-        self.arrays = DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype="int64")
-        self.ops = ops
+        self.arrays = arrays
+        self.ops = arrays.ops
         self.size, self.page_size, self.num_pages, self.sort = (
             self.arrays.size,
             self.arrays.page_size,

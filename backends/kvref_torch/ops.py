@@ -133,7 +133,7 @@ class TorchOps(ArrayOps):
         """``argmax`` of the mask as uint8 (torch has no argmax of bool); the first maximum."""
         return mask.to(torch.uint8).argmax()
 
-    def device_ints(self, values: object) -> Array | None:
+    def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
         """A 1-d integer tensor on this device, as int64 (no copy when it is int64 already)."""
         if (
             isinstance(values, torch.Tensor)
@@ -141,7 +141,7 @@ class TorchOps(ArrayOps):
             and values.device == self.torch_device
             and values.dtype in _INTEGER_DTYPES
         ):
-            return values.to(torch.int64)
+            return values if any_width else values.to(torch.int64)
         return None
 
     def cast(self, a: Array, dtype: str) -> Array:
