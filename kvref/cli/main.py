@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("trace", nargs="?", help="JSON Lines trace (Mooncake format); default: the built-in workload")
     rep.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
     rep.add_argument("--device", help="device for device backends")
-    rep.add_argument("--policy", action="append", help="eviction policy; repeat for several (default: all four)")
+    rep.add_argument(
+        "--policy", action="append", help="eviction policy; repeat for several (default: every policy of the cache)"
+    )
     rep.add_argument("--capacity", type=int, action="append", help="cache capacity in blocks; repeat for several")
     rep.add_argument(
         "--sweep", action="store_true", help="several capacities (x1/8 .. x2 of one given) and the offline optimum"
@@ -58,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         "--stepwise",
         action="store_true",
         help="replay by protocol calls even on a backend with a one-call replay (same counts, slower)",
+    )
+    rep.add_argument(
+        "--cache",
+        default="hash",
+        choices=["hash", "radix", "both"],
+        help="the hash-block prefix cache (chapter 03), chapter 06's radix cache, or both side by side",
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
     rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")

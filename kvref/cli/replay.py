@@ -43,7 +43,6 @@ def run_replay(args: argparse.Namespace) -> int:
 
     from kvref.config.registry import create_pool
     from kvref.config.settings import load_settings
-    from kvref.contract.policies import EvictionPolicy
     from kvref.simulation.replay import replay
     from kvref.simulation.traces import load_trace
 
@@ -54,17 +53,7 @@ def run_replay(args: argparse.Namespace) -> int:
         from kvref.simulation.workloads import workload_trace
 
         trace = workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=settings.hash)
-    if args.policy:
-        policies = args.policy
-    elif settings.sources["policy"] != "default":
-        policies = [settings.policy]
-    else:
-        policies = [p.value for p in EvictionPolicy]
-    capacities = sorted(set(args.capacity or [10_000]))
-    if args.sweep and len(capacities) == 1:
-        base = capacities[0]
-        capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
-    runs = [(c, p) for c in capacities for p in [*policies, *(["belady"] if args.sweep else [])]]
+    runs = planned_runs(args, settings)
     results = []
     with progress(enabled=not args.json and len(runs) > 1) as advance:
         for capacity, policy in runs:
@@ -72,6 +61,10 @@ def run_replay(args: argparse.Namespace) -> int:
                 from kvref.simulation.belady import belady_replay
 
                 results.append(belady_replay(trace, capacity, warmup=args.warmup))
+            elif policy.startswith("radix-"):
+                from kvref.simulation.radix_replay import radix_replay
+
+                results.append(radix_replay(trace, capacity, policy=policy.removeprefix("radix-"), warmup=args.warmup))
             else:
                 pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
                 results.append(
@@ -109,12 +102,48 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str]]:
+    """(capacity, policy) of every replay asked for: hash-cache policies, ``radix-*`` ones (TRACE-1022), Belady."""
+    from kvref.contract.errors import InvalidValueError
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.simulation.radix_replay import RADIX_POLICIES
+
+    caches = {"hash": ["hash"], "radix": ["radix"], "both": ["hash", "radix"]}[args.cache]
+    named = args.policy or ([settings.policy] if settings.sources["policy"] != "default" else None)
+    policies: list[str] = []
+    hash_policies = [p.value for p in EvictionPolicy]
+    if args.cache == "hash":  # a bad name is refused by the pool, naming the hash cache's policies
+        policies += named or hash_policies
+    elif "hash" in caches:
+        policies += [p for p in named if p in hash_policies] if named else hash_policies
+    if "radix" in caches:
+        wanted = [p for p in named if p in RADIX_POLICIES] if named else list(RADIX_POLICIES)
+        if named and args.cache == "radix" and not wanted:
+            raise InvalidValueError(
+                "TRACE-1021", f"replay --cache radix: none of {named} is a radix policy {RADIX_POLICIES}"
+            )
+        policies += [f"radix-{p}" for p in wanted]
+    if not policies:
+        raise InvalidValueError(
+            "TRACE-1022", f"replay --cache both: none of {named} is a policy of either cache "
+            f"(hash: {hash_policies}; radix: {list(RADIX_POLICIES)})",
+        )  # fmt: skip
+    capacities = sorted(set(args.capacity or [10_000]))
+    if args.sweep and len(capacities) == 1:
+        base = capacities[0]
+        capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
+    return [(c, p) for c in capacities for p in [*policies, *(["belady"] if args.sweep else [])]]
+
+
 def compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:
     """The largest capacity and first policy of the run, replayed once on every usable backend (TRACE-1018)."""
     from kvref.config.registry import backend_statuses, create_pool
     from kvref.simulation.replay import replay
 
-    run = max((r for r in results if r.policy != "belady"), key=lambda r: r.capacity)
+    hashed = [r for r in results if r.policy != "belady" and not r.policy.startswith("radix-")]
+    if not hashed:  # --cache radix: the radix cache has one implementation, the oracle's
+        return []
+    run = max(hashed, key=lambda r: r.capacity)
     out = []
     for status in sorted(backend_statuses(), key=lambda s: s.name != "oracle"):
         if not status.usable:
