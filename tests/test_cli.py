@@ -102,3 +102,11 @@ def test_replay_tables_piped_to_a_file_cut_no_number() -> None:
     assert "…" not in out, f"a piped replay table cut a value with an ellipsis:\n{out}"
     rows = [line for line in out.splitlines() if "│" in line and "lru" in line]
     assert rows and all(line.rstrip().endswith("│") for line in rows), f"table rows were cut:\n{out}"
+
+
+@pytest.mark.rule("ERR-504")
+@pytest.mark.parametrize("capacity", ["-5", "0"])
+def test_a_bad_capacity_is_refused_in_the_users_own_numbers(capacity: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--capacity", capacity]) == 2
+    said = capsys.readouterr().err
+    assert f"got {capacity}" in said and "ERR-504" in said, f"replay --capacity {capacity} said {said!r}"

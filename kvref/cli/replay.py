@@ -129,6 +129,9 @@ def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str
             f"(hash: {hash_policies}; radix: {list(RADIX_POLICIES)})",
         )  # fmt: skip
     capacities = sorted(set(args.capacity or [10_000]))
+    bad = [c for c in capacities if c < 1]
+    if bad:  # refused here, in the user's numbers (the pool would see capacity + 1 for its reserved block)
+        raise InvalidValueError("ERR-504", f"replay: --capacity must be at least 1 block, got {bad[0]}")
     if args.sweep and len(capacities) == 1:
         base = capacities[0]
         capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
