@@ -187,14 +187,21 @@ SGLANG_IMPORTS = [
     "orjson", "psutil", "pybase64", "requests", "triton", "packaging", "pillow", "starlette", "msgspec",
     "pydantic", "pyzmq", "tqdm", "ipython", "aiohttp",
 ]  # fmt: skip
+#: What SGLang's RadixCache imports on top (its model configurations import transformers), pinned
+#: as sglang 0.5.23 pins transformers; torchvision has a stand-in (peers/sglang_radix.py).
+SGLANG_RADIX_IMPORTS = [
+    "transformers==5.19.0", "dill==0.4.1", "apache-tvm-ffi==0.1.15.post2", "sentencepiece==0.2.3",
+    "compressed-tensors==0.20.0", "gguf==0.19.0",
+]  # fmt: skip
 
 
 @nox.session(name="peer-sglang", python=PYTHON)
 def peer_sglang(session: nox.Session) -> None:
-    """The conformance suite on SGLang's token and paged allocators; writes results/conformance/sglang*.json."""
+    """The conformance suite on SGLang's token and paged allocators and its RadixCache over them;
+    writes results/conformance/sglang*.json."""
     install(session, "conformance", torch=True)
     session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
-    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS)
+    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
     for backend in ("sglang", "sglang-paged"):
         session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
 

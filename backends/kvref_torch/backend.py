@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
+    from kvref.oracle.radix import OracleRadixCache
+
 __all__ = ["TorchBackend", "backend"]
 
 
@@ -82,6 +84,15 @@ class TorchBackend:
         from kvref_torch.ops import TorchOps
 
         return ArraySlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort)
+
+    def create_radix(
+        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+    ) -> tuple[ArraySlotAllocator, OracleRadixCache]:
+        """Chapter 06's allocator on device arrays and the oracle's radix tree over it, on the host (as SGLang's)."""
+        from kvref.oracle.radix import OracleRadixCache
+
+        slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
+        return slots, OracleRadixCache(slots, policy=policy)
 
     def create_slot_arrays(
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None

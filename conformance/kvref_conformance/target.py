@@ -45,6 +45,9 @@ class Target:
     #: ``slot_arrays_factory(size, *, page_size, sort, dtype)``: the same allocator with the array
     #: surface (capability ``slot-arrays``, ERR-510..ERR-514).
     slot_arrays_factory: Callable[..., Any] | None = None
+    #: ``radix_factory(size, *, page_size, policy, sort)``: chapter 06's allocator and a radix
+    #: tree over it, as a pair (capability ``radix-cache``).
+    radix_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -76,6 +79,7 @@ class Target:
             self.profile,
             self.slots_factory,
             self.slot_arrays_factory,
+            self.radix_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -107,6 +111,14 @@ class Target:
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no token-slot allocator")
         return self.slots_factory(size, page_size=page_size, sort=sort)
+
+    def create_radix(self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True) -> Any:
+        """A new (allocator, radix tree) pair of the implementation (chapter 06); ConfigError where it has none."""
+        if self.radix_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no radix cache")
+        return self.radix_factory(size, page_size=page_size, policy=policy, sort=sort)
 
     def create_slot_arrays(self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32") -> Any:
         """A new token-slot allocator with the array surface (ERR-510); ConfigError where it has none."""
@@ -161,4 +173,10 @@ class Target:
             return make_arrays(size, device=device, **kwargs)  # type: ignore[misc]
 
         arrays = slot_arrays_factory if make_arrays is not None else None
-        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays)
+        make_radix = getattr(backend, "create_radix", None)
+
+        def radix_factory(size: int, **kwargs: Any) -> Any:
+            return make_radix(size, device=device, **kwargs)  # type: ignore[misc]
+
+        radix = radix_factory if make_radix is not None else None
+        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix)

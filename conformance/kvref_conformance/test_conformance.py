@@ -13,6 +13,7 @@ from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
+from kvref_conformance.suites.radix import RadixCacheSuite
 from kvref_conformance.suites.replay import ReplaySuite
 from kvref_conformance.suites.slot_arrays import SlotArraysSuite
 from kvref_conformance.suites.slots import SlotAllocatorSuite
@@ -49,6 +50,10 @@ class TestCudaGraph(CudaGraphSuite):
 
 class TestSlots(SlotAllocatorSuite):
     """Chapter 06's token-slot allocator, where the selected backend has one."""
+
+
+class TestRadix(RadixCacheSuite):
+    """Chapter 06's radix cache over its allocator, where the selected backend has one."""
 
 
 class TestSlotArrays(SlotArraysSuite):

@@ -60,6 +60,8 @@ CAPABILITIES: dict[str, str] = {
     "token-slots": "hands out token slots in pages (create_slots: chapter 06's allocator)",
     "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
     "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
+    "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
+    "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
@@ -71,7 +73,9 @@ CAPABILITIES: dict[str, str] = {
 }
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
-SLOT_CAPABILITIES: frozenset[str] = frozenset({"token-slots", "slot-versions", "slot-order"})
+SLOT_CAPABILITIES: frozenset[str] = frozenset(
+    {"token-slots", "slot-versions", "slot-order", "radix-cache", "radix-receipts"}
+)
 
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
 #: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool

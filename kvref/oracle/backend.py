@@ -9,6 +9,7 @@ from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import SLOT_CAPABILITIES
 from kvref.oracle.blockpool.pool import OracleBlockPool
 from kvref.oracle.radix.allocator import OracleSlotAllocator
+from kvref.oracle.radix.tree import OracleRadixCache
 
 __all__ = ["OracleBackend", "backend"]
 
@@ -44,6 +45,13 @@ class OracleBackend:
         """A new :class:`OracleSlotAllocator` of ``size`` slots in pages of ``page_size`` (chapter 06)."""
         self.device(device)
         return OracleSlotAllocator(size, page_size=page_size, sort=sort)
+
+    def create_radix(
+        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+    ) -> tuple[OracleSlotAllocator, OracleRadixCache]:
+        """A new allocator and an :class:`OracleRadixCache` over it under ``policy`` (chapter 06)."""
+        slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
+        return slots, OracleRadixCache(slots, policy=policy)
 
     def create(
         self,

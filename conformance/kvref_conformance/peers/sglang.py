@@ -125,6 +125,28 @@ class SglangSlots:
         """``allocator.clear``."""
         self.allocator.clear()
 
+    @property
+    def num_pages(self) -> int:
+        """Pages ``1 .. num_pages`` (page 0 is the padding page)."""
+        return self.size // self.page_size
+
+    def is_allocated(self, slot: int) -> bool:
+        """Whether ``slot``'s page is on neither of SGLang's lists (an observation: its free and release lists)."""
+        page = slot // self.page_size
+        lists = [p for p in (self.allocator.free_pages, self.allocator.release_pages) if p is not None]
+        return 0 < page <= self.num_pages and not any(page in self._torch.as_tensor(p).tolist() for p in lists)
+
+
+def _radix_cache_imports() -> bool:
+    """Whether SGLang's ``RadixCache`` imports here (it needs ``transformers``; ``nox -s peer-sglang`` has it)."""
+    try:
+        from kvref_conformance.peers.sglang_radix import load_radix_cache
+
+        load_radix_cache()
+    except Exception:  # SGLang's import chain raises more than ImportError when a dependency is missing
+        return False
+    return True
+
 
 class SglangBackend:
     """The ``sglang`` (token allocator) and ``sglang-paged`` (pages of :data:`PAGE_SIZE`) entry points."""
@@ -166,7 +188,8 @@ class SglangBackend:
         compared by counts only.
         """
         order = {"slot-order"} if self.page_size == 1 else set()
-        return frozenset({"pause", "policy-lru", "token-slots", *order})
+        radix = {"radix-cache"} if _radix_cache_imports() else set()
+        return frozenset({"pause", "policy-lru", "token-slots", *order, *radix})
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
@@ -179,6 +202,15 @@ class SglangBackend:
                 "CONF-904", f"backend {self.name!r} makes allocators of {kind}, not of pages of {page_size}"
             )
         return SglangSlots(size, page_size=page_size, sort=sort)
+
+    def create_radix(
+        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+    ) -> tuple[SglangSlots, Any]:
+        """SGLang's allocator and its ``RadixCache`` over it, driven as its scheduler drives them."""
+        from kvref_conformance.peers.sglang_radix import SglangRadixTree
+
+        slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
+        return slots, SglangRadixTree(slots.allocator, page_size=page_size, policy=policy)
 
     def create(
         self,

@@ -1,10 +1,40 @@
-"""What the radix cache hands back: match results, lock receipts, statistics (chapter 06)."""
+"""What the radix cache hands back (matches, lock receipts, statistics) and asks of its allocator (chapter 06)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["LockReceipt", "MatchResult", "RadixStats"]
+__all__ = ["LockReceipt", "MatchResult", "RadixStats", "TokenSlotAllocator"]
+
+
+class TokenSlotAllocator(Protocol):
+    """What the radix tree asks of its allocator: the oracle's, or a device backend's (RADIX-620)."""
+
+    @property
+    def page_size(self) -> int:
+        """Slots per page."""
+
+    @property
+    def size(self) -> int:
+        """Usable slots: ``num_pages * page_size``."""
+
+    @property
+    def num_pages(self) -> int:
+        """Pages ``1 .. num_pages`` (page 0 is the padding page)."""
+
+    def is_allocated(self, slot: int) -> bool:
+        """Whether ``slot``'s page is allocated."""
+
+    def alloc(self, need_size: int) -> list[int] | None:
+        """``need_size`` slots in whole pages, or None."""
+
+    def free(self, indices: Sequence[int]) -> None:
+        """Return the pages ``indices`` fall in."""
+
+    def available_size(self) -> int:
+        """Slots of free and released pages."""
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,15 @@ from kvref.contract.errors import (
     UnknownHashError,
 )
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
-from kvref.oracle.radix.allocator import OracleSlotAllocator
 from kvref.oracle.radix.invariants import check_tree
 from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
-from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats
+from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats, TokenSlotAllocator
 
 __all__ = ["OracleRadixCache"]
+
+
+#: What the tree asks of its allocator (chapter 06's allocator: the oracle's or a device backend's).
+_ALLOCATOR_API = ("page_size", "num_pages", "is_allocated", "alloc", "free", "available_size")
 
 
 class OracleRadixCache:
@@ -41,10 +44,12 @@ class OracleRadixCache:
     ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``, ``priority`` (RADIX-628).
     """
 
-    def __init__(self, allocator: OracleSlotAllocator, *, policy: str = "lru") -> None:
-        if not isinstance(allocator, OracleSlotAllocator):
+    def __init__(self, allocator: TokenSlotAllocator, *, policy: str = "lru") -> None:
+        # Any allocator of chapter 06's shape will do (the oracle's, or a device backend's).
+        missing = [a for a in _ALLOCATOR_API if not hasattr(allocator, a)]
+        if missing:
             raise InvalidValueError(
-                "RADIX-620", f"OracleRadixCache: allocator must be an OracleSlotAllocator, got {allocator!r}"
+                "RADIX-620", f"OracleRadixCache: {allocator!r} is not a token-slot allocator (it lacks {missing})"
             )
         self.allocator = allocator
         self._page = allocator.page_size

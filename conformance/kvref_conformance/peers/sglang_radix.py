@@ -1,0 +1,140 @@
+"""SGLang's ``RadixCache`` over its own allocators, driven the way SGLang's scheduler drives it (chapter 06).
+
+SGLang 0.5.23's scheduler, for a request: ``match_prefix(MatchPrefixParams(key=RadixKey(tokens,
+extra_key)))`` gives ``device_prefix_len`` and the last node, whose path holds the prefix's KV
+indices (``path_device_indices``); ``inc_lock_ref(node)`` protects it while the request runs;
+the rest is allocated from ``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` (after
+``evict(EvictParams(num_tokens))`` when short); on finish ``cache_finished_req`` calls
+``insert(InsertParams(key, value, priority))``, frees the indices between the request's cached
+length and the returned ``prefix_len`` (what another request cached meanwhile), and
+``dec_lock_ref(node)``. :class:`SglangRadixTree` makes exactly these calls and nothing else: no
+check of its own (a second unlock goes to ``dec_lock_ref`` as it is), so what the suite finds is
+SGLang's. Lock receipts are the adapter's bookkeeping of which node a lock was taken on.
+
+SGLang's package imports its model configurations, which import ``transformers`` and, for some
+vision models, ``torchvision``. PyPI's torchvision does not import beside torch's CPU build, so
+where torchvision is missing :func:`load_radix_cache` imports ``transformers`` first (it then
+knows torchvision is absent) and puts an empty ``torchvision`` module in its place; nothing the
+radix cache runs touches it.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+from itertools import count
+from typing import Any
+
+from kvref.oracle.radix import LockReceipt, MatchResult
+
+__all__ = ["SglangRadixTree", "load_radix_cache"]
+
+
+def _stand_in_for_torchvision() -> None:
+    """An empty ``torchvision`` package, after ``transformers`` has decided it is absent."""
+    import transformers.image_utils  # noqa: F401  (decides, before the stand-in exists)
+
+    def attribute(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {})
+
+    parent: types.ModuleType | None = None
+    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
+        module = types.ModuleType(name)
+        module.__path__ = []
+        module.__file__ = f"<kvref stand-in for {name}>"
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        module.__getattr__ = attribute  # type: ignore[method-assign]
+        sys.modules[name] = module
+        if parent is not None:
+            setattr(parent, name.rsplit(".", 1)[1], module)
+        parent = module
+
+
+def load_radix_cache() -> Any:
+    """``sglang.srt.mem_cache.radix_cache``, importable on a CPU-only torch (see the module)."""
+    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
+        _stand_in_for_torchvision()
+    import sglang.srt.mem_cache.radix_cache as radix_cache
+
+    return radix_cache
+
+
+class SglangRadixTree:
+    """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``)."""
+
+    def __init__(self, allocator: Any, *, page_size: int, policy: str) -> None:
+        import torch
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+        radix_cache = load_radix_cache()
+        self._torch = torch
+        self._key = radix_cache.RadixKey
+        self._params = (MatchPrefixParams, InsertParams, EvictParams)
+        params = CacheInitParams(
+            disable=False,
+            req_to_token_pool=None,
+            token_to_kv_pool_allocator=allocator,
+            page_size=page_size,
+            eviction_policy=policy,
+        )
+        self.cache = radix_cache.RadixCache(params)
+        self._nodes: dict[int, Any] = {}
+        self._receipts = count(1)
+
+    def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
+        """``match_prefix``; the prefix's slots are the path's KV indices."""
+        match_params = self._params[0]
+        found = self.cache.match_prefix(match_params(key=self._key(list(tokens), extra_key=namespace)))
+        node = found.last_device_node
+        slots = [int(s) for s in self.cache.path_device_indices(node).tolist()]
+        ident = 0 if node is self.cache.root_node else int(node.id)
+        self._nodes[ident] = node
+        return MatchResult(slots, int(found.device_prefix_len), ident)
+
+    def lock(self, node: int) -> LockReceipt:
+        """``inc_lock_ref`` on the node a match returned."""
+        self.cache.inc_lock_ref(self._node(node))
+        return LockReceipt(next(self._receipts), node)
+
+    def unlock(self, receipt: LockReceipt) -> None:
+        """``dec_lock_ref`` on the receipt's node, as the scheduler calls it (SGLang checks nothing)."""
+        self.cache.dec_lock_ref(self._node(receipt.node))
+
+    def _node(self, ident: int) -> Any:
+        return self.cache.root_node if ident == 0 else self._nodes[ident]
+
+    def insert(self, tokens: Sequence[int], slots: Sequence[int], *, namespace: Any = None, priority: int = 0) -> int:
+        """``insert``: the length already cached, which the caller's duplicates cover."""
+        insert_params = self._params[1]
+        value = self._torch.tensor(list(slots), dtype=self._torch.int64)
+        key = self._key(list(tokens), extra_key=namespace)
+        return int(self.cache.insert(insert_params(key=key, value=value, priority=priority)).prefix_len)
+
+    def evict(self, num_tokens: int) -> int:
+        """``evict``: the tokens it freed."""
+        evict_params = self._params[2]
+        return int(self.cache.evict(evict_params(num_tokens=num_tokens)).num_tokens_evicted)
+
+    def evictable_size(self) -> int:
+        """``evictable_size()``."""
+        return int(self.cache.evictable_size())
+
+    def protected_size(self) -> int:
+        """``protected_size()``."""
+        return int(self.cache.protected_size())
+
+    def total_size(self) -> int:
+        """``total_size()``."""
+        return int(self.cache.total_size())
+
+    def reset(self) -> None:
+        """What SGLang's ``flush_cache`` does: ``reset`` the tree and ``clear`` the allocator."""
+        self.cache.reset()
+        self.cache.token_to_kv_pool_allocator.clear()
+        self._nodes.clear()

@@ -1,0 +1,235 @@
+"""Chapter 06's radix cache over its slot allocator, driven as a scheduler drives it (RADIX-620..RADIX-632).
+
+For any target with ``radix-cache`` (``create_radix``: an allocator and a tree over it). Requests
+arrive (match, lock, allocate the rest, evicting under pressure), finish (insert, free the
+duplicates ``insert`` reports, unlock; several finishes inside one free group), or abort (free
+their own slots, unlock), as SGLang's scheduler does in ``cache_finished_req``. A shadow store
+records what each slot holds, ``(namespace, tokens up to it)``, so a match that returns a slot not
+holding exactly the requested prefix fails in the step it happens; conservation (free + cached +
+request-private = capacity) is checked after every step, and the tree's own invariants where it
+has ``invariants``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from kvref.contract.errors import ConfigError, KVRefError
+from kvref_conformance.suites.base import ConformanceSuite, skip_without
+from kvref_conformance.suites.base import rule as rule_ids
+from kvref_conformance.target import Target
+
+__all__ = ["RadixCacheSuite", "RadixSchedulerMachine"]
+
+NAMESPACES = (None, "lora-a")
+POLICIES = ("lru", "lfu", "fifo", "mru", "priority")
+PAGES = (1, 4)
+
+
+@dataclass
+class Request:
+    """A live request: its key, its row of slots, how much of it the tree held at admission, its lock."""
+
+    namespace: object
+    tokens: tuple[int, ...]
+    row: list[int]
+    cached: int
+    lock: Any
+    priority: int
+
+
+class RadixSchedulerMachine(RuleBasedStateMachine):
+    """An allocator and a radix tree under admissions, finishes, aborts and evictions.
+
+    ``make(page, policy)`` builds the pair under test (``target.create_radix`` by default; the
+    planted bugs of ``tests/meta`` override it). ``page`` and ``checks_receipts`` are set per test.
+    """
+
+    target: Target
+    page: int = 1
+    checks_receipts: bool = True
+
+    def make(self, page: int, policy: str) -> tuple[Any, Any]:
+        """The allocator of ``24 * page`` slots and the tree under ``policy``."""
+        pair: tuple[Any, Any] = self.target.create_radix(24 * page, page_size=page, policy=policy, sort=page == 1)
+        return pair
+
+    @initialize(policy=st.sampled_from(POLICIES))
+    def create(self, policy: str) -> None:
+        self.alloc, self.tree = self.make(self.page, policy)
+        self.size = 24 * self.page
+        self.live: list[Request] = []
+        self.used: list[Any] = []
+        self.shadow: dict[int, tuple[object, tuple[int, ...]]] = {}
+
+    def honest(self, namespace: object, tokens: tuple[int, ...], slots: list[int], what: str) -> None:
+        for i, slot in enumerate(slots):
+            want = (namespace, tokens[: i + 1])
+            assert self.shadow.get(slot) == want, (
+                f"[RADIX-622] {what}: slot {slot} at position {i} holds {self.shadow.get(slot)}, expected {want}"
+            )
+            assert self.alloc.is_allocated(slot), f"[RADIX-626] {what} returned slot {slot}, which is free"
+
+    @rule(data=st.data(), namespace=st.sampled_from(NAMESPACES), priority=st.integers(0, 2))
+    def admit(self, data: st.DataObject, namespace: object, priority: int) -> None:
+        pages = data.draw(st.lists(st.integers(0, 2), min_size=self.page, max_size=6 * self.page))
+        self.admit_tokens(namespace, tuple(pages[: len(pages) // self.page * self.page]), priority)
+
+    @precondition(lambda self: any(len(r.tokens) > r.cached or r.cached > 1 for r in self.live))
+    @rule(data=st.data())
+    def admit_a_branch_of_a_live_request(self, data: st.DataObject) -> None:
+        """A request sharing a live one's first pages and turning off inside them: the split lands
+        inside a locked node (where SGLang once lost lock counts)."""
+        req = data.draw(st.sampled_from(self.live))
+        cut = data.draw(st.integers(1, max(1, len(req.tokens) // self.page - 1))) * self.page
+        turn = tuple((t + 1) % 3 for t in req.tokens[cut : cut + self.page]) or (0,) * self.page
+        self.admit_tokens(req.namespace, req.tokens[:cut] + turn, req.priority)
+
+    def admit_tokens(self, namespace: object, tokens: tuple[int, ...], priority: int) -> None:
+        """Match, lock, allocate the rest (evicting when short) and keep the request live."""
+        m = self.tree.match(tokens, namespace=namespace)
+        self.honest(namespace, tokens, m.slots, f"match({tokens})")
+        lock = self.tree.lock(m.node)
+        need = len(tokens) - m.length
+        fresh = self.alloc.alloc(need)
+        if fresh is None:
+            self.tree.evict(need - self.alloc.available_size())
+            fresh = self.alloc.alloc(need)
+        if fresh is None:
+            self.tree.unlock(lock)
+            return
+        for i, slot in enumerate(fresh):
+            self.shadow[slot] = (namespace, tokens[: m.length + i + 1])
+        self.live.append(Request(namespace, tokens, m.slots + fresh, m.length, lock, priority))
+
+    def finish(self, req: Request) -> None:
+        have = self.tree.insert(req.tokens, req.row, namespace=req.namespace, priority=req.priority)
+        duplicates = req.row[req.cached : have]
+        if duplicates:
+            self.alloc.free(duplicates)
+        self.tree.unlock(req.lock)
+        self.used.append(req.lock)
+
+    @precondition(lambda self: self.checks_receipts and self.used)
+    @rule(data=st.data())
+    def unlocking_a_used_receipt_is_refused(self, data: st.DataObject) -> None:
+        receipt = data.draw(st.sampled_from(self.used))
+        refused = second_unlock_refused(self.tree, receipt)
+        assert refused is None, refused
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def finish_one(self, data: st.DataObject) -> None:
+        self.finish(self.live.pop(data.draw(st.integers(0, len(self.live) - 1))))
+
+    @precondition(lambda self: len(self.live) >= 2)
+    @rule()
+    def finish_all_in_one_free_group(self) -> None:
+        self.alloc.free_group_begin()
+        while self.live:
+            self.finish(self.live.pop())
+        self.alloc.free_group_end()
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def abort_one(self, data: st.DataObject) -> None:
+        req = self.live.pop(data.draw(st.integers(0, len(self.live) - 1)))
+        own = req.row[req.cached :]
+        if own:
+            self.alloc.free(own)
+        self.tree.unlock(req.lock)
+        self.used.append(req.lock)
+
+    @rule(tokens=st.integers(0, 20))
+    def evict(self, tokens: int) -> None:
+        evictable = self.tree.evictable_size()
+        freed = self.tree.evict(tokens)
+        assert freed >= min(tokens, evictable), f"[RADIX-628] evict({tokens}) freed {freed} of {evictable} evictable"
+
+    @precondition(lambda self: not self.live)
+    @rule()
+    def reset(self) -> None:
+        self.tree.reset()
+        self.used.clear()  # receipts of a reset tree name nodes that are gone
+        free = self.alloc.available_size()
+        assert free == self.size, f"[RADIX-630] after reset {free} of {self.size} slots are free; reset frees all"
+
+    @invariant()
+    def conserved_and_consistent(self) -> None:
+        if not hasattr(self, "tree"):
+            return
+        private = sum(len(r.row) - r.cached for r in self.live)
+        free, cached = self.alloc.available_size(), self.tree.total_size()
+        assert free + cached + private == self.size, (
+            f"[RADIX-625] free {free} + cached {cached} + private {private} != size {self.size}"
+        )
+        check = getattr(self.tree, "check_invariants", None)
+        if check is not None:
+            check()
+
+
+def second_unlock_refused(tree: Any, receipt: Any) -> str | None:
+    """None when a second ``unlock(receipt)`` raises RADIX-624 and changes nothing; else what went wrong."""
+    before = (tree.total_size(), tree.evictable_size(), tree.protected_size())
+    try:
+        tree.unlock(receipt)
+    except KVRefError as exc:
+        if exc.rule != "RADIX-624":
+            return f"a second unlock of {receipt} raised {exc!r}, citing {exc.rule}, not RADIX-624"
+        after = (tree.total_size(), tree.evictable_size(), tree.protected_size())
+        return (
+            None
+            if after == before
+            else f"[RADIX-624] a refused unlock changed (total, evictable, protected) {before} -> {after}"
+        )
+    after = (tree.total_size(), tree.evictable_size(), tree.protected_size())
+    return f"[RADIX-624] a second unlock of {receipt} was accepted: (total, evictable, protected) {before} -> {after}"
+
+
+def radix(impl: Target, page: int, policy: str = "lru") -> tuple[Any, Any]:
+    """A new allocator and tree of ``impl``, or a skip saying why it has none of that shape."""
+    skip_without(impl, "radix-cache")
+    try:
+        pair: tuple[Any, Any] = impl.create_radix(24 * page, page_size=page, policy=policy, sort=page == 1)
+        return pair
+    except ConfigError as exc:
+        pytest.skip(f"{impl.name}: {exc}")
+
+
+class RadixCacheSuite(ConformanceSuite):
+    """RADIX-620..RADIX-632 over the target's ``create_radix``."""
+
+    @rule_ids("RADIX-622", "RADIX-623", "RADIX-625", "RADIX-627", "RADIX-628", "RADIX-630")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_scheduler_traffic_keeps_slots_honest_and_conserved(self, impl: Target, page: int) -> None:
+        radix(impl, page)  # skips a shape the target lacks
+        machine = type(
+            "RadixTraffic", (RadixSchedulerMachine,),
+            {"target": impl, "page": page, "checks_receipts": impl.has("radix-receipts")},
+        )  # fmt: skip
+        run_state_machine_as_test(machine)
+
+    @rule_ids("RADIX-624")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_second_unlock_of_one_receipt_is_refused(self, impl: Target, page: int) -> None:
+        alloc, tree = radix(impl, page)
+        tokens = tuple(range(2 * page))
+        row = alloc.alloc(len(tokens)) or []
+        tree.insert(tokens, row)
+        hit = tree.match(tokens)
+        receipt = tree.lock(hit.node)
+        tree.unlock(receipt)
+        problem = second_unlock_refused(tree, receipt)
+        assert problem is None, problem
