@@ -2,20 +2,24 @@
 
 SGLang 0.5.23's scheduler, for a request: ``match_prefix(MatchPrefixParams(key=RadixKey(tokens,
 extra_key)))`` gives ``device_prefix_len`` and the last node, whose path holds the prefix's KV
-indices (``path_device_indices``); ``inc_lock_ref(node)`` protects it while the request runs;
-the rest is allocated from ``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` (after
-``evict(EvictParams(num_tokens))`` when short); on finish ``cache_finished_req`` calls
-``insert(InsertParams(key, value, priority))``, frees the indices between the request's cached
-length and the returned ``prefix_len`` (what another request cached meanwhile), and
-``dec_lock_ref(node)``. :class:`SglangRadixTree` makes exactly these calls and nothing else: no
-check of its own (a second unlock goes to ``dec_lock_ref`` as it is), so what the suite finds is
-SGLang's. Lock receipts are the adapter's bookkeeping of which node a lock was taken on.
+indices (``path_device_indices``); ``lock(node)`` (a ``TreeLock``: ``inc_lock_ref`` and its
+receipt) protects it while the request runs; the rest is allocated from
+``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator`` (after ``evict(EvictParams)`` when
+short). On release, ``release_kv_cache`` -> ``checkpoint`` inserts the page-aligned key
+(``insert(InsertParams(key, value, priority))``), frees the duplicates between the request's
+protected length and the returned ``prefix_len`` (``free_segment``: for page-aligned rows the
+pages ``free`` releases), and ``unlock(lock)`` (after moving the lock to the re-matched last
+node, which changes no size). ``flush_cache`` is ``reset`` plus the allocator's ``clear``.
+:class:`SglangRadixTree` makes these calls and nothing else: no check of its own (a second
+``unlock`` of one lock goes to SGLang as it is), so what the suite finds is SGLang's. Receipts map
+kvref's ``LockReceipt`` to SGLang's ``TreeLock``.
 
 SGLang's package imports its model configurations, which import ``transformers`` and, for some
 vision models, ``torchvision``. PyPI's torchvision does not import beside torch's CPU build, so
 where torchvision is missing :func:`load_radix_cache` imports ``transformers`` first (it then
 knows torchvision is absent) and puts an empty ``torchvision`` module in its place; nothing the
-radix cache runs touches it.
+radix cache runs touches it. SGLang's scheduler in 0.5.23 uses ``UnifiedRadixCache`` for most
+models; ``RadixCache`` serves all-SWA models, FlexKV and the simulated queue tree (spec chapter 06).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class SglangRadixTree:
         )
         self.cache = radix_cache.RadixCache(params)
         self._nodes: dict[int, Any] = {}
+        self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
 
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
@@ -98,13 +103,14 @@ class SglangRadixTree:
         return MatchResult(slots, int(found.device_prefix_len), ident)
 
     def lock(self, node: int) -> LockReceipt:
-        """``inc_lock_ref`` on the node a match returned."""
-        self.cache.inc_lock_ref(self._node(node))
-        return LockReceipt(next(self._receipts), node)
+        """``lock`` (``inc_lock_ref``) on the node a match returned."""
+        receipt = LockReceipt(next(self._receipts), node)
+        self._locks[receipt.ident] = self.cache.lock(self._node(node))
+        return receipt
 
     def unlock(self, receipt: LockReceipt) -> None:
-        """``dec_lock_ref`` on the receipt's node, as the scheduler calls it (SGLang checks nothing)."""
-        self.cache.dec_lock_ref(self._node(receipt.node))
+        """``unlock`` of the receipt's ``TreeLock``, as the scheduler calls it (SGLang checks nothing)."""
+        self.cache.unlock(self._locks[receipt.ident])
 
     def _node(self, ident: int) -> Any:
         return self.cache.root_node if ident == 0 else self._nodes[ident]
@@ -138,3 +144,4 @@ class SglangRadixTree:
         self.cache.reset()
         self.cache.token_to_kv_pool_allocator.clear()
         self._nodes.clear()
+        self._locks.clear()
