@@ -161,7 +161,8 @@ def peer_vllm(session: nox.Session) -> None:
 
 @nox.session(name="bench-peers", python=PYTHON)
 def bench_peers(session: nox.Session) -> None:
-    """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators) in one run.
+    """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators and
+    RadixCache) in one run.
 
     Writes results/bench-peers.json; ``kvref report`` renders it with ratios against the oracle.
     torch's own DeprecationWarnings on vLLM's import are ignored here (the tests treat warnings
@@ -172,6 +173,9 @@ def bench_peers(session: nox.Session) -> None:
     session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
     session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)  # its allocators, beside chapter 06's
     session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS)
+    # RadixCache's imports beside vLLM's transformers (no pin of ours: vLLM's choice stays); where
+    # they do not import, tests/bench/test_bench_radix.py runs the oracle alone.
+    session.install("-c", CONSTRAINTS, *[x for x in SGLANG_RADIX_IMPORTS if not x.startswith("transformers")])
     os.makedirs("results", exist_ok=True)
     session.run(
         "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--benchmark-max-time=0.3",
