@@ -8,6 +8,7 @@ from kvref.contract.errors import (
     BlockIdError,
     CacheInUseError,
     HashConflictError,
+    InvalidTypeError,
     InvalidValueError,
     KVRefError,
     NotHeldError,
@@ -225,3 +226,14 @@ def test_reset_frees_everything_and_is_refused_while_locked() -> None:
     assert t.total_size() == 0 and t.allocator.available_size() == 32, "reset must free every cached slot"
     s = t.stats
     assert (s.matches, s.queried_tokens, s.hit_tokens, s.resets) == (1, 2, 2, 1), f"stats {s}"
+
+
+@pytest.mark.rule("RADIX-612")
+def test_a_steps_allocation_refuses_a_set_and_checks_every_count_first() -> None:
+    a = OracleSlotAllocator(8, page_size=2)
+    with pytest.raises(InvalidTypeError, match="ERR-503"):
+        a.alloc_many({2, 4})
+    with pytest.raises(InvalidValueError, match="RADIX-604"):
+        a.alloc_many([2, 3, 100])
+    assert a.available_size() == 8, "refused steps must take nothing"
+    assert a.alloc_many([2, 4]) == [[2, 3], [4, 5, 6, 7]], "a step is one alloc of the sum, split in order"

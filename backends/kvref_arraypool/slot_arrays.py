@@ -26,6 +26,7 @@ from typing import Any, Protocol, SupportsIndex
 
 import numpy as np
 
+from kvref.contract.checks import page_counts
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, NotHeldError, ReservedBlockError
 from kvref.contract.validate import as_count
 from kvref_arraypool.deferred import DeviceErrorRecord, ErrorKind
@@ -186,6 +187,18 @@ class DeviceSlotAllocator:
         slots = pages if ps == 1 else (pages[:, None] * ps + self._offsets[None, :]).reshape(-1)
         self.ops.scatter_add(self._version, slots, 1)
         return self.ops.cast(slots, self.dtype)
+
+    def alloc_many(self, need_sizes: Any) -> tuple[Array, list[int]] | None:
+        """A scheduler step's allocations in one call: the slots of one ``alloc(sum)`` and each
+        request's start in them (``len(counts) + 1`` host offsets), or None (RADIX-612)."""
+        counts = page_counts(need_sizes, self.page_size)
+        got = self.alloc(sum(counts))
+        if got is None:
+            return None
+        offsets = [0]
+        for n in counts:
+            offsets.append(offsets[-1] + n)
+        return got, offsets
 
     def _alloc_fused(self, kernels: SlotKernels, want: int) -> Array:
         head = self._head

@@ -15,9 +15,10 @@ list covers it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any, SupportsIndex
 
-from kvref.contract.checks import pages_to_free
+from kvref.contract.checks import pages_to_free, split_by
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -66,6 +67,14 @@ class ArraySlotAllocator:
         """``need_size`` slots in whole pages as a list, or None when fewer are available (RADIX-603, RADIX-604)."""
         got = self.arrays.alloc(need_size)
         return None if got is None else self.ops.tolist(got)
+
+    def alloc_many(self, need_sizes: Any) -> list[list[int]] | None:
+        """One step's allocations: the slots of one ``alloc(sum)``, split per count, or None (RADIX-612)."""
+        got = self.arrays.alloc_many(need_sizes)
+        if got is None:
+            return None
+        slots, offsets = got
+        return split_by(self.ops.tolist(slots), [b - a for a, b in pairwise(offsets)])
 
     def free(self, indices: Iterable[SupportsIndex] | Array) -> None:
         """Return the pages ``indices`` fall in, each once; the oracle's errors, at once (RADIX-602, RADIX-606)."""

@@ -23,11 +23,14 @@ from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
     HashConflictError,
+    InvalidTypeError,
+    InvalidValueError,
     NotHeldError,
     ReservedBlockError,
     StaleBlockError,
 )
 from kvref.contract.protocol import BlockState
+from kvref.contract.validate import as_count
 
 __all__ = [
     "ORDER_OF_CHECKS",
@@ -40,7 +43,9 @@ __all__ = [
     "explain_release",
     "explain_unheld",
     "order_table",
+    "page_counts",
     "pages_to_free",
+    "split_by",
     "stale_reference",
 ]
 
@@ -323,3 +328,26 @@ def pages_to_free(
         seen.add(p)
         pages.append(p)
     return pages
+
+
+def page_counts(values: object, page_size: int, op: str = "alloc_many") -> list[int]:
+    """Each count of a batched ``alloc`` as ``alloc`` checks its own, in order: an integer, not
+    negative (ERR-503, ERR-504), a whole number of pages (RADIX-604); the list, or the first error."""
+    if isinstance(values, (str, bytes, set, frozenset, dict)) or not hasattr(values, "__len__"):
+        raise InvalidTypeError("ERR-503", f"{op}: the counts must be a sequence of integers, got {values!r}")
+    counts = [as_count(v, op=op, arg="count") for v in values]  # type: ignore[attr-defined]
+    for i, n in enumerate(counts):
+        if n % page_size:
+            raise InvalidValueError(
+                "RADIX-604", f"{op}: count {i} ({n} slots) is not a whole number of pages of {page_size}"
+            )
+    return counts
+
+
+def split_by(items: list[int], counts: list[int]) -> list[list[int]]:
+    """``items`` cut in order into lists of ``counts`` (which sum to its length) (RADIX-612)."""
+    out, at = [], 0
+    for n in counts:
+        out.append(items[at : at + n])
+        at += n
+    return out

@@ -60,6 +60,7 @@ CAPABILITIES: dict[str, str] = {
     "token-slots": "hands out token slots in pages (create_slots: chapter 06's allocator)",
     "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
     "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
+    "slot-batches": "allocates token slots for a whole scheduler step in one call (alloc_many, RADIX-612)",
     "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
@@ -74,7 +75,7 @@ CAPABILITIES: dict[str, str] = {
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
 SLOT_CAPABILITIES: frozenset[str] = frozenset(
-    {"token-slots", "slot-versions", "slot-order", "radix-cache", "radix-receipts"}
+    {"token-slots", "slot-versions", "slot-order", "slot-batches", "radix-cache", "radix-receipts"}
 )
 
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which

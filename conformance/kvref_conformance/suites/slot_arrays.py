@@ -112,6 +112,18 @@ class SlotArraysSuite(ConformanceSuite):
         assert a.available_size() == 12, f"[ERR-513] available_size {a.available_size()}; three pages were freed"
         assert len(host(a.alloc(12))) == 12, "[ERR-513] the freed pages could not be allocated again"
 
+    @rule("RADIX-612", "ERR-510")
+    def test_a_steps_allocation_is_one_array_and_its_offsets(self, impl: Target) -> None:
+        a = arrays(impl, 8)
+        got = a.alloc_many([2, 0, 3])
+        assert got is not None, "[RADIX-612] alloc_many([2, 0, 3]) of 8 free slots gave None"
+        slots, offsets = got
+        assert host(slots) == [1, 2, 3, 4, 5] and offsets == [0, 2, 2, 5], (
+            f"[RADIX-612] alloc_many([2, 0, 3]) gave {host(slots)} at offsets {offsets}; one alloc(5) gives "
+            "[1, 2, 3, 4, 5], the requests starting at 0, 2 and 2"
+        )
+        assert a.alloc_many([2, 2]) is None and a.available_size() == 3, "[RADIX-612] a step that does not fit"
+
     @rule("ERR-514")
     def test_what_the_host_can_decide_is_raised_at_once(self, impl: Target) -> None:
         a = arrays(impl, 8, page_size=2)

@@ -164,6 +164,28 @@ class SlotAllocatorSuite(ConformanceSuite):
             f"the chapter's order gives {want}"
         )
 
+    @rule("RADIX-612")
+    @requires("slot-batches")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_steps_allocation_is_one_alloc_of_the_sum_split_in_order(self, impl: Target, page: int) -> None:
+        a = slots(impl, 8 * page, page_size=page)
+        o = OracleSlotAllocator(8 * page, page_size=page)
+        for x in (a, o):  # a release list to merge: the batch must merge once, as one alloc would
+            got = x.alloc(6 * page) or []
+            x.free(got[page : 3 * page])
+        counts = [page, 0, 3 * page]
+        got, want = a.alloc_many(counts), o.alloc(sum(counts))
+        assert got is not None and want is not None, f"[RADIX-612] alloc_many({counts}) gave {got}"
+        assert [len(g) for g in got] == counts and [s for g in got for s in g] == want, (
+            f"[RADIX-612] alloc_many({counts}) gave {got}; one alloc of {sum(counts)} gives {want}, split in order"
+        )
+        assert a.alloc_many([page, 2 * page]) is None, "[RADIX-612] a step that does not fit must get None"
+        before = a.available_size()
+        refused(a, lambda: a.alloc_many([page, -1]), "ERR-504", "a negative count in a step")
+        if page > 1:
+            refused(a, lambda: a.alloc_many([page, 1]), "RADIX-604", "a count that is not whole pages")
+        assert a.available_size() == before, f"[RADIX-612] refused steps changed available_size from {before}"
+
     @rule("RADIX-603", "RADIX-605", "RADIX-606", "RADIX-611")
     @pytest.mark.parametrize("sort", [True, False])
     @pytest.mark.parametrize("page", PAGES)

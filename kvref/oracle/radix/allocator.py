@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, SupportsIndex
 
-from kvref.contract.checks import pages_to_free
+from kvref.contract.checks import page_counts, pages_to_free, split_by
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, InvariantViolation
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 
@@ -120,6 +120,12 @@ class OracleSlotAllocator:
                 version[slot] += 1
                 out.append(slot)
         return out
+
+    def alloc_many(self, need_sizes: Sequence[SupportsIndex]) -> list[list[int]] | None:
+        """One step's allocations: the slots of one ``alloc(sum)``, split per count, or None (RADIX-612)."""
+        counts = page_counts(need_sizes, self._page)
+        got = self.alloc(sum(counts))
+        return None if got is None else split_by(got, counts)
 
     def _merge(self) -> None:
         """Move the release list onto the free list; sorted ascending when ``sort`` is on (RADIX-610)."""
