@@ -67,6 +67,16 @@ class UnsortedMerge(OracleSlotAllocator):
         self._released.clear()
 
 
+class MergeBeforeRefusing(OracleSlotAllocator):
+    """A too-large alloc merges the release list in before it refuses: the refusal changes the free order
+    (SGLang's TokenToKVPoolAllocator with need_sort)."""
+
+    def alloc(self, need_size: Any) -> list[int] | None:
+        if self.sort and need_size // self.page_size > len(self._free):
+            self._merge()
+        return super().alloc(need_size)
+
+
 def _backend(allocator: type[OracleSlotAllocator]) -> type[OracleBackend]:
     class PlantedSlotsBackend(OracleBackend):
         name = allocator.__name__
@@ -87,6 +97,7 @@ SLOT_BUGS: dict[str, str] = {
     "ShortMisalignedAlloc": "RADIX-604",
     "GroupCountedEarly": "RADIX-605",
     "UnsortedMerge": "RADIX-610",
+    "MergeBeforeRefusing": "RADIX-603",
 }
 
 for _name in SLOT_BUGS:

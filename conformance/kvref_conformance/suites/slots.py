@@ -164,6 +164,20 @@ class SlotAllocatorSuite(ConformanceSuite):
             f"the chapter's order gives {want}"
         )
 
+    @rule("RADIX-603", "RADIX-610")
+    @requires("slot-order")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_refused_alloc_leaves_the_free_order_as_it_was(self, impl: Target, page: int) -> None:
+        a = slots(impl, 6 * page, page_size=page, sort=True)
+        got = a.alloc(4 * page) or []
+        a.free(got[:page])  # page 1 waits in the release list; pages 5 and 6 are free
+        assert a.alloc(4 * page) is None, "[RADIX-603] alloc of 4 pages with 3 available must give None"
+        again = a.alloc(page) or []
+        assert again[:1] == [5 * page], (
+            f"[RADIX-603] after a refused alloc, alloc({page}) gave {again}; the refused call must change nothing, "
+            f"so the free list's front (page 5, slot {5 * page}) comes first, not a page merged in by the refusal"
+        )
+
     @rule("RADIX-612")
     @requires("slot-batches")
     @pytest.mark.parametrize("page", PAGES)
