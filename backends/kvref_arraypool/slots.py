@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 from typing import Any, SupportsIndex
 
-from kvref.contract.checks import pages_to_free, split_by
+from kvref.contract.checks import pages_to_free
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -74,22 +74,22 @@ class ArraySlotAllocator:
         if got is None:
             return None
         slots, offsets = got
-        return split_by(self.ops.tolist(slots), [b - a for a, b in pairwise(offsets)])
+        flat = self.ops.tolist(slots)
+        return [flat[start:end] for start, end in pairwise(offsets)]
 
     def free(self, indices: Iterable[SupportsIndex] | Array) -> None:
         """Return the pages ``indices`` fall in, each once; the oracle's errors, at once (RADIX-602, RADIX-606)."""
         arrays = self.arrays
-        given: Any = indices
+        given = self.ops.device_ints(indices)  # a device array, taken as it is (int64: cast once, here)
         items: list[int] | None = None
-        if self.ops.device_ints(indices) is None:
-            host, items = index_array(indices, op="free", arg="indices")
-            given = host
-            if len(host) == 0:
+        if given is None:
+            given, items = index_array(indices, op="free", arg="indices")
+            if len(given) == 0:
                 return
         arrays.free(given)
 
         def explain() -> None:
-            named = items if items is not None else self.ops.tolist(self.ops.device_ints(indices))
+            named = items if items is not None else self.ops.tolist(given)
             allocated = arrays.allocated_pages()
             pages_to_free(named, self.page_size, self.num_pages, lambda p: bool(allocated[p]), arrays.pending_pages())
 

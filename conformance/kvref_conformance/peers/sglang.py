@@ -21,6 +21,7 @@ resolve here (its CUDA pins).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -137,6 +138,7 @@ class SglangSlots:
         return 0 < page <= self.num_pages and not any(page in self._torch.as_tensor(p).tolist() for p in lists)
 
 
+@cache
 def _radix_cache_imports() -> bool:
     """Whether SGLang's ``RadixCache`` imports here (it needs ``transformers``; ``nox -s peer-sglang`` has it)."""
     try:
