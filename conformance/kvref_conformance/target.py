@@ -48,6 +48,10 @@ class Target:
     #: ``radix_factory(size, *, page_size, policy, sort)``: chapter 06's allocator and a radix
     #: tree over it, as a pair (capability ``radix-cache``).
     radix_factory: Callable[..., Any] | None = None
+    #: ``manager_factory(num_blocks, **settings)``: chapter 07's request-level manager where the
+    #: target has one of its own (a peer's); without it, kvref's oracle manager over the target's
+    #: prefix cache (:meth:`create_manager`).
+    manager_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -80,6 +84,7 @@ class Target:
             self.slots_factory,
             self.slot_arrays_factory,
             self.radix_factory,
+            self.manager_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -127,6 +132,38 @@ class Target:
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no array surface for its token slots")
         return self.slot_arrays_factory(size, page_size=page_size, sort=sort, dtype=dtype)
+
+    def create_manager(
+        self,
+        num_blocks: int,
+        *,
+        block_size: int = 4,
+        max_model_len: int = 64,
+        policy: str = "lru",
+        enable_caching: bool = True,
+        use_eagle: bool = False,
+        enable_kv_cache_events: bool = True,
+        last_block: str = "recompute",
+    ) -> Any:
+        """A new request-level manager (chapter 07) over ``num_blocks`` blocks, block 0 the null block.
+
+        The target's own manager where it has one, else kvref's :class:`~kvref.oracle.manager.RequestManager`
+        over a new pool of the target (events on where both the pool and the call want them).
+        """
+        settings: dict[str, Any] = {
+            "block_size": block_size,
+            "max_model_len": max_model_len,
+            "enable_caching": enable_caching,
+            "use_eagle": use_eagle,
+            "enable_kv_cache_events": enable_kv_cache_events and enable_caching and self.has("events"),
+            "last_block": last_block,
+        }
+        if self.manager_factory is not None:
+            return self.manager_factory(num_blocks, policy=policy, **settings)
+        from kvref.oracle.manager import RequestManager
+
+        pool = self.create(num_blocks, policy=policy, enable_events=settings["enable_kv_cache_events"])
+        return RequestManager(pool, **settings)
 
     @classmethod
     def from_factory(
@@ -179,4 +216,12 @@ class Target:
             return make_radix(size, device=device, **kwargs)  # type: ignore[misc]
 
         radix = radix_factory if make_radix is not None else None
-        return cls(name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix)
+        make_manager = getattr(backend, "create_manager", None)
+
+        def manager_factory(num_blocks: int, **kwargs: Any) -> Any:
+            return make_manager(num_blocks, device=device, **kwargs)  # type: ignore[misc]
+
+        manager = manager_factory if make_manager is not None else None
+        return cls(
+            name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager
+        )

@@ -11,6 +11,7 @@ from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
 from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
+from kvref_conformance.suites.manager import ManagerSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
@@ -58,6 +59,10 @@ class TestRadix(RadixCacheSuite):
 
 class TestSlotArrays(SlotArraysSuite):
     """Chapter 06's allocator with the array surface (ERR-510..ERR-514), where the selected backend has one."""
+
+
+class TestManager(ManagerSuite):
+    """Chapter 07's request-level manager: the selected backend's own, or kvref's over its prefix cache."""
 
 
 class TestReplay(ReplaySuite):

@@ -1,0 +1,269 @@
+"""Chapter 07's differential machine: a scheduler drives the target's manager and the oracle's side by side.
+
+Requests arrive with shared prefixes (and cache salts), prefill in chunks, decode one token at a
+time with speculative lookahead slots, get preempted under pressure (the last running request
+first, as vLLM's FCFS scheduler does) and resume, finish; the cache is reset now and then. Every
+call goes to the implementation and to :class:`~kvref.oracle.manager.RequestManager` over the
+oracle pool, each with its own request objects, and their answers must agree: hits in tokens,
+None or not, the number of blocks, which table positions are cached and under which hash, free
+blocks, statistics, common prefixes and, where both report them, events. Block ids are the
+implementation's own (POOL-115): they are never compared, only what they hold. A shadow KV store
+records the token each computed slot of the implementation received, so a table that points a
+request at a block holding other tokens fails in the step it happens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvref.contract.manager import KVCacheBlocks
+from kvref.contract.requests import Request, RequestStatus
+from kvref.oracle import OracleBlockPool
+from kvref.oracle.manager import RequestManager
+from kvref_conformance.target import Target
+
+__all__ = ["RequestSchedulerMachine"]
+
+#: Three prompt families over a tiny alphabet: requests of one family share prefixes.
+FAMILIES = tuple(tuple((f * 7 + i * i) % 5 + 10 * f for i in range(40)) for f in range(3))
+SALTS = (None, None, "tenant-b")
+#: Prompt lengths: mostly whole blocks (of 2 and of 4), so that whole prompts hit whole (REQ-701).
+LENGTHS = st.sampled_from((1, 3, 4, 8, 12, 16, 20, 24))
+#: The longest a request grows; ``max_model_len`` is below it, so that lookahead meets the cap (REQ-720).
+LONGEST = 40
+
+
+class RequestSchedulerMachine(RuleBasedStateMachine):
+    """A scheduler's calls on ``target``'s manager and on the oracle's; ``make`` builds the one under test."""
+
+    target: Target
+    last_block: str = "recompute"
+    use_eagle: bool = False
+
+    def make(self, num_blocks: int, **settings: Any) -> Any:
+        """The manager under test (the planted bugs of ``tests/meta`` override this)."""
+        return self.target.create_manager(num_blocks, **settings)
+
+    @initialize(block_size=st.sampled_from((2, 4)), num_blocks=st.sampled_from((6, 10, 16)))
+    def create(self, block_size: int, num_blocks: int) -> None:
+        self.events = self.target.has("events")
+        settings: dict[str, Any] = {
+            "block_size": block_size,
+            "max_model_len": LONGEST - 2,
+            "use_eagle": self.use_eagle,
+            "enable_kv_cache_events": self.events,
+            "last_block": self.last_block,
+        }
+        self.impl = self.make(num_blocks, **settings)
+        pool = OracleBlockPool(num_blocks, enable_events=self.events)
+        self.oracle = RequestManager(pool, **settings)
+        note(f"manager = target.create_manager({num_blocks}, **{settings})")
+        self.block_size = block_size
+        self.pairs: dict[str, tuple[Request, Request]] = {}
+        self.waiting: list[str] = []
+        self.running: list[str] = []
+        self.shadow: dict[int, dict[int, int]] = {}  # impl block -> {slot: token written}
+        self.serial = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    def new_request(self, family: int, length: int, suffix: tuple[int, ...], salt: str | None) -> str:
+        self.serial += 1
+        rid = f"r{self.serial}"
+        tokens = list(FAMILIES[family][:length]) + list(suffix)
+        made = [Request(rid, tokens, block_size=self.block_size, cache_salt=salt, algorithm="xxh3_64") for _ in "io"]
+        self.pairs[rid] = (made[0], made[1])
+        self.waiting.append(rid)
+        note(f"{rid} = Request({rid!r}, {tokens}, cache_salt={salt!r})")
+        return rid
+
+    def write(self, rid: str, start: int, end: int) -> None:
+        """The implementation's side computes tokens ``start..end`` of ``rid`` into its blocks."""
+        req = self.pairs[rid][0]
+        table = self.impl.get_block_ids(rid)[0]
+        size = self.block_size
+        for pos in range(start, end):
+            self.shadow.setdefault(table[pos // size], {})[pos % size] = req.all_token_ids[pos]
+
+    def allocate(self, rid: str, what: str, hits: tuple[Any, Any] = (None, None), **kwargs: Any) -> bool:
+        """``allocate_slots`` on both sides, each with its own hits; they must agree on None and on the blocks taken."""
+        got_i = self.impl.allocate_slots(self.pairs[rid][0], new_computed_blocks=hits[0], **kwargs)
+        got_o: KVCacheBlocks | None = self.oracle.allocate_slots(
+            self.pairs[rid][1], new_computed_blocks=hits[1], **kwargs
+        )
+        if got_i is None or got_o is None:
+            assert got_i is None and got_o is None, (
+                f"[REQ-709] {what}: the implementation returned {got_i}, the oracle {got_o}"
+            )
+            return False
+        assert got_i.num_blocks == got_o.num_blocks, (
+            f"[REQ-708] {what}: {got_i.num_blocks} new blocks, the oracle allocated {got_o.num_blocks}"
+        )
+        return True
+
+    def preempt(self, rid: str) -> None:
+        for manager, req in zip((self.impl, self.oracle), self.pairs[rid], strict=True):
+            manager.preempt(req)
+        self.running.remove(rid)
+        self.waiting.append(rid)
+        note(f"preempt({rid})")
+
+    # ------------------------------------------------------------------ steps
+
+    @precondition(lambda self: len(self.waiting) < 3)
+    @rule(
+        family=st.integers(0, 2),
+        length=LENGTHS,
+        suffix=st.lists(st.integers(90, 92), max_size=3).map(tuple),
+        salt=st.sampled_from(SALTS),
+    )
+    def arrive(self, family: int, length: int, suffix: tuple[int, ...], salt: str | None) -> None:
+        self.new_request(family, length, suffix, salt)
+
+    def admit_one(self, rid: str, chunk: int, lookahead: int) -> bool:
+        """A waiting request's first chunk: its computed blocks, then its slots; whether it was admitted."""
+        ri, ro = self.pairs[rid]
+        hits_i, computed_i = self.impl.get_computed_blocks(ri)
+        hits_o, computed_o = self.oracle.get_computed_blocks(ro)
+        assert computed_i == computed_o, (
+            f"[REQ-704] get_computed_blocks({rid}): {computed_i} tokens hit, the oracle finds {computed_o}"
+        )
+        new = min(chunk, ri.num_tokens - computed_i)
+        what = f"allocate_slots({rid}, {new}, {computed_i}, hits, num_lookahead_tokens={lookahead})"
+        ok = self.allocate(
+            rid, what, (hits_i, hits_o) if computed_i else (None, None),
+            num_new_tokens=new, num_new_computed_tokens=computed_i, num_lookahead_tokens=lookahead,
+        )  # fmt: skip
+        note(f"admit({rid}, chunk={new}, lookahead={lookahead}) -> {'ok' if ok else 'None'}")
+        if ok:
+            for req in (ri, ro):
+                req.num_computed_tokens = computed_i + new
+                req.status = RequestStatus.RUNNING
+            self.waiting.remove(rid)
+            self.running.append(rid)
+            self.write(rid, computed_i, computed_i + new)
+        return ok
+
+    def advance(self, rid: str, chunk: int, token: int, lookahead: int) -> None:
+        """A running request's next prefill chunk, or one decode token; on None the last running is preempted."""
+        ri, ro = self.pairs[rid]
+        if ri.num_computed_tokens == ri.num_tokens:
+            if ri.num_tokens >= LONGEST - 3:
+                return
+            for req in (ri, ro):
+                req.append_output_token_ids([token])
+            new = 1
+        else:
+            new = min(chunk, ri.num_tokens - ri.num_computed_tokens)
+        while True:
+            what = f"allocate_slots({rid}, {new}, num_lookahead_tokens={lookahead})"
+            if self.allocate(rid, what, num_new_tokens=new, num_lookahead_tokens=lookahead):
+                note(f"{what} -> ok")
+                start = ri.num_computed_tokens
+                for req in (ri, ro):
+                    req.num_computed_tokens += new
+                self.write(rid, start, start + new)
+                return
+            victim = self.running[-1]
+            self.preempt(victim)
+            if victim == rid:
+                return
+
+    @rule(chunk=st.integers(1, 24), tokens=st.lists(st.integers(90, 92), min_size=8, max_size=8),
+          lookahead=st.integers(0, 3))  # fmt: skip
+    def schedule(self, chunk: int, tokens: list[int], lookahead: int) -> None:
+        """One scheduler step: every running request advances, then waiting ones are admitted in order
+        until one does not fit (vLLM's scan stops there)."""
+        for i, rid in enumerate(list(self.running)):
+            if rid in self.running:
+                self.advance(rid, chunk, tokens[i % len(tokens)], lookahead)
+        for rid in list(self.waiting):
+            if not self.admit_one(rid, chunk, lookahead):
+                break
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(self.running), label="request")
+        for manager, req in zip((self.impl, self.oracle), self.pairs[rid], strict=True):
+            manager.free(req)
+            req.status = RequestStatus.FINISHED
+        self.running.remove(rid)
+        note(f"free({rid})")
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data())
+    def preempt_one(self, data: st.DataObject) -> None:
+        self.preempt(data.draw(st.sampled_from(self.running), label="request"))
+
+    @rule(really=st.integers(0, 5))
+    def reset_prefix_cache(self, really: int) -> None:
+        """Now and then (one draw in six), so that the cache lives long enough to be evicted from."""
+        if really:
+            return
+        got, want = self.impl.reset_prefix_cache(), self.oracle.reset_prefix_cache()
+        assert got == want, f"[REQ-715] reset_prefix_cache() returned {got}, the oracle {want}"
+        note(f"reset_prefix_cache() -> {got}")
+
+    @rule(family=st.integers(0, 2), length=LENGTHS, salt=st.sampled_from(SALTS))
+    def probe(self, family: int, length: int, salt: str | None) -> None:
+        """What the cache holds now: a fresh prompt's computed blocks on both sides (eviction order shows here)."""
+        tokens = list(FAMILIES[family][:length])
+        made = [
+            Request("probe", tokens, block_size=self.block_size, cache_salt=salt, algorithm="xxh3_64") for _ in "io"
+        ]
+        (hits_i, got), (_, want) = self.impl.get_computed_blocks(made[0]), self.oracle.get_computed_blocks(made[1])
+        assert got == want, (
+            f"[REQ-704] get_computed_blocks of family {family}'s first {length} tokens (salt {salt!r}): {got} "
+            f"tokens hit, the oracle finds {want}: the two caches hold different blocks (eviction order, REQ-713)"
+        )
+        size = self.block_size
+        for i, block in enumerate(hits_i.blocks[0]):
+            held = tuple(self.shadow.get(block, {}).get(k) for k in range(size))
+            assert held == tuple(tokens[i * size : (i + 1) * size]), (
+                f"[REQ-704] hit {i} of family {family}'s prefix is block {block}, which holds {held}"
+            )
+
+    # ------------------------------------------------------------------ after every step
+
+    @invariant()
+    def tables_agree(self) -> None:
+        if not hasattr(self, "impl"):
+            return
+        assert self.impl.num_free_blocks == self.oracle.num_free_blocks, (
+            f"[REQ-709] {self.impl.num_free_blocks} blocks available, the oracle has {self.oracle.num_free_blocks}"
+        )
+        size = self.block_size
+        for rid in self.running + self.waiting:
+            ri = self.pairs[rid][0]
+            ti, to = self.impl.get_block_ids(rid)[0], self.oracle.get_block_ids(rid)[0]
+            assert len(ti) == len(to), f"[REQ-708] {rid} holds {len(ti)} blocks, on the oracle {len(to)}"
+            hi = [self.impl.block_hash(b) for b in ti]
+            ho = [self.oracle.block_hash(b) for b in to]
+            assert hi == ho, f"[REQ-710] {rid}'s cached hashes by position: {hi}, the oracle {ho}"
+            for pos in range(ri.num_computed_tokens):
+                held = self.shadow.get(ti[pos // size], {}).get(pos % size)
+                assert held == ri.all_token_ids[pos], (
+                    f"[REQ-721] {rid}'s token {pos} ({ri.all_token_ids[pos]}) is in block {ti[pos // size]}, "
+                    f"which holds {held} there: the table points at another request's KV"
+                )
+        got, want = self.impl.make_prefix_cache_stats(), self.oracle.make_prefix_cache_stats()
+        if got is not None:
+            assert got == want, f"[REQ-716] make_prefix_cache_stats(): {got}, the oracle {want}"
+        if self.events:
+            got_events, want_events = self.impl.take_events(), self.oracle.take_events()
+            assert got_events == want_events, f"[REQ-717] take_events(): {got_events}\nthe oracle: {want_events}"
+        if len(self.running) >= 2:
+            got_common = self.impl.get_num_common_prefix_blocks(self.running)
+            want_common = self.oracle.get_num_common_prefix_blocks(self.running)
+            assert got_common == want_common, (
+                f"[REQ-718] get_num_common_prefix_blocks({self.running}): {got_common}, the oracle {want_common}"
+            )
+        self.oracle.check_invariants()
+        check = getattr(self.impl, "check_invariants", None)
+        if check is not None:
+            check()

@@ -1,0 +1,202 @@
+"""What a request-level manager speaks (spec chapter 07): its protocol, block lists, statistics, events.
+
+:class:`KVCacheManager` is the surface vLLM's scheduler calls (``get_computed_blocks``,
+``allocate_slots``, ``free``, ...), with kvref's strictness (REQ-703, REQ-712). The oracle
+(:class:`kvref.oracle.manager.RequestManager`) implements it over any chapter 03 ``PrefixCache``;
+a peer adapter implements it over an engine's own manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from kvref.contract.events import AllBlocksCleared, BlockRemoved
+from kvref.contract.hashing import BlockExtraKeys
+from kvref.contract.requests import Request
+
+__all__ = [
+    "LAST_BLOCK_MODES",
+    "KVCacheBlocks",
+    "KVCacheManager",
+    "ManagerEvent",
+    "RequestBlockStored",
+    "RequestPrefixStats",
+]
+
+#: How a prompt of exactly ``k`` whole blocks is matched (REQ-701, REQ-705).
+LAST_BLOCK_MODES = {
+    "recompute": "match at most floor((n - 1) / B) blocks and allocate the last block again (vLLM)",
+    "share": "match up to all k blocks and recompute only the last token, into the shared block (Megatron-Core)",
+}
+
+
+@dataclass(frozen=True)
+class KVCacheBlocks:
+    """Block ids per KV cache group, in token order (REQ-719): what the manager and the scheduler exchange."""
+
+    blocks: tuple[tuple[int, ...], ...]
+
+    def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
+        """Concatenate group by group (REQ-719)."""
+        if not isinstance(other, KVCacheBlocks):
+            return NotImplemented
+        if len(other.blocks) != len(self.blocks):
+            from kvref.contract.errors import InvalidValueError
+
+            raise InvalidValueError(
+                "REQ-719", f"KVCacheBlocks +: {len(self.blocks)} groups and {len(other.blocks)} groups"
+            )
+        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
+
+    def new_empty(self) -> KVCacheBlocks:
+        """As many groups as this one, each empty (REQ-719)."""
+        return KVCacheBlocks(tuple(() for _ in self.blocks))
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        """One list of ids per group."""
+        return tuple(list(group) for group in self.blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks in all groups together."""
+        return sum(len(group) for group in self.blocks)
+
+    @classmethod
+    def empty(cls, num_groups: int = 1) -> KVCacheBlocks:
+        """``num_groups`` empty groups."""
+        return cls(tuple(() for _ in range(num_groups)))
+
+
+@dataclass(frozen=True)
+class RequestPrefixStats:
+    """Statistics counted in tokens since the last ``make_prefix_cache_stats`` (REQ-716).
+
+    ``requests``/``queries``/``hits``: requests never preempted, their tokens and their computed
+    tokens; the ``preempted_`` fields the same for requests preempted before; ``reset``: whether
+    ``reset_prefix_cache`` succeeded in the period.
+    """
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    reset: bool = False
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / queries`` of requests never preempted, 0.0 before the first."""
+        return self.hits / self.queries if self.queries else 0.0
+
+
+@dataclass(frozen=True)
+class RequestBlockStored:
+    """A hash became resident (REQ-717): with its parent, tokens, block size and extra keys.
+
+    ``parent_hash`` is None for a request's first block. A consumer holding every event can
+    rebuild each chain from the root.
+    """
+
+    block_hash: int
+    parent_hash: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    extra_keys: BlockExtraKeys
+
+
+#: The manager's events (REQ-717): chapter 03's removed and cleared events, stored with tokens.
+ManagerEvent = RequestBlockStored | BlockRemoved | AllBlocksCleared
+
+
+@runtime_checkable
+class KVCacheManager(Protocol):
+    """The request-level manager (chapter 07), as vLLM's scheduler calls it."""
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The most tokens a request's blocks may cover (REQ-720)."""
+        ...
+
+    @property
+    def usage(self) -> float:
+        """The share of usable blocks in use (REQ-723)."""
+        ...
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks an allocation could take now: free plus cached and unreferenced."""
+        ...
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """The request's cached prefix and the tokens it covers; pins nothing (REQ-704..REQ-707)."""
+        ...
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_draft_tokens: int = 0,
+    ) -> KVCacheBlocks | None:
+        """Pin the hits, allocate, cache full blocks; None and no change when it does not fit (REQ-708..)."""
+        ...
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Register the blocks the first ``num_computed_tokens`` tokens fill (REQ-711)."""
+        ...
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks tail first (REQ-713)."""
+        ...
+
+    def preempt(self, request: Request) -> None:
+        """Free the request and mark it preempted, to recompute on resume (REQ-714)."""
+        ...
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block, or return False while a block is in use (REQ-715)."""
+        ...
+
+    def make_prefix_cache_stats(self) -> RequestPrefixStats | None:
+        """The statistics since the last call, then new ones (REQ-716)."""
+        ...
+
+    def take_events(self) -> list[ManagerEvent]:
+        """The events since the last call, oldest first (REQ-717)."""
+        ...
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's blocks per group, in token order (REQ-719)."""
+        ...
+
+    def get_unhashed_block_ids(self, blocks: KVCacheBlocks) -> list[int]:
+        """The blocks of ``blocks`` not registered under a hash (REQ-719)."""
+        ...
+
+    def get_num_common_prefix_blocks(self, request_ids: Sequence[str], *, num_running: int | None = None) -> list[int]:
+        """Leading blocks every named request holds, per group (REQ-718)."""
+        ...
+
+    def block_hash(self, block_id: int) -> int | None:
+        """The hash ``block_id`` is registered under, or None."""
+        ...
+
+    def capabilities(self) -> frozenset[str]:
+        """Capability names (chapter 07's among them)."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every observable part of the state, for checking that a refused call changed nothing."""
+        ...

@@ -1,0 +1,132 @@
+"""A request as the request-level manager sees it (spec chapter 07, REQ-702).
+
+A :class:`Request` carries its id, its tokens (the prompt, then the output appended so far), its
+extra keys and the chapter 02 hashes of its full blocks, kept up to date as tokens are appended
+(REQ-702). ``num_computed_tokens``, ``status`` and ``num_preemptions`` belong to the scheduler:
+it sets them, the manager reads them (and :meth:`RequestManager.preempt` does what a scheduler's
+preemption does to them, REQ-714).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.hashing import DEFAULT_ALGORITHM, BlockExtraKeys, BlockHasher, MultimodalItem, block_extra_keys
+from kvref.contract.validate import IntsLike, as_count, as_int, as_list
+
+__all__ = ["Request", "RequestStatus"]
+
+
+class RequestStatus(StrEnum):
+    """Where a request is in its life, as the scheduler keeps it."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+def _tokens(values: object, *, op: str, arg: str) -> list[int]:
+    out = [as_int(t, op=op, arg=arg, rule="REQ-702") for t in as_list(values, op=op, arg=arg)]
+    if out and min(out) < 0:
+        raise InvalidValueError("REQ-702", f"{op}: token ids must be >= 0, got {min(out)}")
+    return out
+
+
+class Request:
+    """One request: tokens, extra keys and the hashes of its full blocks of ``block_size`` (REQ-702).
+
+    ``prompt_token_ids`` must hold at least one token. ``adapter``, ``cache_salt`` and
+    ``multimodal`` enter the hashes as chapter 02's extra keys (HASH-204, HASH-205);
+    ``skip_reading_prefix_cache`` makes ``get_computed_blocks`` find nothing (REQ-704), as vLLM
+    does for a request that wants prompt logprobs. ``algorithm`` is chapter 02's digest.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: IntsLike,
+        *,
+        block_size: int,
+        adapter: str | int | None = None,
+        cache_salt: str | None = None,
+        multimodal: Iterable[MultimodalItem] = (),
+        skip_reading_prefix_cache: bool = False,
+        algorithm: str = DEFAULT_ALGORITHM,
+    ) -> None:
+        if not isinstance(request_id, str):
+            raise InvalidTypeError("REQ-702", f"Request: request_id must be a str, got {type(request_id).__name__}")
+        if not request_id:
+            raise InvalidValueError("REQ-702", "Request: request_id must not be empty")
+        prompt = _tokens(prompt_token_ids, op="Request", arg="prompt_token_ids")
+        if not prompt:
+            raise InvalidValueError("REQ-702", f"Request {request_id!r}: the prompt must hold at least one token")
+        size = as_count(block_size, op="Request", arg="block_size")
+        if size == 0:
+            raise InvalidValueError("REQ-702", f"Request {request_id!r}: block_size must be >= 1")
+        self._multimodal = tuple(multimodal)
+        self._hasher = BlockHasher(
+            size, adapter=adapter, cache_salt=cache_salt, multimodal=self._multimodal, algorithm=algorithm
+        )
+        self.request_id = request_id
+        self.block_size = size
+        self.adapter = adapter
+        self.cache_salt = cache_salt
+        self.skip_reading_prefix_cache = bool(skip_reading_prefix_cache)
+        self.algorithm = algorithm
+        self.prompt_token_ids: tuple[int, ...] = tuple(prompt)
+        self.output_token_ids: list[int] = []
+        self._all: list[int] = list(prompt)
+        #: Tokens whose KV is computed and stored (the scheduler's count).
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self._hasher.extend(prompt)
+
+    @property
+    def block_hashes(self) -> list[int]:
+        """The hashes of the request's full blocks so far (REQ-702); do not modify."""
+        return self._hasher.hashes
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt and output tokens, in order; do not modify."""
+        return self._all
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens."""
+        return len(self._all)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Tokens of the prompt."""
+        return len(self.prompt_token_ids)
+
+    def append_output_token_ids(self, token_ids: int | IntsLike) -> None:
+        """Append sampled tokens; the hashes of blocks they complete join ``block_hashes`` (REQ-702)."""
+        new = _tokens(
+            [token_ids] if isinstance(token_ids, int) else token_ids, op="append_output_token_ids", arg="token_ids"
+        )
+        self.output_token_ids.extend(new)
+        self._all.extend(new)
+        self._hasher.extend(new)
+
+    def block_token_ids(self, index: int) -> tuple[int, ...]:
+        """The tokens of full block ``index``."""
+        size = self.block_size
+        return tuple(self._all[index * size : (index + 1) * size])
+
+    def block_extra_keys(self, index: int) -> BlockExtraKeys:
+        """The extra keys that entered the hash of block ``index`` (HASH-204)."""
+        return block_extra_keys(
+            index, self.block_size, adapter=self.adapter, cache_salt=self.cache_salt, multimodal=self._multimodal
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, {self.num_tokens} tokens, computed={self.num_computed_tokens}, "
+            f"{self.status.value}, preemptions={self.num_preemptions})"
+        )

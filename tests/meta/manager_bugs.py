@@ -1,0 +1,179 @@
+"""Planted bugs of chapter 07: the oracle manager, each with one bug from vLLM's or Megatron-Core's history.
+
+Each is a backend the conformance suite loads by name (``tests.meta.manager_bugs:X``): the
+oracle's pools, with a ``create_manager`` that builds the buggy manager over one. The meta-test
+runs the manager suite (``-k Manager``) on each and requires a failure naming the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvref.contract.manager import KVCacheBlocks
+from kvref.contract.requests import Request
+from kvref.oracle.backend import OracleBackend
+from kvref.oracle.blockpool.pool import OracleBlockPool
+from kvref.oracle.manager import RequestManager
+
+
+class LastTokenHit(RequestManager):
+    """A prompt of whole blocks hits all of them, so no token is left to compute the logits from
+    (vLLM had to add ``max_cache_hit_length = num_tokens - 1``)."""
+
+    def _hit_bound(self, num_tokens: int) -> int:
+        return num_tokens // self.block_size
+
+
+class EvictableHitsNotCounted(RequestManager):
+    """The fit check counts new blocks only, though pinning a cached hit takes it out of the free
+    queue (vLLM's ``get_num_blocks_to_allocate`` had to count ``new_computed_blocks`` with ref 0)."""
+
+    def _fits(self, num_new_blocks: int, hits: list[int]) -> bool:
+        return num_new_blocks <= self.pool.num_available
+
+
+class HitsPinnedOnRefusal(RequestManager):
+    """The hits are touched before the fit check, and stay pinned when the allocation is refused
+    (the reason vLLM appends the new computed blocks only after ``can_allocate``)."""
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: KVCacheBlocks | None = None, *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+        got = super().allocate_slots(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, *args, **kwargs
+        )
+        if got is None and new_computed_blocks is not None and new_computed_blocks.num_blocks:
+            self.pool.acquire(list(new_computed_blocks.blocks[0]), holder=f"{request.request_id}/touched")
+        return got
+
+
+class FreeHeadFirst(RequestManager):
+    """Blocks go back in table order, so a request's head is evicted before its tail (vLLM frees
+    ``reversed(blocks)``; an early version did not)."""
+
+    def _release(self, request_id: str, table: list[int]) -> None:
+        self.pool.free(table, holder=request_id)
+
+
+class PreemptionKeepsHits(RequestManager):
+    """Preemption releases the blocks the request allocated but not the cached hits it pinned:
+    they leak until the engine restarts (a release path that frees only "its own" blocks)."""
+
+    def preempt(self, request: Request) -> None:
+        hits = self.num_cached_blocks(request.request_id)
+        table = self.get_block_ids(request.request_id)[0]
+        super().preempt(request)
+        if hits:
+            self.pool.acquire(table[:hits], holder=f"{request.request_id}/leaked")
+
+
+class PreemptedCountedAsNew(RequestManager):
+    """A resumed request counts as a new one, inflating requests, queries and hits (vLLM split
+    ``preempted_requests`` off for this)."""
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        saved, request.num_preemptions = request.num_preemptions, 0
+        try:
+            return super().get_computed_blocks(request)
+        finally:
+            request.num_preemptions = saved
+
+
+class ResetClaimedWhileInUse(RequestManager):
+    """``reset_prefix_cache`` says True while blocks are in use and resets nothing, so an RLHF
+    weight update keeps serving stale KV."""
+
+    def reset_prefix_cache(self) -> bool:
+        if self.pool.num_in_use:
+            return True
+        return super().reset_prefix_cache()
+
+
+class DelayIgnored(RequestManager):
+    """``delay_cache_blocks`` is ignored: blocks whose KV is still in flight from a remote prefill
+    are cached at once and can be hit before they hold anything."""
+
+    def allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("delay_cache_blocks", None)
+        if len(args) > 5:
+            args = (*args[:5], False, *args[6:])
+        return super().allocate_slots(request, *args, **kwargs)
+
+
+class ComputedBlocksTouched(RequestManager):
+    """``get_computed_blocks`` pins the hits and releases them head first, which changes the
+    eviction order of a lookup that must change nothing (a match used as a lookup)."""
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        found, computed = super().get_computed_blocks(request)
+        ids = list(found.blocks[0])
+        if ids:
+            self.pool.acquire(ids, holder="probe")
+            self.pool.free(ids, holder="probe")
+        return found, computed
+
+
+class EagleKeepsLastBlock(RequestManager):
+    """With EAGLE the last matched block is kept, so the drafter lacks the hidden states it needs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.use_eagle = False
+
+
+class MaxModelLenIgnored(RequestManager):
+    """Lookahead slots are allocated past ``max_model_len``."""
+
+    @property
+    def max_model_len(self) -> int:
+        return 1 << 30
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_model_len = 1 << 30
+
+
+class HitsNotCountedAsCached(RequestManager):
+    """The hits are not counted among the request's cached blocks, so they are registered again
+    when the first new block fills (vLLM's ``num_cached_block`` bookkeeping)."""
+
+    def allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        had = request.request_id in self._tables
+        got = super().allocate_slots(request, *args, **kwargs)
+        if got is not None and not had:
+            self._num_cached[request.request_id] = 0
+        return got
+
+
+#: Each planted bug and the rule the suite must name.
+MANAGER_BUGS: dict[str, str] = {
+    "LastTokenHit": "REQ-701",
+    "EvictableHitsNotCounted": "REQ-709",
+    "HitsPinnedOnRefusal": "REQ-709",
+    "FreeHeadFirst": "REQ-713",
+    "PreemptionKeepsHits": "REQ-714",
+    "PreemptedCountedAsNew": "REQ-716",
+    "ResetClaimedWhileInUse": "REQ-715",
+    "DelayIgnored": "REQ-711",
+    "ComputedBlocksTouched": "REQ-706",
+    "EagleKeepsLastBlock": "REQ-707",
+    "MaxModelLenIgnored": "REQ-720",
+    "HitsNotCountedAsCached": "REQ-710",
+}
+
+
+def _backend(manager: type[RequestManager]) -> type[OracleBackend]:
+    class PlantedManagerBackend(OracleBackend):
+        name = manager.__name__
+
+        def create_manager(
+            self, num_blocks: int, *, policy: str = "lru", device: str | None = None, **settings: Any
+        ) -> RequestManager:
+            pool = OracleBlockPool(num_blocks, policy=policy, enable_events=settings["enable_kv_cache_events"])
+            return manager(pool, **settings)
+
+    PlantedManagerBackend.__name__ = PlantedManagerBackend.__qualname__ = manager.__name__ + "Backend"
+    return PlantedManagerBackend
+
+
+for _name in MANAGER_BUGS:
+    globals()[_name] = _backend(globals()[_name])
