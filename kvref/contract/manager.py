@@ -149,8 +149,13 @@ class KVCacheManager(Protocol):
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_draft_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
         """Pin the hits, allocate, cache full blocks; None and no change when it does not fit (REQ-708..)."""
+        ...
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count an admitted request and its hit tokens (REQ-716)."""
         ...
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:

@@ -70,10 +70,10 @@ class PreemptedCountedAsNew(RequestManager):
     """A resumed request counts as a new one, inflating requests, queries and hits (vLLM split
     ``preempted_requests`` off for this)."""
 
-    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         saved, request.num_preemptions = request.num_preemptions, 0
         try:
-            return super().get_computed_blocks(request)
+            super().record_prefix_cache_stats(request, num_hits)
         finally:
             request.num_preemptions = saved
 

@@ -33,12 +33,14 @@ def prompt(rid: str, tokens: list[int] | range, **extras: Any) -> Request:
 
 
 def admit(manager: Any, req: Request, *, lookahead: int = 0) -> KVCacheBlocks | None:
-    """Schedule a waiting request's whole prompt as vLLM's scheduler does: hit, allocate, mark computed."""
+    """Schedule a waiting request's whole prompt as vLLM's scheduler does: hit, allocate, count, mark computed."""
     hits, computed = manager.get_computed_blocks(req)
     new: KVCacheBlocks | None = manager.allocate_slots(
-        req, req.num_tokens - computed, computed, hits if computed else None, num_lookahead_tokens=lookahead
-    )
+        req, req.num_tokens - computed, computed, hits if computed else None, num_lookahead_tokens=lookahead,
+        full_sequence_must_fit=True,
+    )  # fmt: skip
     if new is not None:
+        manager.record_prefix_cache_stats(req, computed)
         req.num_computed_tokens = req.num_tokens
         req.status = RequestStatus.RUNNING
     return new
@@ -110,8 +112,10 @@ class ManagerSuite(ConformanceSuite):
         m = self.manager(impl)
         admit(m, prompt("a", range(9)))
         m.make_prefix_cache_stats()
-        hits, computed = m.get_computed_blocks(prompt("b", range(9), skip_reading_prefix_cache=True))
+        b = prompt("b", range(9), skip_reading_prefix_cache=True)
+        hits, computed = m.get_computed_blocks(b)
         assert (hits.num_blocks, computed) == (0, 0), f"[REQ-704] skip_reading_prefix_cache: got {computed} tokens"
+        admit(m, b)
         stats = m.make_prefix_cache_stats()
         assert stats is None or stats.requests == 0, f"[REQ-716] a request that skips the cache was counted: {stats}"
 
@@ -183,6 +187,16 @@ class ManagerSuite(ConformanceSuite):
             f"return None, it returned {got}"
         )
         assert (m.snapshot(), m.num_free_blocks) == before, "[REQ-709] the refusal pinned or changed something"
+
+    @rule("REQ-724")
+    def test_a_whole_prompt_that_cannot_fit_is_not_admitted_chunk_by_chunk(self, impl: Target) -> None:
+        m = self.manager(impl, num_blocks=6)  # 5 usable
+        big = prompt("big", range(24))  # 6 blocks
+        before = (m.snapshot(), m.num_free_blocks)
+        got = m.allocate_slots(big, 8, full_sequence_must_fit=True)
+        assert got is None, f"[REQ-724] a first chunk of 2 blocks fits, the 6-block prompt does not: got {got}"
+        assert (m.snapshot(), m.num_free_blocks) == before, "[REQ-724] the refusal changed the state"
+        assert m.allocate_slots(big, 8) is not None, "[REQ-708] without the gate the first chunk fits"
 
     @rule("REQ-710")
     def test_lookahead_slots_and_partial_blocks_are_never_cached(self, impl: Target) -> None:

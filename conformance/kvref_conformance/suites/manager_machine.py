@@ -109,7 +109,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         for manager, req in zip((self.impl, self.oracle), self.pairs[rid], strict=True):
             manager.preempt(req)
         self.running.remove(rid)
-        self.waiting.append(rid)
+        self.waiting.insert(0, rid)  # vLLM puts a preempted request at the front of the queue
         note(f"preempt({rid})")
 
     # ------------------------------------------------------------------ steps
@@ -137,9 +137,12 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         ok = self.allocate(
             rid, what, (hits_i, hits_o) if computed_i else (None, None),
             num_new_tokens=new, num_new_computed_tokens=computed_i, num_lookahead_tokens=lookahead,
+            full_sequence_must_fit=True,
         )  # fmt: skip
         note(f"admit({rid}, chunk={new}, lookahead={lookahead}) -> {'ok' if ok else 'None'}")
         if ok:
+            self.impl.record_prefix_cache_stats(ri, computed_i)
+            self.oracle.record_prefix_cache_stats(ro, computed_o)
             for req in (ri, ro):
                 req.num_computed_tokens = computed_i + new
                 req.status = RequestStatus.RUNNING
@@ -178,9 +181,12 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     def schedule(self, chunk: int, tokens: list[int], lookahead: int) -> None:
         """One scheduler step: every running request advances, then waiting ones are admitted in order
         until one does not fit (vLLM's scan stops there)."""
+        preempted = len(self.waiting)
         for i, rid in enumerate(list(self.running)):
             if rid in self.running:
                 self.advance(rid, chunk, tokens[i % len(tokens)], lookahead)
+        if len(self.waiting) > preempted:
+            return  # vLLM admits nobody in a step that preempted
         for rid in list(self.waiting):
             if not self.admit_one(rid, chunk, lookahead):
                 break

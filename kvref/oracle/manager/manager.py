@@ -53,11 +53,16 @@ class RequestManager:
         log_stats: bool = True,
         enable_kv_cache_events: bool = False,
         last_block: str = "recompute",
+        stats_at: str = "admission",
     ) -> None:
         size = as_count(block_size, op="RequestManager", arg="block_size")
         limit = as_count(max_model_len, op="RequestManager", arg="max_model_len")
         if size == 0 or limit == 0:
             raise ConfigError("REQ-708", f"RequestManager: block_size {size} and max_model_len {limit} must be >= 1")
+        if stats_at not in ("admission", "lookup"):
+            raise ConfigError(
+                "REQ-716", "RequestManager: stats_at must be 'admission' (vLLM 0.32) or 'lookup' (seed 004)"
+            )
         if last_block not in LAST_BLOCK_MODES:
             raise ConfigError("REQ-705", f"RequestManager: last_block must be one of {sorted(LAST_BLOCK_MODES)}")
         if enable_caching and "prefix-cache" not in pool.capabilities():
@@ -73,6 +78,7 @@ class RequestManager:
         self.use_eagle = bool(use_eagle)
         self.enable_kv_cache_events = bool(enable_kv_cache_events)
         self.last_block = last_block
+        self.stats_at = stats_at
         self._tables: dict[str, list[int]] = {}
         self._num_cached: dict[str, int] = {}
         self._requests: dict[str, Request] = {}
@@ -130,7 +136,8 @@ class RequestManager:
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """The request's longest cached prefix and the tokens it covers (REQ-701, REQ-704..REQ-707).
 
-        Pins nothing and changes nothing in the pool; counts the request in the statistics.
+        Pins nothing and changes nothing; with ``stats_at="lookup"`` counts the request in the
+        statistics (REQ-706, REQ-716).
         """
         req = self._request(request, "get_computed_blocks")
         if not self.enable_caching or req.skip_reading_prefix_cache:
@@ -141,8 +148,23 @@ class RequestManager:
         if self.use_eagle and hits:
             hits = hits[:-1]
         computed = min(len(hits) * size, n - 1)
-        self._ledger.record(num_tokens=n, num_hits=computed, preempted=req.num_preemptions > 0)
+        if self.stats_at == "lookup":
+            self._ledger.record(num_tokens=n, num_hits=computed, preempted=req.num_preemptions > 0)
         return (KVCacheBlocks((tuple(hits),)) if hits else _EMPTY), computed
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count an admitted request and its hit tokens, as vLLM's scheduler does once it admits one (REQ-716).
+
+        Counts nothing for a request that skips the cache, with caching off, or with
+        ``stats_at="lookup"`` (where ``get_computed_blocks`` counted it already).
+        """
+        req = self._request(request, "record_prefix_cache_stats")
+        hits = as_int(num_hits, op="record_prefix_cache_stats", arg="num_hits", rule="REQ-716")
+        if not 0 <= hits < max(req.num_tokens, 1):
+            raise InvalidValueError("REQ-716", f"record_prefix_cache_stats: {hits} hits for {req.num_tokens} tokens")
+        if self.stats_at != "admission" or not self.enable_caching or req.skip_reading_prefix_cache:
+            return
+        self._ledger.record(num_tokens=req.num_tokens, num_hits=hits, preempted=req.num_preemptions > 0)
 
     def _hit_bound(self, num_tokens: int) -> int:
         """The most blocks a request of ``num_tokens`` tokens may hit (REQ-701, REQ-705)."""
@@ -192,8 +214,9 @@ class RequestManager:
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         num_draft_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
-        """Pin the hits, allocate the blocks the tokens need, cache the full ones (REQ-708..REQ-712, REQ-720).
+        """Pin the hits, allocate the blocks the tokens need, cache the full ones (REQ-708..REQ-712, REQ-720, REQ-724).
 
         Returns the newly allocated blocks, or None, changing nothing, when they do not fit.
         """
@@ -223,6 +246,10 @@ class RequestManager:
         need_slot = min(total + new + lookahead, self._max_model_len)
         num_new_blocks = max(0, -(-need_slot // size) - len(table) - len(hits))
         pool = self.pool
+        if full_sequence_must_fit:
+            whole = min(req.num_tokens, self._max_model_len)
+            if not self._fits(max(0, -(-whole // size) - len(table) - len(hits)), hits):
+                return None
         if not self._fits(num_new_blocks, hits):
             return None
         if hits:
