@@ -41,7 +41,7 @@ class CountingPool:
 def decode_work(prompt_blocks: int) -> Counter[str]:
     """Pool work of one decode step that fills a block, for a request of ``prompt_blocks`` whole blocks."""
     pool = CountingPool(OracleBlockPool(prompt_blocks + 8))
-    manager = RequestManager(pool, block_size=4, max_model_len=4 * (prompt_blocks + 4))  # type: ignore[arg-type]
+    manager = RequestManager(pool, block_size=4, max_model_len=4 * (prompt_blocks + 4))
     req = Request("r", list(range(4 * prompt_blocks - 1)), block_size=4, algorithm="xxh3_64")
     manager.allocate_slots(req, req.num_tokens)
     req.num_computed_tokens = req.num_tokens

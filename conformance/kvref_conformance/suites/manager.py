@@ -9,61 +9,22 @@ has ``n - 1`` usable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
 from kvref.contract.events import AllBlocksCleared
 from kvref.contract.manager import KVCacheBlocks, RequestBlockStored
 from kvref.contract.requests import Request, RequestStatus
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
 from kvref_conformance.suites.manager_machine import RequestSchedulerMachine
+from kvref_conformance.suites.manager_requests import B, admit, decode, prompt, refused_unchanged
 from kvref_conformance.target import Target
 
-__all__ = ["ManagerSuite", "admit", "decode", "prompt"]
-
-B = 4
-
-
-def prompt(rid: str, tokens: list[int] | range, **extras: Any) -> Request:
-    """A request of block size 4."""
-    return Request(rid, list(tokens), block_size=B, algorithm="xxh3_64", **extras)
-
-
-def admit(manager: Any, req: Request, *, lookahead: int = 0) -> KVCacheBlocks | None:
-    """Schedule a waiting request's whole prompt as vLLM's scheduler does: hit, allocate, count, mark computed."""
-    hits, computed = manager.get_computed_blocks(req)
-    new: KVCacheBlocks | None = manager.allocate_slots(
-        req, req.num_tokens - computed, computed, hits if computed else None, num_lookahead_tokens=lookahead,
-        full_sequence_must_fit=True,
-    )  # fmt: skip
-    if new is not None:
-        manager.record_prefix_cache_stats(req, computed)
-        req.num_computed_tokens = req.num_tokens
-        req.status = RequestStatus.RUNNING
-    return new
-
-
-def decode(manager: Any, req: Request, token: int, *, lookahead: int = 0) -> KVCacheBlocks | None:
-    """Sample ``token`` and schedule it: one new token to compute."""
-    req.append_output_token_ids([token])
-    new: KVCacheBlocks | None = manager.allocate_slots(req, 1, num_lookahead_tokens=lookahead)
-    if new is not None:
-        req.num_computed_tokens += 1
-    return new
-
-
-def refused_unchanged(manager: Any, call: Any, rule_id: str) -> KVRefError:
-    """``call`` raises InvalidValueError citing ``rule_id`` and changes nothing (ERR-501)."""
-    before = (manager.snapshot(), manager.num_free_blocks)
-    with pytest.raises(InvalidValueError) as info:
-        call()
-    assert info.value.rule == rule_id, f"[{rule_id}] raised citing {info.value.rule}: {info.value}"
-    after = (manager.snapshot(), manager.num_free_blocks)
-    assert after == before, f"[ERR-501] a refused call ({rule_id}) changed the manager's state"
-    return info.value
+__all__ = ["ManagerSuite"]
 
 
 class ManagerSuite(ConformanceSuite):
@@ -251,7 +212,8 @@ class ManagerSuite(ConformanceSuite):
         m = self.manager(impl)
         admit(m, prompt("a", range(9)))
         other = Request("b", list(range(9)), block_size=2 * B, algorithm="xxh3_64")
-        for call in (lambda: m.get_computed_blocks(other), lambda: m.allocate_slots(other, 9)):
+        calls: list[Callable[[], Any]] = [lambda: m.get_computed_blocks(other), lambda: m.allocate_slots(other, 9)]
+        for call in calls:
             before = (m.snapshot(), m.num_free_blocks)
             with pytest.raises(InvalidValueError) as info:
                 call()

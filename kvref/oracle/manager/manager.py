@@ -18,19 +18,13 @@ from kvref.contract.manager import LAST_BLOCK_MODES, KVCacheBlocks, ManagerEvent
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
+from kvref.oracle.manager.checks import checked_hits, token_count
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
 
 __all__ = ["RequestManager"]
 
 _EMPTY = KVCacheBlocks(((),))
-
-
-def _token_count(value: object, op: str, arg: str) -> int:
-    count = as_int(value, op=op, arg=arg, rule="REQ-712")
-    if count < 0:
-        raise InvalidValueError("REQ-712", f"{op}: {arg} must be >= 0, got {count}")
-    return count
 
 
 class RequestManager:
@@ -173,37 +167,6 @@ class RequestManager:
 
     # ------------------------------------------------------------------ allocation
 
-    def _checked_hits(self, req: Request, new_computed_blocks: object, num_new_computed: int, op: str) -> list[int]:
-        if new_computed_blocks is None:
-            hits: list[int] = []
-        elif not isinstance(new_computed_blocks, KVCacheBlocks) or len(new_computed_blocks.blocks) != 1:
-            raise InvalidTypeError("REQ-712", f"{op}: new_computed_blocks must be a KVCacheBlocks of one group")
-        else:
-            hits = list(new_computed_blocks.blocks[0])
-        rid, size, n = req.request_id, self._block_size, req.num_tokens
-        if hits and self._tables.get(rid):
-            raise InvalidValueError(
-                "REQ-712", f"{op}: request {rid!r} already holds blocks; hits join only an empty table"
-            )
-        hashes = req.block_hashes
-        bound = self._hit_bound(n)
-        if len(hits) > bound:
-            raise InvalidValueError(
-                "REQ-701", f"{op}: {len(hits)} hits for {n} tokens in blocks of {size}; at most {bound} may hit"
-            )
-        for i, block in enumerate(hits):
-            got = self.pool.block_hash(block)
-            if got is None or got != hashes[i]:
-                raise InvalidValueError(
-                    "REQ-712", f"{op}: hit {i} (block {block}) is not cached under request {rid!r}'s hash for block {i}"
-                )
-        want = min(len(hits) * size, n - 1) if hits else 0
-        if num_new_computed != want:
-            raise InvalidValueError(
-                "REQ-712", f"{op}: num_new_computed_tokens={num_new_computed}, the {len(hits)} hits cover {want} tokens"
-            )
-        return hits
-
     def allocate_slots(
         self,
         request: Request,
@@ -222,18 +185,21 @@ class RequestManager:
         """
         op = "allocate_slots"
         req = self._request(request, op)
-        new = _token_count(num_new_tokens, op, "num_new_tokens")
-        new_computed = _token_count(num_new_computed_tokens, op, "num_new_computed_tokens")
-        lookahead = _token_count(num_lookahead_tokens, op, "num_lookahead_tokens")
-        external = _token_count(num_external_computed_tokens, op, "num_external_computed_tokens")
-        draft = _token_count(num_draft_tokens, op, "num_draft_tokens")
+        new = token_count(num_new_tokens, op, "num_new_tokens")
+        new_computed = token_count(num_new_computed_tokens, op, "num_new_computed_tokens")
+        lookahead = token_count(num_lookahead_tokens, op, "num_lookahead_tokens")
+        external = token_count(num_external_computed_tokens, op, "num_external_computed_tokens")
+        draft = token_count(num_draft_tokens, op, "num_draft_tokens")
         if new == 0 and new_computed == 0 and external == 0:
             raise InvalidValueError(
                 "REQ-712", f"{op}: num_new_tokens must be > 0 when there are no computed tokens to adopt"
             )
         if draft > new:
             raise InvalidValueError("REQ-712", f"{op}: {draft} draft tokens among only {new} new tokens")
-        hits = self._checked_hits(req, new_computed_blocks, new_computed, op)
+        hits = checked_hits(
+            self.pool, req, new_computed_blocks, new_computed,
+            holds=bool(self._tables.get(req.request_id)), bound=self._hit_bound(req.num_tokens), op=op,
+        )  # fmt: skip
         rid, size = req.request_id, self._block_size
         table = self._tables.get(rid, [])
         computed = req.num_computed_tokens

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
+from typing import Any
 
 from kvref.contract.errors import ConfigError
 from kvref_conformance.peers.vllm.pool import INSTALL, VllmBlockPool, capabilities_of
@@ -72,6 +73,13 @@ class VllmBackend:
             enable_events=enable_events,
             caching=self.caching,
         )
+
+    def create_manager(self, num_blocks: int, *, device: str | None = None, **settings: Any) -> Any:
+        """vLLM's own ``KVCacheManager`` (chapter 07) over ``num_blocks`` blocks, caching as this backend does."""
+        from kvref_conformance.peers.vllm.manager import VllmRequestManager
+
+        self.device(device)
+        return VllmRequestManager(num_blocks, **{**settings, "enable_caching": self.caching})
 
 
 #: vLLM's BlockPool with prefix caching on (entry point ``vllm``).

@@ -62,7 +62,7 @@ def capabilities_of(caching: bool) -> frozenset[str]:
     """
     if not caching:
         return frozenset({"pause", "policy-lru"})
-    return frozenset({"prefix-cache", "events", "pause", "request-prefix", "policy-lru"})
+    return frozenset({"prefix-cache", "events", "pause", "request-prefix", "policy-lru", "request-manager"})
 
 
 def _bytes(h: int) -> bytes:
