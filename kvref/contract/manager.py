@@ -12,12 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from kvref.contract.errors import ConfigError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved
-from kvref.contract.hashing import BlockExtraKeys
+from kvref.contract.hashing import BlockExtraKeys, hash_block
 from kvref.contract.requests import Request
 
 __all__ = [
+    "FULL_ATTENTION",
+    "NULL_BLOCK",
+    "CacheGroup",
     "LAST_BLOCK_MODES",
+    "group_key",
     "KVCacheBlocks",
     "KVCacheManager",
     "ManagerEvent",
@@ -30,6 +35,48 @@ LAST_BLOCK_MODES = {
     "recompute": "match at most floor((n - 1) / B) blocks and allocate the last block again (vLLM)",
     "share": "match up to all k blocks and recompute only the last token, into the shared block (Megatron-Core)",
 }
+
+
+#: The block that stands in a sliding-window table for a block outside the window (REQ-730): the
+#: pool's reserved block 0, vLLM's null block. It is never held, freed or registered.
+NULL_BLOCK = 0
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """One KV cache group of a manager (REQ-730): full attention, or a sliding window of ``sliding_window`` tokens.
+
+    Every group of a manager has the manager's block size and draws its blocks from the one pool.
+    """
+
+    kind: str = "full"
+    sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind == "full" and self.sliding_window is None:
+            return
+        if self.kind != "sliding-window" or type(self.sliding_window) is not int or self.sliding_window < 2:
+            raise ConfigError(
+                "REQ-730",
+                f"CacheGroup: {self.kind!r} with window {self.sliding_window!r}: a group is 'full' or "
+                "'sliding-window' with an int window >= 2",
+            )
+
+    @classmethod
+    def window(cls, tokens: int) -> CacheGroup:
+        """A sliding-window group attending to the last ``tokens`` tokens."""
+        return cls("sliding-window", tokens)
+
+
+#: The one group of a plain decoder: full attention.
+FULL_ATTENTION = CacheGroup()
+
+
+def group_key(block_hash: int, group: int) -> int:
+    """The key block ``block_hash`` is cached under in group ``group`` (REQ-733): the hash itself in
+    group 0, a hash of it and the group's index in any other, so that a block of one group never
+    serves another and each group's keys chain as the hashes do."""
+    return block_hash if group == 0 else hash_block(block_hash, [group])
 
 
 @dataclass(frozen=True)
@@ -105,6 +152,7 @@ class RequestBlockStored:
     token_ids: tuple[int, ...]
     block_size: int
     extra_keys: BlockExtraKeys
+    group: int = 0
 
 
 #: The manager's events (REQ-717): chapter 03's removed and cleared events, stored with tokens.

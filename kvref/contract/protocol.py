@@ -202,8 +202,8 @@ class PrefixCache(BlockPool, Protocol):
         """Cache in-use blocks under a chain of hashes starting after ``parent_hash`` (PFX-301..)."""
         ...
 
-    def lookup(self, block_hashes: IntsLike) -> list[int]:
-        """Blocks of the longest resident prefix of a hash chain; changes nothing (PFX-307)."""
+    def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
+        """Blocks of the longest resident prefix of a hash chain after ``parent_hash``; changes nothing (PFX-307)."""
         ...
 
     def match(self, block_hashes: IntsLike, *, holder: Holder = None) -> list[int]:

@@ -28,8 +28,12 @@ class EvictableHitsNotCounted(RequestManager):
     """The fit check counts new blocks only, though pinning a cached hit takes it out of the free
     queue (vLLM's ``get_num_blocks_to_allocate`` had to count ``new_computed_blocks`` with ref 0)."""
 
-    def _fits(self, num_new_blocks: int, hits: list[int]) -> bool:
-        return num_new_blocks <= self.pool.num_available
+    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
+        new = 0
+        for g, group_hits in zip(self.groups, hits, strict=True):
+            table = g.tables.get(rid)
+            new += max(required - (len(table) if table is not None else len(group_hits)), 0)
+        return new <= self.pool.num_available
 
 
 class HitsPinnedOnRefusal(RequestManager):
@@ -50,8 +54,13 @@ class FreeHeadFirst(RequestManager):
     """Blocks go back in table order, so a request's head is evicted before its tail (vLLM frees
     ``reversed(blocks)``; an early version did not)."""
 
-    def _release(self, request_id: str, table: list[int]) -> None:
-        self.pool.free(table, holder=request_id)
+    def free(self, request: Request) -> None:
+        for g in self.groups:
+            table = g.tables.pop(request.request_id, None)
+            g.num_cached.pop(request.request_id, None)
+            if table:
+                self.pool.free([b for b in table if b != 0], holder=request.request_id)
+        super().free(request)
 
 
 class PreemptionKeepsHits(RequestManager):
@@ -137,10 +146,10 @@ class HitsNotCountedAsCached(RequestManager):
     when the first new block fills (vLLM's ``num_cached_block`` bookkeeping)."""
 
     def allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        had = request.request_id in self._tables
+        had = request.request_id in self.groups[0].tables
         got = super().allocate_slots(request, *args, **kwargs)
         if got is not None and not had:
-            self._num_cached[request.request_id] = 0
+            self.groups[0].num_cached[request.request_id] = 0
         return got
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvref.contract.errors import InvalidTypeError, InvalidValueError
 from kvref.contract.manager import KVCacheBlocks
-from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
 from kvref.contract.validate import as_int
+from kvref.oracle.manager.groups import GroupTables
 
 __all__ = ["checked_hits", "token_count"]
 
@@ -20,44 +22,48 @@ def token_count(value: object, op: str, arg: str) -> int:
 
 
 def checked_hits(
-    pool: PrefixCache,
     req: Request,
     new_computed_blocks: object,
     num_new_computed: int,
     *,
+    groups: Sequence[GroupTables],
     holds: bool,
     bound: int,
     op: str,
-) -> list[int]:
-    """The hits of ``new_computed_blocks`` if they are what ``get_computed_blocks`` finds for ``req`` (REQ-712).
+) -> list[list[int]]:
+    """The hits of ``new_computed_blocks``, one list per group, if they are what ``get_computed_blocks``
+    finds for ``req`` (REQ-712).
 
-    They must be one group of blocks cached under the request's leading hashes, at most ``bound``
-    of them (REQ-701, REQ-705), given to a request that holds nothing yet (``holds`` false), and
-    ``num_new_computed`` must be the tokens they cover.
+    They must be one list per group, all of one length, at most ``bound`` (REQ-701, REQ-705), each
+    block cached under its group's key for its position (a sliding window's null block aside),
+    given to a request that holds nothing yet (``holds`` false), and ``num_new_computed`` must be
+    the tokens they cover.
     """
     if new_computed_blocks is None:
-        hits: list[int] = []
-    elif not isinstance(new_computed_blocks, KVCacheBlocks) or len(new_computed_blocks.blocks) != 1:
-        raise InvalidTypeError("REQ-712", f"{op}: new_computed_blocks must be a KVCacheBlocks of one group")
-    else:
-        hits = list(new_computed_blocks.blocks[0])
-    rid, size, n = req.request_id, req.block_size, req.num_tokens
-    if hits and holds:
-        raise InvalidValueError("REQ-712", f"{op}: request {rid!r} already holds blocks; hits join only an empty table")
-    if len(hits) > bound:
-        raise InvalidValueError(
-            "REQ-701", f"{op}: {len(hits)} hits for {n} tokens in blocks of {size}; at most {bound} may hit"
+        return [[] for _ in groups]
+    if not isinstance(new_computed_blocks, KVCacheBlocks) or len(new_computed_blocks.blocks) != len(groups):
+        raise InvalidTypeError(
+            "REQ-712", f"{op}: new_computed_blocks must be a KVCacheBlocks of {len(groups)} group(s)"
         )
-    hashes = req.block_hashes
-    for i, block in enumerate(hits):
-        got = pool.block_hash(block)
-        if got is None or got != hashes[i]:
+    hits = [list(group) for group in new_computed_blocks.blocks]
+    rid, size, n = req.request_id, req.block_size, req.num_tokens
+    length = len(hits[0])
+    if any(len(h) != length for h in hits):
+        raise InvalidValueError("REQ-712", f"{op}: the groups' hits differ in length: {[len(h) for h in hits]}")
+    if length and holds:
+        raise InvalidValueError("REQ-712", f"{op}: request {rid!r} already holds blocks; hits join only an empty table")
+    if length > bound:
+        raise InvalidValueError(
+            "REQ-701", f"{op}: {length} hits for {n} tokens in blocks of {size}; at most {bound} may hit"
+        )
+    for g, group_hits in zip(groups, hits, strict=True):
+        if not g.is_hit_honest(g.keys(req), group_hits):
             raise InvalidValueError(
-                "REQ-712", f"{op}: hit {i} (block {block}) is not cached under request {rid!r}'s hash for block {i}"
+                "REQ-712", f"{op}: group {g.index}'s hits {group_hits} are not cached under request {rid!r}'s keys"
             )
-    want = min(len(hits) * size, n - 1) if hits else 0
+    want = min(length * size, n - 1) if length else 0
     if num_new_computed != want:
         raise InvalidValueError(
-            "REQ-712", f"{op}: num_new_computed_tokens={num_new_computed}, the {len(hits)} hits cover {want} tokens"
+            "REQ-712", f"{op}: num_new_computed_tokens={num_new_computed}, the {length} hits cover {want} tokens"
         )
     return hits

@@ -23,7 +23,7 @@ class ManagerLedger:
         self.log_stats = log_stats
         self.block_size = block_size
         self.stats = RequestPrefixStats()
-        self._content: dict[int, tuple[tuple[int, ...], BlockExtraKeys]] = {}
+        self._content: dict[int, tuple[tuple[int, ...], BlockExtraKeys, int]] = {}
 
     # -------------------------------------------------------------- statistics (REQ-716)
 
@@ -53,9 +53,9 @@ class ManagerLedger:
 
     # -------------------------------------------------------------- events (REQ-717)
 
-    def remember(self, block_hash: int, token_ids: tuple[int, ...], extra_keys: BlockExtraKeys) -> None:
-        """What the block registered under ``block_hash`` holds, for its ``BlockStored``."""
-        self._content[block_hash] = (token_ids, extra_keys)
+    def remember(self, key: int, token_ids: tuple[int, ...], extra_keys: BlockExtraKeys, group: int = 0) -> None:
+        """What the block registered under ``key`` in ``group`` holds, for its ``BlockStored``."""
+        self._content[key] = (token_ids, extra_keys, group)
 
     def translate(self, pool_events: list[KVEvent], resident: frozenset[int]) -> list[ManagerEvent]:
         """The pool's residency events with the tokens of each stored hash.
@@ -67,13 +67,15 @@ class ManagerLedger:
         out: list[ManagerEvent] = []
         for event in pool_events:
             if isinstance(event, BlockStored):
-                tokens, extras = content[event.block_hash]
-                out.append(RequestBlockStored(event.block_hash, event.parent_hash, tokens, self.block_size, extras))
+                tokens, extras, group = content[event.block_hash]
+                out.append(
+                    RequestBlockStored(event.block_hash, event.parent_hash, tokens, self.block_size, extras, group)
+                )
             else:
                 out.append(event)
         self._content = {h: c for h, c in content.items() if h in resident}
         return out
 
-    def snapshot(self) -> tuple[RequestPrefixStats, dict[int, tuple[tuple[int, ...], BlockExtraKeys]]]:
+    def snapshot(self) -> tuple[RequestPrefixStats, dict[int, tuple[tuple[int, ...], BlockExtraKeys, int]]]:
         """The statistics and the remembered contents, for before/after comparison."""
         return self.stats, dict(self._content)

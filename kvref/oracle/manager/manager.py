@@ -1,11 +1,12 @@
 """The oracle request-level manager over any chapter 03 prefix cache (spec chapter 07).
 
-:class:`RequestManager` does what vLLM's ``KVCacheManager`` does for one full-attention group:
-it finds a request's cached prefix (REQ-704), pins those hits and allocates the rest when they
-fit (REQ-708, REQ-709), registers full blocks as they fill (REQ-710, REQ-711), frees tail first
-(REQ-713) and counts in tokens (REQ-716). It holds references in the pool under the request id,
-keeps each request's table (vLLM's ``req_to_blocks``) and how many of its leading blocks are
-registered (``num_cached_block``), and checks every argument before changing anything.
+:class:`RequestManager` does what vLLM's ``KVCacheManager`` does: it finds a request's cached
+prefix, the longest every KV cache group serves (REQ-704, REQ-732), pins those hits and
+allocates the rest when they fit (REQ-708, REQ-709), registers full blocks as they fill (REQ-710,
+REQ-711), releases what a sliding window leaves behind (REQ-730), frees tail first (REQ-713) and
+counts in tokens (REQ-716). Each group (``groups.py``) keeps its tables (vLLM's
+``req_to_blocks``) and cached counts (``num_cached_block``); every group holds its blocks in the
+one pool under the request id. Every argument is checked before anything changes.
 """
 
 from __future__ import annotations
@@ -14,26 +15,35 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvref.contract.errors import ConfigError, InvalidTypeError, InvalidValueError
-from kvref.contract.manager import LAST_BLOCK_MODES, KVCacheBlocks, ManagerEvent, RequestPrefixStats
+from kvref.contract.manager import (
+    FULL_ATTENTION,
+    LAST_BLOCK_MODES,
+    NULL_BLOCK,
+    CacheGroup,
+    KVCacheBlocks,
+    ManagerEvent,
+    RequestPrefixStats,
+)
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
 from kvref.oracle.manager.checks import checked_hits, token_count
+from kvref.oracle.manager.groups import GroupTables
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
 
 __all__ = ["RequestManager"]
 
-_EMPTY = KVCacheBlocks(((),))
-
 
 class RequestManager:
-    """vLLM's ``KVCacheManager`` for one full-attention group, over ``pool`` (chapter 07).
+    """vLLM's ``KVCacheManager`` over ``pool`` (chapter 07), for ``groups`` (one full-attention group by default).
 
     ``pool`` must be a chapter 03 prefix cache when ``enable_caching`` (with events on when
-    ``enable_kv_cache_events``) and holds nothing yet. ``last_block`` chooses REQ-701's
-    (``"recompute"``, vLLM) or REQ-705's (``"share"``, Megatron-Core) treatment of a prompt of
-    whole blocks; ``use_eagle`` drops the last block of a hit (REQ-707).
+    ``enable_kv_cache_events``) and holds nothing yet; with a sliding-window group its block 0 is
+    reserved, the null block (REQ-730). ``last_block`` chooses REQ-701's (``"recompute"``,
+    vLLM) or REQ-705's (``"share"``, Megatron-Core) treatment of a prompt of whole blocks;
+    ``use_eagle`` drops the last block of a hit (REQ-707); ``stats_at`` where requests are
+    counted (REQ-716).
     """
 
     def __init__(
@@ -48,6 +58,7 @@ class RequestManager:
         enable_kv_cache_events: bool = False,
         last_block: str = "recompute",
         stats_at: str = "admission",
+        groups: Sequence[CacheGroup] = (FULL_ATTENTION,),
     ) -> None:
         size = as_count(block_size, op="RequestManager", arg="block_size")
         limit = as_count(max_model_len, op="RequestManager", arg="max_model_len")
@@ -65,6 +76,18 @@ class RequestManager:
             raise ConfigError("REQ-717", "RequestManager: events need caching and a pool with events on")
         if pool.num_in_use:
             raise ConfigError("REQ-721", f"RequestManager: the pool already has {pool.num_in_use} blocks in use")
+        specs = tuple(groups)
+        if not specs or not all(isinstance(g, CacheGroup) for g in specs):
+            raise ConfigError("REQ-730", "RequestManager: groups must be one or more CacheGroup")
+        if any(g.sliding_window is not None for g in specs):
+            if NULL_BLOCK not in pool.reserved_ids:
+                raise ConfigError(
+                    "REQ-730", "RequestManager: a sliding-window group needs block 0 reserved (the null block)"
+                )
+            if use_eagle or last_block != "recompute":
+                raise ConfigError(
+                    "REQ-730", "RequestManager: EAGLE and last_block='share' are not specified with a sliding window"
+                )
         self.pool = pool
         self._block_size = size
         self._max_model_len = limit
@@ -73,8 +96,8 @@ class RequestManager:
         self.enable_kv_cache_events = bool(enable_kv_cache_events)
         self.last_block = last_block
         self.stats_at = stats_at
-        self._tables: dict[str, list[int]] = {}
-        self._num_cached: dict[str, int] = {}
+        self.groups = [GroupTables(i, spec, pool, size) for i, spec in enumerate(specs)]
+        self._empty = KVCacheBlocks.empty(len(specs))
         self._requests: dict[str, Request] = {}
         self._ledger = ManagerLedger(log_stats=log_stats, block_size=size)
         if self.enable_kv_cache_events:
@@ -128,23 +151,44 @@ class RequestManager:
     # ------------------------------------------------------------------ computed blocks
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """The request's longest cached prefix and the tokens it covers (REQ-701, REQ-704..REQ-707).
+        """The request's longest cached prefix every group serves, and the tokens it covers (REQ-701,
+        REQ-704..REQ-707, REQ-731, REQ-732).
 
         Pins nothing and changes nothing; with ``stats_at="lookup"`` counts the request in the
         statistics (REQ-706, REQ-716).
         """
         req = self._request(request, "get_computed_blocks")
         if not self.enable_caching or req.skip_reading_prefix_cache:
-            return _EMPTY, 0
-        n, size = req.num_tokens, self._block_size
-        limit = self._hit_bound(n)
-        hits = self.pool.lookup(req.block_hashes[:limit]) if limit else []
-        if self.use_eagle and hits:
-            hits = hits[:-1]
-        computed = min(len(hits) * size, n - 1)
+            return self._empty, 0
+        n = req.num_tokens
+        hits = self._find_hits(req, self._hit_bound(n))
+        length = len(hits[0])
+        if self.use_eagle and length:
+            hits = [h[:-1] for h in hits]
+            length -= 1
+        computed = min(length * self._block_size, n - 1)
         if self.stats_at == "lookup":
             self._ledger.record(num_tokens=n, num_hits=computed, preempted=req.num_preemptions > 0)
-        return (KVCacheBlocks((tuple(hits),)) if hits else _EMPTY), computed
+        return (KVCacheBlocks(tuple(tuple(h) for h in hits)) if length else self._empty), computed
+
+    def _find_hits(self, req: Request, limit: int) -> list[list[int]]:
+        """Each group's hit, all of the longest length every group serves (REQ-732): full attention
+        first, then the sliding windows within it until no group shortens it, then full attention cut."""
+        found: dict[int, list[int]] = {}
+        length = limit
+        for g in self.groups:
+            if g.is_full:
+                found[g.index] = g.find_hit(g.keys(req), length)
+                length = min(length, len(found[g.index]))
+        windows = [g for g in self.groups if not g.is_full]
+        while windows:
+            for g in windows:
+                found[g.index] = g.find_hit(g.keys(req), length)
+            shortest = min(len(found[g.index]) for g in windows)
+            if shortest == length:
+                break
+            length = shortest
+        return [found[g.index][:length] for g in self.groups]
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count an admitted request and its hit tokens, as vLLM's scheduler does once it admits one (REQ-716).
@@ -196,90 +240,73 @@ class RequestManager:
             )
         if draft > new:
             raise InvalidValueError("REQ-712", f"{op}: {draft} draft tokens among only {new} new tokens")
+        rid = req.request_id
+        holds = any(g.tables.get(rid) for g in self.groups)
         hits = checked_hits(
-            self.pool, req, new_computed_blocks, new_computed,
-            holds=bool(self._tables.get(req.request_id)), bound=self._hit_bound(req.num_tokens), op=op,
+            req, new_computed_blocks, new_computed, groups=self.groups, holds=holds,
+            bound=self._hit_bound(req.num_tokens), op=op,
         )  # fmt: skip
-        rid, size = req.request_id, self._block_size
-        table = self._tables.get(rid, [])
+        size = self._block_size
         computed = req.num_computed_tokens
-        if computed > len(table) * size:
+        covered = min((len(g.tables.get(rid, ())) for g in self.groups), default=0)
+        if computed > covered * size:
             raise InvalidValueError(
-                "REQ-712",
-                f"{op}: request {rid!r} says {computed} tokens are computed, its {len(table)} blocks hold fewer",
+                "REQ-712", f"{op}: request {rid!r} says {computed} tokens are computed, its {covered} blocks hold fewer"
             )
         total = min(computed + new_computed + external, self._max_model_len)
-        need_slot = min(total + new + lookahead, self._max_model_len)
-        num_new_blocks = max(0, -(-need_slot // size) - len(table) - len(hits))
-        pool = self.pool
+        for g in self.groups:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
+            g.release_skipped(rid, total)
+        required = -(-min(total + new + lookahead, self._max_model_len) // size)
         if full_sequence_must_fit:
-            whole = min(req.num_tokens, self._max_model_len)
-            if not self._fits(max(0, -(-whole // size) - len(table) - len(hits)), hits):
+            whole = -(-min(req.num_tokens, self._max_model_len) // size)
+            if not self._fits(rid, whole, hits, total):
                 return None
-        if not self._fits(num_new_blocks, hits):
+        if not self._fits(rid, required, hits, total):
             return None
-        if hits:
-            pool.acquire(hits, holder=rid)
-        fresh = pool.allocate(num_new_blocks, holder=rid) if num_new_blocks else []
-        if rid not in self._tables:
-            self._tables[rid] = table
-            self._num_cached[rid] = 0
-            self._requests[rid] = req
-        if hits:
-            table.extend(hits)
-            self._num_cached[rid] = len(hits)
-        table.extend(fresh)
+        fresh: list[list[int]] = []
+        for g, group_hits in zip(self.groups, hits, strict=True):
+            if rid not in g.tables:
+                g.adopt(rid, group_hits, total)
+            fresh.append(g.extend(rid, required))
+        self._requests[rid] = req
         if self.enable_caching and not delay_cache_blocks:
             self._cache(req, min(total + new - draft, req.num_tokens, self._max_model_len))
-        return KVCacheBlocks((tuple(fresh),)) if fresh else _EMPTY
+        return KVCacheBlocks(tuple(tuple(f) for f in fresh)) if any(fresh) else self._empty
 
-    def _fits(self, num_new_blocks: int, hits: list[int]) -> bool:
-        """Whether the new blocks and the hits fit; pinning a cached unreferenced hit takes a block (REQ-709)."""
-        pool = self.pool
-        pinned_cached = sum(1 for b in hits if pool.ref_count(b) == 0)
-        return num_new_blocks + pinned_cached <= pool.num_available
+    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
+        """Whether every group's new blocks and the cached hits it pins fit in the available blocks (REQ-709)."""
+        need = sum(g.blocks_to_take(rid, required, h, num_computed) for g, h in zip(self.groups, hits, strict=True))
+        return need <= self.pool.num_available
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Register the blocks the first ``num_computed_tokens`` tokens fill wholly (REQ-711)."""
         req = self._request(request, "cache_blocks")
         count = as_int(num_computed_tokens, op="cache_blocks", arg="num_computed_tokens", rule="REQ-711")
-        table = self._tables.get(req.request_id, [])
-        if not 0 <= count <= min(req.num_tokens, len(table) * self._block_size):
+        held = min(len(g.tables.get(req.request_id, ())) for g in self.groups)
+        if not 0 <= count <= min(req.num_tokens, held * self._block_size):
             raise InvalidValueError(
                 "REQ-711",
                 f"cache_blocks: {count} tokens of request {req.request_id!r}, which has {req.num_tokens} tokens "
-                f"and {len(table)} blocks",
+                f"and {held} blocks",
             )
         if self.enable_caching:
             self._cache(req, count)
 
     def _cache(self, req: Request, num_tokens: int) -> None:
-        rid = req.request_id
-        start, end = self._num_cached[rid], num_tokens // self._block_size
-        if end <= start:
-            return
-        hashes = req.block_hashes
-        blocks = self._tables[rid][start:end]
-        if self.enable_kv_cache_events:
-            for i in range(start, end):
-                self._ledger.remember(hashes[i], tuple(req.block_token_ids(i)), req.block_extra_keys(i))
-        self.pool.register(blocks, hashes[start:end], parent_hash=hashes[start - 1] if start else None)
-        self._num_cached[rid] = end
+        for g in self.groups:
+            done = g.cache(req, num_tokens)
+            if self.enable_kv_cache_events:
+                for i, key in done:
+                    self._ledger.remember(key, tuple(req.block_token_ids(i)), req.block_extra_keys(i), g.index)
 
     # ------------------------------------------------------------------ free, preempt, reset
 
     def free(self, request: Request) -> None:
-        """Release the request's blocks once each, tail first, and forget its table (REQ-713)."""
+        """Release the request's blocks once each, tail first, group by group, and forget its tables (REQ-713)."""
         rid = self._request(request, "free").request_id
-        table = self._tables.pop(rid, None)
-        self._num_cached.pop(rid, None)
         self._requests.pop(rid, None)
-        if table:
-            self._release(rid, table)
-
-    def _release(self, request_id: str, table: list[int]) -> None:
-        """Give the pool back a request's table, tail first (REQ-713, EVICT-402)."""
-        self.pool.free(table[::-1], holder=request_id)
+        for g in self.groups:
+            g.free(rid)
 
     def preempt(self, request: Request) -> None:
         """Free the request and mark it preempted: it recomputes from its first token on resume (REQ-714)."""
@@ -313,33 +340,35 @@ class RequestManager:
     # ------------------------------------------------------------------ tables
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        """The request's blocks in token order, one list per group (REQ-719)."""
-        return (list(self._tables.get(request_id, ())),)
+        """The request's blocks in token order, one list per group, the null block included (REQ-719)."""
+        return tuple(list(g.tables.get(request_id, ())) for g in self.groups)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         """The request's blocks as :class:`KVCacheBlocks` (REQ-719)."""
-        return KVCacheBlocks((tuple(self._tables.get(request_id, ())),))
+        return KVCacheBlocks(tuple(tuple(g.tables.get(request_id, ())) for g in self.groups))
 
     def get_unhashed_block_ids(self, blocks: KVCacheBlocks) -> list[int]:
-        """The blocks of ``blocks`` not registered under any hash (REQ-719)."""
-        return [b for group in blocks.blocks for b in group if self.pool.block_hash(b) is None]
+        """The blocks of ``blocks`` not registered under any hash, the null block left out (REQ-719)."""
+        return [b for group in blocks.blocks for b in group if b != NULL_BLOCK and self.pool.block_hash(b) is None]
 
     def block_hash(self, block_id: int) -> int | None:
-        """The hash ``block_id`` is registered under, or None."""
+        """The key ``block_id`` is registered under (the block's hash in group 0), or None."""
         return self.pool.block_hash(block_id) if self.enable_caching else None
 
     def get_num_common_prefix_blocks(self, request_ids: Sequence[str], *, num_running: int | None = None) -> list[int]:
         """Leading blocks every named request holds at the same position, per group (REQ-718)."""
-        tables = [self._tables.get(rid, []) for rid in request_ids]
-        return [common_prefix_blocks(tables, self.pool.ref_count, num_running)]
+        return [
+            common_prefix_blocks([g.tables.get(rid, []) for rid in request_ids], self.pool.ref_count, num_running)
+            for g in self.groups
+        ]
 
-    def num_cached_blocks(self, request_id: str) -> int:
-        """How many leading blocks of the request's table are registered."""
-        return self._num_cached.get(request_id, 0)
+    def num_cached_blocks(self, request_id: str, group: int = 0) -> int:
+        """How many leading positions of the request's table in ``group`` are cached (or skipped)."""
+        return self.groups[group].num_cached.get(request_id, 0)
 
     def check_invariants(self) -> None:
         """Raise InvariantViolation naming the first broken part of REQ-721."""
-        verify_tables(self.pool, self._tables, self._num_cached, self._requests, self._max_model_len)
+        verify_tables(self.pool, self.groups, self._requests, self._max_model_len)
 
     def snapshot(self) -> dict[str, Any]:
         """Tables, cached counts, statistics and the pool's own snapshot (or view), for ERR-501 checks."""
@@ -353,8 +382,8 @@ class RequestManager:
             )
         )
         return {
-            "tables": {rid: list(t) for rid, t in self._tables.items()},
-            "num_cached": dict(self._num_cached),
+            "tables": [{rid: list(t) for rid, t in g.tables.items()} for g in self.groups],
+            "num_cached": [dict(g.num_cached) for g in self.groups],
             "ledger": self._ledger.snapshot(),
             "num_available": pool.num_available,
             "pool": pool_state,
@@ -362,6 +391,6 @@ class RequestManager:
 
     def __repr__(self) -> str:
         return (
-            f"RequestManager(block_size={self._block_size}, requests={len(self._tables)}, "
+            f"RequestManager(block_size={self._block_size}, requests={len(self._requests)}, groups={len(self.groups)}, "
             f"usage={self.usage:.3f}, pool={self.pool!r})"
         )

@@ -6,8 +6,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from kvref.contract.errors import InvariantViolation
+from kvref.contract.manager import NULL_BLOCK
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
+from kvref.oracle.manager.groups import GroupTables
 
 __all__ = ["common_prefix_blocks", "verify_tables"]
 
@@ -39,61 +41,62 @@ def common_prefix_blocks(
 
 
 def verify_tables(
-    pool: PrefixCache,
-    tables: Mapping[str, list[int]],
-    num_cached: Mapping[str, int],
-    requests: Mapping[str, Request],
-    max_model_len: int,
+    pool: PrefixCache, groups: Sequence[GroupTables], requests: Mapping[str, Request], max_model_len: int
 ) -> None:
-    """Raise :class:`InvariantViolation` for the first table that breaks REQ-721."""
-    caching = "prefix-cache" in pool.capabilities()
+    """Raise :class:`InvariantViolation` for the first table that breaks REQ-721 (or REQ-710, REQ-720, REQ-730)."""
     held: Counter[str] = Counter()
     for block in range(pool.num_blocks):
         for holder, count in pool.holders(block).items():
             if isinstance(holder, str):
                 held[holder] += count
-    for rid, table in tables.items():
-        req = requests[rid]
-        size = req.block_size
-        if len(set(table)) != len(table):
-            raise InvariantViolation("REQ-721", f"request {rid!r}: its table {table} names a block twice")
-        for block in table:
-            if pool.holders(block).get(rid, 0) != 1:
-                raise InvariantViolation(
-                    "REQ-721",
-                    f"request {rid!r}: its table has block {block}, which the pool says it holds "
-                    f"{pool.holders(block).get(rid, 0)} times",
-                )
-        if held[rid] != len(table):
+    listed: Counter[str] = Counter()
+    for g in groups:
+        for rid, table in g.tables.items():
+            listed[rid] += sum(1 for b in table if b != NULL_BLOCK)
+            _verify_table(pool, g, rid, table, requests[rid], max_model_len)
+    for rid in set(held) | set(listed):
+        if held[rid] != listed[rid]:
             raise InvariantViolation(
-                "REQ-721", f"request {rid!r} holds {held[rid]} references in the pool, its table {len(table)} blocks"
+                "REQ-721", f"request {rid!r} holds {held[rid]} references in the pool, its tables {listed[rid]} blocks"
             )
-        if req.num_computed_tokens > len(table) * size:
+
+
+def _verify_table(pool: PrefixCache, g: GroupTables, rid: str, table: list[int], req: Request, limit: int) -> None:
+    size = g.block_size
+    nulls = table.index(next((b for b in table if b != NULL_BLOCK), NULL_BLOCK)) if NULL_BLOCK in table else 0
+    if any(b == NULL_BLOCK for b in table[nulls:]) or (nulls and g.is_full):
+        raise InvariantViolation("REQ-730", f"request {rid!r}, group {g.index}: null blocks {table} not only leading")
+    real = table[nulls:]
+    if len(set(real)) != len(real):
+        raise InvariantViolation("REQ-721", f"request {rid!r}, group {g.index}: its table {table} names a block twice")
+    for block in real:
+        if pool.holders(block).get(rid, 0) != 1:
             raise InvariantViolation(
-                "REQ-721", f"request {rid!r}: {req.num_computed_tokens} computed tokens, {len(table)} blocks of {size}"
+                "REQ-721",
+                f"request {rid!r}, group {g.index}: its table has block {block}, which the pool says it holds "
+                f"{pool.holders(block).get(rid, 0)} times",
             )
-        if len(table) > -(-max_model_len // size):
+    if req.num_computed_tokens > len(table) * size:
+        raise InvariantViolation(
+            "REQ-721", f"request {rid!r}: {req.num_computed_tokens} computed tokens, {len(table)} blocks of {size}"
+        )
+    if len(table) > -(-limit // size):
+        raise InvariantViolation("REQ-720", f"request {rid!r}: {len(table)} blocks exceed max_model_len {limit}")
+    if "prefix-cache" not in pool.capabilities():
+        return
+    cached = g.num_cached[rid]
+    keys = g.keys(req)
+    for i in range(nulls, len(table)):
+        got = pool.block_hash(table[i])
+        if i < cached and got != (keys[i] if i < len(keys) else None) and not (got is None and not g.is_full):
             raise InvariantViolation(
-                "REQ-720", f"request {rid!r}: {len(table)} blocks exceed max_model_len {max_model_len}"
+                "REQ-721",
+                f"request {rid!r}, group {g.index}: block {i} (id {table[i]}) is registered under {got}, "
+                f"the request's key there is {keys[i] if i < len(keys) else 'none (beyond its tokens)'}",
             )
-        if not caching:
-            continue
-        cached = num_cached[rid]
-        hashes = req.block_hashes
-        for i, block in enumerate(table):
-            got = pool.block_hash(block)
-            if i < cached and (i >= len(hashes) or got != hashes[i]):
-                raise InvariantViolation(
-                    "REQ-721",
-                    f"request {rid!r}: block {i} (id {block}) is registered under {got}, "
-                    f"the request's hash there is {hashes[i] if i < len(hashes) else 'none (beyond its tokens)'}",
-                )
-            if i >= cached and got is not None:
-                raise InvariantViolation(
-                    "REQ-710",
-                    f"request {rid!r}: block {i} (id {block}) is registered under {got} beyond the "
-                    f"{cached} blocks the manager cached: a lookahead or partial block was cached",
-                )
-    stray = {rid for rid in held if rid not in tables}
-    if stray:
-        raise InvariantViolation("REQ-721", f"requests {sorted(stray)} hold blocks in the pool but have no table")
+        if i >= cached and got is not None:
+            raise InvariantViolation(
+                "REQ-710",
+                f"request {rid!r}, group {g.index}: block {i} (id {table[i]}) is registered under {got} beyond "
+                f"the {cached} blocks the manager cached: a lookahead or partial block was cached",
+            )
