@@ -8,7 +8,7 @@ become targets through :meth:`Target.from_backend`; a third party builds one fro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +144,7 @@ class Target:
         use_eagle: bool = False,
         enable_kv_cache_events: bool = True,
         last_block: str = "recompute",
+        groups: Sequence[Any] | None = None,
     ) -> Any:
         """A new request-level manager (chapter 07) over ``num_blocks`` blocks, block 0 the null block.
 
@@ -158,6 +159,8 @@ class Target:
             "enable_kv_cache_events": enable_kv_cache_events and enable_caching and self.has("events"),
             "last_block": last_block,
         }
+        if groups is not None:  # chapter 07's KV cache groups (kvref.contract.manager.CacheGroup)
+            settings["groups"] = tuple(groups)
         if self.manager_factory is not None:
             return self.manager_factory(num_blocks, policy=policy, **settings)
         from kvref.oracle.manager import RequestManager

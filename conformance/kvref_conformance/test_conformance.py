@@ -12,6 +12,7 @@ from kvref_conformance.suites.errors import ErrorSuite
 from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.manager import ManagerSuite
+from kvref_conformance.suites.manager_groups import ManagerGroupsSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
@@ -63,6 +64,10 @@ class TestSlotArrays(SlotArraysSuite):
 
 class TestManager(ManagerSuite):
     """Chapter 07's request-level manager: the selected backend's own, or kvref's over its prefix cache."""
+
+
+class TestManagerGroups(ManagerGroupsSuite):
+    """Chapter 07's KV cache groups: full attention beside a sliding window."""
 
 
 class TestReplay(ReplaySuite):

@@ -20,7 +20,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvref.contract.manager import KVCacheBlocks
+from kvref.contract.manager import FULL_ATTENTION, NULL_BLOCK, CacheGroup, KVCacheBlocks
 from kvref.contract.requests import Request, RequestStatus
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
@@ -43,6 +43,8 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     target: Target
     last_block: str = "recompute"
     use_eagle: bool = False
+    #: Full attention beside a sliding window of ``2 * block_size + 1`` tokens (REQ-730..REQ-734).
+    hybrid: bool = False
 
     def make(self, num_blocks: int, **settings: Any) -> Any:
         """The manager under test (the planted bugs of ``tests/meta`` override this)."""
@@ -58,6 +60,11 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             "enable_kv_cache_events": self.events,
             "last_block": self.last_block,
         }
+        self.window: int | None = None
+        if self.hybrid:
+            self.window = 2 * block_size + 1
+            settings["groups"] = (FULL_ATTENTION, CacheGroup.window(self.window))
+            num_blocks *= 2
         self.impl = self.make(num_blocks, **settings)
         pool = OracleBlockPool(num_blocks, enable_events=self.events)
         self.oracle = RequestManager(pool, **settings)
@@ -84,10 +91,11 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     def write(self, rid: str, start: int, end: int) -> None:
         """The implementation's side computes tokens ``start..end`` of ``rid`` into its blocks."""
         req = self.pairs[rid][0]
-        table = self.impl.get_block_ids(rid)[0]
         size = self.block_size
-        for pos in range(start, end):
-            self.shadow.setdefault(table[pos // size], {})[pos % size] = req.all_token_ids[pos]
+        for table in self.impl.get_block_ids(rid):
+            for pos in range(start, end):
+                if table[pos // size] != NULL_BLOCK:
+                    self.shadow.setdefault(table[pos // size], {})[pos % size] = req.all_token_ids[pos]
 
     def allocate(self, rid: str, what: str, hits: tuple[Any, Any] = (None, None), **kwargs: Any) -> bool:
         """``allocate_slots`` on both sides, each with its own hits; they must agree on None and on the blocks taken."""
@@ -228,7 +236,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             f"tokens hit, the oracle finds {want}: the two caches hold different blocks (eviction order, REQ-713)"
         )
         size = self.block_size
-        for i, block in enumerate(hits_i.blocks[0]):
+        for i, block in enumerate(hits_i.blocks[0]):  # group 0: full attention
             held = tuple(self.shadow.get(block, {}).get(k) for k in range(size))
             assert held == tuple(tokens[i * size : (i + 1) * size]), (
                 f"[REQ-704] hit {i} of family {family}'s prefix is block {block}, which holds {held}"
@@ -246,17 +254,23 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         size = self.block_size
         for rid in self.running + self.waiting:
             ri = self.pairs[rid][0]
-            ti, to = self.impl.get_block_ids(rid)[0], self.oracle.get_block_ids(rid)[0]
-            assert len(ti) == len(to), f"[REQ-708] {rid} holds {len(ti)} blocks, on the oracle {len(to)}"
-            hi = [self.impl.block_hash(b) for b in ti]
-            ho = [self.oracle.block_hash(b) for b in to]
-            assert hi == ho, f"[REQ-710] {rid}'s cached hashes by position: {hi}, the oracle {ho}"
-            for pos in range(ri.num_computed_tokens):
-                held = self.shadow.get(ti[pos // size], {}).get(pos % size)
-                assert held == ri.all_token_ids[pos], (
-                    f"[REQ-721] {rid}'s token {pos} ({ri.all_token_ids[pos]}) is in block {ti[pos // size]}, "
-                    f"which holds {held} there: the table points at another request's KV"
+            tables = zip(self.impl.get_block_ids(rid), self.oracle.get_block_ids(rid), strict=True)
+            for group, (ti, to) in enumerate(tables):
+                assert len(ti) == len(to), (
+                    f"[REQ-708] {rid} holds {len(ti)} blocks in group {group}, the oracle {len(to)}"
                 )
+                hi = [None if b == NULL_BLOCK else self.impl.block_hash(b) for b in ti]
+                ho = [None if b == NULL_BLOCK else self.oracle.block_hash(b) for b in to]
+                assert hi == ho, f"[REQ-710] {rid}'s cached keys by position in group {group}: {hi}, the oracle {ho}"
+                nulls_i, nulls_o = [b == NULL_BLOCK for b in ti], [b == NULL_BLOCK for b in to]
+                assert nulls_i == nulls_o, f"[REQ-730] {rid}'s null blocks in group {group}: {ti}, the oracle {to}"
+                first = 0 if group == 0 or self.window is None else max(0, ri.num_computed_tokens - self.window + 1)
+                for pos in range(first, ri.num_computed_tokens):
+                    held = self.shadow.get(ti[pos // size], {}).get(pos % size)
+                    assert held == ri.all_token_ids[pos], (
+                        f"[REQ-721] {rid}'s token {pos} ({ri.all_token_ids[pos]}) is in block {ti[pos // size]} of "
+                        f"group {group}, which holds {held} there: the table points at another request's KV"
+                    )
         got, want = self.impl.make_prefix_cache_stats(), self.oracle.make_prefix_cache_stats()
         if got is not None:
             assert got == want, f"[REQ-716] make_prefix_cache_stats(): {got}, the oracle {want}"

@@ -31,7 +31,15 @@ from typing import Any
 from kvref.contract.errors import ConfigError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved
 from kvref.contract.hashing import BlockExtraKeys
-from kvref.contract.manager import KVCacheBlocks, ManagerEvent, RequestBlockStored, RequestPrefixStats
+from kvref.contract.manager import (
+    FULL_ATTENTION,
+    CacheGroup,
+    KVCacheBlocks,
+    ManagerEvent,
+    RequestBlockStored,
+    RequestPrefixStats,
+    group_key,
+)
 from kvref.contract.requests import Request, RequestStatus
 
 __all__ = ["VllmRequestManager"]
@@ -66,6 +74,7 @@ class VllmRequestManager:
         use_eagle: bool = False,
         enable_kv_cache_events: bool = False,
         last_block: str = "recompute",
+        groups: Sequence[CacheGroup] = (FULL_ATTENTION,),
     ) -> None:
         if last_block != "recompute":
             raise ConfigError("REQ-705", "vLLM always recomputes the last block of a whole-block prompt")
@@ -75,18 +84,33 @@ class VllmRequestManager:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_manager import KVCacheManager
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 
         hash_fn = get_hash_fn_by_name("sha256")  # the engine's default prefix_caching_hash_algo
         init_none_hash(hash_fn)
         #: The block hasher vLLM's engine gives every request (``get_request_block_hasher``).
         self.block_hasher = get_request_block_hasher(block_size, hash_fn)
-        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        layers = []
+        for i, group in enumerate(groups):
+            shape: dict[str, Any] = {
+                "block_size": block_size,
+                "num_kv_heads": 1,
+                "head_size": 8,
+                "dtype": torch.float16,
+            }
+            if group.sliding_window is None:
+                layers.append(KVCacheGroupSpec([f"full.{i}"], FullAttentionSpec(**shape)))
+            else:
+                spec = SlidingWindowSpec(**shape, sliding_window=group.sliding_window)
+                layers.append(KVCacheGroupSpec([f"window.{i}"], spec))
+        hybrid = len(layers) > 1 or groups[0].sliding_window is not None
         config = KVCacheConfig(
             num_blocks=num_blocks,
             kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
-            prefix_cache_retention_interval=0,
+            kv_cache_groups=layers,
+            # the engine's default (0) retains only a window's tail at prompt ends; None caches every
+            # block, as chapter 07 specifies (REQ-730, implementation-defined section)
+            prefix_cache_retention_interval=None if hybrid else 0,
         )
         self.manager = KVCacheManager(
             config,
@@ -102,6 +126,7 @@ class VllmRequestManager:
         self._block_size = block_size
         self._max_model_len = max_model_len
         self._events = enable_kv_cache_events
+        self._windows = any(g.sliding_window is not None for g in groups)
         self._requests: dict[str, tuple[Request, Any]] = {}
         self._hits: dict[str, tuple[tuple[int, ...], Any]] = {}
         self._kvref_hash: dict[bytes, int] = {}  # vLLM BlockHash -> kvref hash
@@ -183,7 +208,7 @@ class VllmRequestManager:
 
     def capabilities(self) -> frozenset[str]:
         """``request-manager``, and ``events`` when vLLM reports them."""
-        return frozenset({"request-manager"} | ({"events"} if self._events else set()))
+        return frozenset({"request-manager", "manager-sliding-window"} | ({"events"} if self._events else set()))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """vLLM's ``get_computed_blocks`` (its third value, the hybrid junction, is 0 for one group)."""
@@ -275,15 +300,18 @@ class VllmRequestManager:
         out: list[ManagerEvent] = []
         size = self._block_size
         for event in self.manager.take_events():
+            group = event.group_idx or 0 if isinstance(event, (VllmStored, VllmRemoved)) else 0
             if isinstance(event, VllmStored):
-                parent = None if event.parent_block_hash is None else self._event_hash[_as_int(event.parent_block_hash)]
+                raw_parent = event.parent_block_hash
+                parent = None if raw_parent is None else group_key(self._event_hash[_as_int(raw_parent)], group)
                 for i, raw in enumerate(event.block_hashes):
                     ours = self._event_hash[_as_int(raw)]
+                    key = group_key(ours, group)
                     tokens = tuple(event.token_ids[i * size : (i + 1) * size])
-                    out.append(RequestBlockStored(ours, parent, tokens, size, self._extras[ours]))
-                    parent = ours
+                    out.append(RequestBlockStored(key, parent, tokens, size, self._extras[ours], group))
+                    parent = key
             elif isinstance(event, VllmRemoved):
-                out.extend(BlockRemoved(self._event_hash[_as_int(raw)]) for raw in event.block_hashes)
+                out.extend(BlockRemoved(group_key(self._event_hash[_as_int(raw)], group)) for raw in event.block_hashes)
             elif isinstance(event, VllmCleared):
                 out.append(AllBlocksCleared())
         return out
@@ -304,10 +332,10 @@ class VllmRequestManager:
 
     def block_hash(self, block_id: int) -> int | None:
         """The kvref hash of the vLLM block hash ``block_id`` carries, or None."""
-        from vllm.v1.core.kv_cache_utils import get_block_hash
+        from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 
         key = self.pool.blocks[block_id].block_hash
-        return None if key is None else self._kvref_hash[get_block_hash(key)]
+        return None if key is None else group_key(self._kvref_hash[get_block_hash(key)], get_group_id(key))
 
     def get_num_common_prefix_blocks(self, request_ids: Sequence[str], *, num_running: int | None = None) -> list[int]:
         """vLLM's ``get_num_common_prefix_blocks`` for the first request (deprecated in 0.32: zeros)."""

@@ -62,7 +62,9 @@ def capabilities_of(caching: bool) -> frozenset[str]:
     """
     if not caching:
         return frozenset({"pause", "policy-lru"})
-    return frozenset({"prefix-cache", "events", "pause", "request-prefix", "policy-lru", "request-manager"})
+    return frozenset(
+        {"prefix-cache", "events", "pause", "request-prefix", "policy-lru", "request-manager", "manager-sliding-window"}
+    )
 
 
 def _bytes(h: int) -> bytes:
