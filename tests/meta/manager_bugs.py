@@ -14,6 +14,7 @@ from kvref.contract.requests import Request
 from kvref.oracle.backend import OracleBackend
 from kvref.oracle.blockpool.pool import OracleBlockPool
 from kvref.oracle.manager import RequestManager
+from kvref.oracle.manager.groups import GroupTables
 
 
 class LastTokenHit(RequestManager):
@@ -153,6 +154,49 @@ class HitsNotCountedAsCached(RequestManager):
         return got
 
 
+def _with_groups(group_class: type[GroupTables]) -> Any:
+    """A RequestManager whose groups are ``group_class``."""
+
+    class Manager(RequestManager):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.groups = [group_class(g.index, g.spec, g.pool, g.block_size) for g in self.groups]
+
+    return Manager
+
+
+class _NeverReleases(GroupTables):
+    def release_skipped(self, rid: str, num_computed: int) -> None:
+        return None
+
+
+#: The window keeps every block it has left behind: a long request holds its whole history in a
+#: sliding-window layer (what SWA models cost before vLLM's ``remove_skipped_blocks``).
+WindowKeepsBlocks = _with_groups(_NeverReleases)
+
+
+class _LeftmostRun(GroupTables):
+    def find_hit(self, keys: list[int], max_blocks: int) -> list[int]:
+        if self.window is None:
+            return super().find_hit(keys, max_blocks)
+        return self.pool.lookup(keys[:max_blocks])  # a prefix walk, as full attention finds its hit
+
+
+#: The window's hit is found left to right, as full attention's is: a run behind a released block
+#: is never found, and the hit stops where the window's first released block was.
+WindowHitLeftToRight = _with_groups(_LeftmostRun)
+
+
+class _SharedKeys(GroupTables):
+    def keys(self, req: Request) -> list[int]:
+        return req.block_hashes
+
+
+#: Every group caches under the bare block hash (vLLM keys by hash and group id for this reason): a
+#: window's block can answer a full-attention lookup, though it holds another layer's KV.
+GroupsShareKeys = _with_groups(_SharedKeys)
+
+
 #: Each planted bug and the rule the suite must name.
 MANAGER_BUGS: dict[str, str] = {
     "LastTokenHit": "REQ-701",
@@ -167,6 +211,9 @@ MANAGER_BUGS: dict[str, str] = {
     "EagleKeepsLastBlock": "REQ-707",
     "MaxModelLenIgnored": "REQ-720",
     "HitsNotCountedAsCached": "REQ-710",
+    "WindowKeepsBlocks": "REQ-730",
+    "WindowHitLeftToRight": "REQ-731",
+    "GroupsShareKeys": "REQ-733",
 }
 
 
