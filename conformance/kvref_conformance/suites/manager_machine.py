@@ -73,6 +73,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         self.pairs: dict[str, tuple[Request, Request]] = {}
         self.waiting: list[str] = []
         self.running: list[str] = []
+        self.remote: list[str] = []  # admitted with their KV loading from a remote prefill (P/D)
         self.shadow: dict[int, dict[int, int]] = {}  # impl block -> {slot: token written}
         self.serial = 0
 
@@ -199,6 +200,47 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             if not self.admit_one(rid, chunk, lookahead):
                 break
 
+    @precondition(lambda self: any(self.pairs[r][0].num_preemptions == 0 for r in self.waiting))
+    @rule(data=st.data())
+    def admit_remote(self, data: st.DataObject) -> None:
+        """Disaggregated prefill: a connector supplies all but the last prompt token; the blocks are
+        allocated with caching delayed until the KV arrives (REQ-711), as vLLM's scheduler does."""
+        fresh = [r for r in self.waiting if self.pairs[r][0].num_preemptions == 0]
+        rid = data.draw(st.sampled_from(fresh), label="request")
+        ri, ro = self.pairs[rid]
+        (hits_i, computed), (hits_o, _) = self.impl.get_computed_blocks(ri), self.oracle.get_computed_blocks(ro)
+        external = ri.num_tokens - computed - 1
+        if external <= 0:
+            return
+        what = f"allocate_slots({rid}, 0, {computed}, hits, num_external_computed_tokens={external}, delayed)"
+        ok = self.allocate(
+            rid, what, (hits_i, hits_o) if computed else (None, None), num_new_tokens=0,
+            num_new_computed_tokens=computed, num_external_computed_tokens=external, delay_cache_blocks=True,
+        )  # fmt: skip
+        note(f"{what} -> {'ok' if ok else 'None'}")
+        if ok:
+            self.impl.record_prefix_cache_stats(ri, computed)
+            self.oracle.record_prefix_cache_stats(ro, computed)
+            for req in (ri, ro):
+                req.num_computed_tokens = computed + external
+            self.waiting.remove(rid)
+            self.remote.append(rid)
+
+    @precondition(lambda self: bool(self.remote))
+    @rule(data=st.data())
+    def remote_arrives(self, data: st.DataObject) -> None:
+        """The remote KV has landed: cache what it filled (``cache_blocks``), and the request runs."""
+        rid = data.draw(st.sampled_from(self.remote), label="request")
+        ri, ro = self.pairs[rid]
+        self.impl.cache_blocks(ri, ri.num_computed_tokens)
+        self.oracle.cache_blocks(ro, ro.num_computed_tokens)
+        self.write(rid, 0, ri.num_computed_tokens)
+        for req in (ri, ro):
+            req.status = RequestStatus.RUNNING
+        self.remote.remove(rid)
+        self.running.append(rid)
+        note(f"cache_blocks({rid}, {ri.num_computed_tokens})")
+
     @precondition(lambda self: bool(self.running))
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
@@ -252,7 +294,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             f"[REQ-709] {self.impl.num_free_blocks} blocks available, the oracle has {self.oracle.num_free_blocks}"
         )
         size = self.block_size
-        for rid in self.running + self.waiting:
+        for rid in self.running + self.waiting + self.remote:
             ri = self.pairs[rid][0]
             tables = zip(self.impl.get_block_ids(rid), self.oracle.get_block_ids(rid), strict=True)
             for group, (ti, to) in enumerate(tables):
@@ -265,7 +307,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
                 nulls_i, nulls_o = [b == NULL_BLOCK for b in ti], [b == NULL_BLOCK for b in to]
                 assert nulls_i == nulls_o, f"[REQ-730] {rid}'s null blocks in group {group}: {ti}, the oracle {to}"
                 first = 0 if group == 0 or self.window is None else max(0, ri.num_computed_tokens - self.window + 1)
-                for pos in range(first, ri.num_computed_tokens):
+                for pos in range(first, ri.num_computed_tokens if rid not in self.remote else 0):
                     held = self.shadow.get(ti[pos // size], {}).get(pos % size)
                     assert held == ri.all_token_ids[pos], (
                         f"[REQ-721] {rid}'s token {pos} ({ri.all_token_ids[pos]}) is in block {ti[pos // size]} of "

@@ -68,7 +68,7 @@ class GroupTables:
         found: list[int] = [NULL_BLOCK] * max_blocks
         run = 0
         for i in range(max_blocks - 1, -1, -1):
-            hit = pool.lookup([keys[i]], parent_hash=keys[i - 1] if i else None)
+            hit = pool.lookup([keys[i]])  # a window's block is cached as a chain of one (REQ-733)
             if not hit:
                 run = 0
                 continue
@@ -143,25 +143,14 @@ class GroupTables:
         if end <= start:
             return []
         keys = self.keys(req)
-        done: list[tuple[int, int]] = []
-        i = start
-        while i < end:
-            if table[i] == NULL_BLOCK:
-                i += 1
-                continue
-            j = i
-            while j < end and table[j] != NULL_BLOCK:
-                j += 1
-            parent = keys[i - 1] if i else None
-            if i == 0 or table[i - 1] != NULL_BLOCK or self._resident(keys, i - 1):
-                self.pool.register(table[i:j], keys[i:j], parent_hash=parent)
-                done.extend((k, keys[k]) for k in range(i, j))
-            i = j
+        positions = [i for i in range(start, end) if table[i] != NULL_BLOCK]
+        if self.window is None:  # a chain after the cached prefix, which the request holds
+            self.pool.register(table[start:end], keys[start:end], parent_hash=keys[start - 1] if start else None)
+        else:  # each block on its own: its key names its whole prefix, and what precedes it may be gone
+            for i in positions:
+                self.pool.register([table[i]], [keys[i]])
         self.num_cached[rid] = end
-        return done
-
-    def _resident(self, keys: list[int], i: int) -> bool:
-        return bool(self.pool.lookup([keys[i]], parent_hash=keys[i - 1] if i else None))
+        return [(i, keys[i]) for i in positions]
 
     def free(self, rid: str) -> None:
         """Release the request's blocks once each, tail first, and forget its table (REQ-713)."""

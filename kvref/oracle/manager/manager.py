@@ -264,9 +264,14 @@ class RequestManager:
         if not self._fits(rid, required, hits, total):
             return None
         fresh: list[list[int]] = []
-        for g, group_hits in zip(self.groups, hits, strict=True):
-            if rid not in g.tables:
+        adopting = [rid not in g.tables for g in self.groups]
+        for g, group_hits, new_table in zip(self.groups, hits, adopting, strict=True):
+            if new_table:
                 g.adopt(rid, group_hits, total)
+        for g, new_table in zip(self.groups, adopting, strict=True):
+            if new_table and external:  # the connector's tokens: in the table, not returned (REQ-708)
+                g.extend(rid, -(-total // size))
+        for g in self.groups:
             fresh.append(g.extend(rid, required))
         self._requests[rid] = req
         if self.enable_caching and not delay_cache_blocks:

@@ -88,7 +88,7 @@ def _verify_table(pool: PrefixCache, g: GroupTables, rid: str, table: list[int],
     keys = g.keys(req)
     for i in range(nulls, len(table)):
         got = pool.block_hash(table[i])
-        if i < cached and got != (keys[i] if i < len(keys) else None) and not (got is None and not g.is_full):
+        if i < cached and got != (keys[i] if i < len(keys) else None):
             raise InvariantViolation(
                 "REQ-721",
                 f"request {rid!r}, group {g.index}: block {i} (id {table[i]}) is registered under {got}, "

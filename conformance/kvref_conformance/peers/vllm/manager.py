@@ -126,7 +126,7 @@ class VllmRequestManager:
         self._block_size = block_size
         self._max_model_len = max_model_len
         self._events = enable_kv_cache_events
-        self._windows = any(g.sliding_window is not None for g in groups)
+        self._windows = {i for i, g in enumerate(groups) if g.sliding_window is not None}
         self._requests: dict[str, tuple[Request, Any]] = {}
         self._hits: dict[str, tuple[tuple[int, ...], Any]] = {}
         self._kvref_hash: dict[bytes, int] = {}  # vLLM BlockHash -> kvref hash
@@ -303,13 +303,18 @@ class VllmRequestManager:
             group = event.group_idx or 0 if isinstance(event, (VllmStored, VllmRemoved)) else 0
             if isinstance(event, VllmStored):
                 raw_parent = event.parent_block_hash
-                parent = None if raw_parent is None else group_key(self._event_hash[_as_int(raw_parent)], group)
+                chained = group not in self._windows  # kvref caches a window's block as a chain of one
+                parent = (
+                    None
+                    if raw_parent is None or not chained
+                    else group_key(self._event_hash[_as_int(raw_parent)], group)
+                )
                 for i, raw in enumerate(event.block_hashes):
                     ours = self._event_hash[_as_int(raw)]
                     key = group_key(ours, group)
                     tokens = tuple(event.token_ids[i * size : (i + 1) * size])
                     out.append(RequestBlockStored(key, parent, tokens, size, self._extras[ours], group))
-                    parent = key
+                    parent = key if chained else None
             elif isinstance(event, VllmRemoved):
                 out.extend(BlockRemoved(group_key(self._event_hash[_as_int(raw)], group)) for raw in event.block_hashes)
             elif isinstance(event, VllmCleared):
