@@ -52,6 +52,9 @@ class Target:
     #: target has one of its own (a peer's); without it, kvref's oracle manager over the target's
     #: prefix cache (:meth:`create_manager`).
     manager_factory: Callable[..., Any] | None = None
+    #: ``context_factory(*, block_size, num_blocks, paused_blocks, policy)``: an engine's own request
+    #: path over its allocator (capability ``context-duties``, chapter 07's REQ-740..REQ-745).
+    context_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -85,6 +88,7 @@ class Target:
             self.slot_arrays_factory,
             self.radix_factory,
             self.manager_factory,
+            self.context_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -168,6 +172,14 @@ class Target:
         pool = self.create(num_blocks, policy=policy, enable_events=settings["enable_kv_cache_events"])
         return RequestManager(pool, **settings)
 
+    def create_context(self, **settings: Any) -> Any:
+        """The engine's own request path over a new allocator (REQ-740..REQ-745); ConfigError where it has none."""
+        if self.context_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no request path of its own to drive")
+        return self.context_factory(**settings)
+
     @classmethod
     def from_factory(
         cls,
@@ -225,6 +237,13 @@ class Target:
             return make_manager(num_blocks, device=device, **kwargs)  # type: ignore[misc]
 
         manager = manager_factory if make_manager is not None else None
+        make_context = getattr(backend, "create_context", None)
+
+        def context_factory(**kwargs: Any) -> Any:
+            return make_context(device=device, **kwargs)  # type: ignore[misc]
+
+        context = context_factory if make_context is not None else None
         return cls(
-            name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager
-        )
+            name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager,
+            context,
+        )  # fmt: skip

@@ -6,6 +6,7 @@ tested through exactly this module, as any third party's would be.
 
 from __future__ import annotations
 
+from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
@@ -68,6 +69,10 @@ class TestManager(ManagerSuite):
 
 class TestManagerGroups(ManagerGroupsSuite):
     """Chapter 07's KV cache groups: full attention beside a sliding window."""
+
+
+class TestContextDuties(ContextDutiesSuite):
+    """Chapter 07's context duties on an engine's own request path, where the selected backend has one."""
 
 
 class TestReplay(ReplaySuite):

@@ -66,6 +66,7 @@ CAPABILITIES: dict[str, str] = {
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "request-manager": "offers chapter 07's request-level manager (its own, or kvref's over its prefix cache)",
     "manager-common-prefix": "counts the blocks every scheduled request shares (get_num_common_prefix_blocks, REQ-718)",
+    "context-duties": "runs its engine's own request path over its allocator (create_context, REQ-740..REQ-745)",
     "manager-sliding-window": "serves sliding-window KV cache groups beside full attention (REQ-730..REQ-734)",
     "manager-share-last-block": "matches a prompt of whole blocks up to its last block, as Megatron-Core (REQ-705)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
@@ -90,6 +91,7 @@ ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays"})
 STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
     "replay",
     "cuda-graph",
+    "context-duties",
     *SLOT_CAPABILITIES,
     *ARRAY_CAPABILITIES,
 }

@@ -326,8 +326,15 @@ class MegatronBackend:
         return "cpu"
 
     def capabilities(self) -> frozenset[str]:
-        """Prefix cache, ref-zero and lru-leaf, paused holders."""
-        return _CAPABILITIES
+        """Prefix cache, ref-zero and lru-leaf, paused holders; its context's request path (context-duties)."""
+        return _CAPABILITIES | {"context-duties"}
+
+    def create_context(self, *, device: str | None = None, **settings: Any) -> Any:
+        """``DynamicInferenceContext``'s request path over a new ``KVBlockAllocator`` (chapter 07's context duties)."""
+        from kvref_conformance.peers.megatron_context import MegatronContextEngine
+
+        self.device(device)
+        return MegatronContextEngine(**settings)
 
     def create(
         self,

@@ -28,8 +28,9 @@ class ManagerGroupsSuite(ConformanceSuite):
 
     @staticmethod
     def hybrid(impl: Target, num_blocks: int = 24, **settings: Any) -> Any:
-        if not impl.has("request-manager"):
-            pytest.skip(f"{impl.name} lacks 'request-manager'")
+        for needed in ("request-manager", "policy-lru"):
+            if not impl.has(needed):
+                pytest.skip(f"{impl.name} lacks {needed!r}")
         return impl.create_manager(num_blocks, block_size=B, groups=HYBRID, **settings)
 
     @rule("REQ-730")

@@ -17,7 +17,7 @@ from kvref.contract.manager import NULL_BLOCK, CacheGroup, group_key
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
 
-__all__ = ["GroupTables"]
+__all__ = ["GroupTables", "longest_common_hit"]
 
 
 class GroupTables:
@@ -160,3 +160,23 @@ class GroupTables:
             held = [b for b in reversed(table) if b != NULL_BLOCK]
             if held:
                 self.pool.free(held, holder=rid)
+
+
+def longest_common_hit(groups: list[GroupTables], req: Request, limit: int) -> list[list[int]]:
+    """Each group's hit, all of the longest length every group serves (REQ-732): full attention
+    first, then the sliding windows within it until no group shortens it, then full attention cut."""
+    found: dict[int, list[int]] = {}
+    length = limit
+    for g in groups:
+        if g.is_full:
+            found[g.index] = g.find_hit(g.keys(req), length)
+            length = min(length, len(found[g.index]))
+    windows = [g for g in groups if not g.is_full]
+    while windows:
+        for g in windows:
+            found[g.index] = g.find_hit(g.keys(req), length)
+        shortest = min(len(found[g.index]) for g in windows)
+        if shortest == length:
+            break
+        length = shortest
+    return [found[g.index][:length] for g in groups]

@@ -28,7 +28,7 @@ from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
 from kvref.oracle.manager.checks import checked_hits, token_count
-from kvref.oracle.manager.groups import GroupTables
+from kvref.oracle.manager.groups import GroupTables, longest_common_hit
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
 
@@ -161,7 +161,7 @@ class RequestManager:
         if not self.enable_caching or req.skip_reading_prefix_cache:
             return self._empty, 0
         n = req.num_tokens
-        hits = self._find_hits(req, self._hit_bound(n))
+        hits = longest_common_hit(self.groups, req, self._hit_bound(n))
         length = len(hits[0])
         if self.use_eagle and length:
             hits = [h[:-1] for h in hits]
@@ -170,25 +170,6 @@ class RequestManager:
         if self.stats_at == "lookup":
             self._ledger.record(num_tokens=n, num_hits=computed, preempted=req.num_preemptions > 0)
         return (KVCacheBlocks(tuple(tuple(h) for h in hits)) if length else self._empty), computed
-
-    def _find_hits(self, req: Request, limit: int) -> list[list[int]]:
-        """Each group's hit, all of the longest length every group serves (REQ-732): full attention
-        first, then the sliding windows within it until no group shortens it, then full attention cut."""
-        found: dict[int, list[int]] = {}
-        length = limit
-        for g in self.groups:
-            if g.is_full:
-                found[g.index] = g.find_hit(g.keys(req), length)
-                length = min(length, len(found[g.index]))
-        windows = [g for g in self.groups if not g.is_full]
-        while windows:
-            for g in windows:
-                found[g.index] = g.find_hit(g.keys(req), length)
-            shortest = min(len(found[g.index]) for g in windows)
-            if shortest == length:
-                break
-            length = shortest
-        return [found[g.index][:length] for g in self.groups]
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count an admitted request and its hit tokens, as vLLM's scheduler does once it admits one (REQ-716).

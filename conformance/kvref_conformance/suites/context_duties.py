@@ -1,0 +1,206 @@
+"""Chapter 07's context duties (REQ-740..REQ-745): an engine's own request path over its block allocator.
+
+For any target with ``context-duties`` (``create_context``: today Megatron-Core's
+``DynamicInferenceContext`` run for real on its CPU stand-in, ``peers/megatron_context.py``).
+Requests with shared prefixes arrive; each step admits from the queue's head as the engine does
+(``check_availability``, then ``add_request``, one request prefilled in chunks at a time) and
+ends with ``update_requests`` (finished requests released, full last blocks paused, paused
+requests resumed or evicted). There is no oracle for an engine's own scheduling; after every step
+the machine checks what must hold of any: the budgets, the accounting of every block, the
+honesty of every hashed block a table names, and resumption into evictable blocks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from kvref_conformance.suites.base import ConformanceSuite, requires
+from kvref_conformance.suites.base import rule as rule_ids
+from kvref_conformance.target import Target
+
+__all__ = ["ContextDutiesSuite", "ContextMachine"]
+
+FAMILIES = tuple(tuple((f * 7 + i * i) % 5 + 10 * f for i in range(32)) for f in range(3))
+BLOCK = 4
+GENERATE = 6  # output tokens before a request finishes by length
+
+
+class ContextMachine(RuleBasedStateMachine):
+    """Admissions and steps of the engine around ``target.create_context``; checks REQ-740..REQ-745."""
+
+    target: Target
+    policy: str = "lru"
+    #: Which duties the invariant checks (a known failure of one must not hide the others).
+    checks: frozenset[str] = frozenset({"budgets", "blocks", "resume"})
+
+    @initialize(num_blocks=st.sampled_from((10, 14, 20)), paused=st.sampled_from((1, 3)))
+    def create(self, num_blocks: int, paused: int) -> None:
+        self.engine = self.target.create_context(
+            block_size=BLOCK, num_blocks=num_blocks, paused_blocks=paused, policy=self.policy
+        )
+        note(f"engine = target.create_context(block_size={BLOCK}, num_blocks={num_blocks}, paused_blocks={paused}, "
+             f"policy={self.policy!r})")  # fmt: skip
+        self.queue: list[Any] = []
+        self.generated: Counter[int] = Counter()
+        self.serial = 0
+
+    def chunking(self) -> bool:
+        """Whether a request is being prefilled in chunks."""
+        return self.engine.chunked is not None
+
+    def engine_call(self, what: str, call: Any) -> Any:
+        try:
+            return call()
+        except Exception as exc:  # the engine's own failure on a valid sequence
+            raise AssertionError(
+                f"[REQ-743] {what} raised {type(exc).__name__}: {str(exc).splitlines()[0][:300]}; a valid "
+                "sequence (admitted through check_availability) must never fail inside the manager"
+            ) from exc
+
+    @precondition(lambda self: len(self.queue) < 3)
+    @rule(family=st.integers(0, 2), length=st.sampled_from((3, 4, 8, 9, 12, 16, 20)))
+    def arrive(self, family: int, length: int) -> None:
+        self.serial += 1
+        tokens = list(FAMILIES[family][:length])
+        self.queue.append(self.engine.make_request(self.serial, tokens, output_tokens=GENERATE))
+        note(f"request {self.serial}: {tokens}")
+
+    @rule(chunk=st.sampled_from((None, 3, 5, 8)), data=st.data())
+    def step(self, chunk: int | None, data: st.DataObject) -> None:
+        """Admit from the head of the queue (a chunked prefill continues first), then one step."""
+        engine = self.engine
+        if engine.chunked is not None:
+            request = engine.chunked
+            self.engine_call(f"add_request({request.request_id}, chunk={chunk})", lambda: engine.admit(request, chunk))
+        else:
+            while self.queue:
+                request = self.queue[0]
+                admitted = self.engine_call(
+                    f"admit({request.request_id}, chunk={chunk})", lambda r=request: engine.admit(r, chunk)
+                )
+                if not admitted:
+                    break
+                self.queue.pop(0)
+                note(f"admitted {request.request_id} (chunk {chunk})")
+                if self.chunking():  # one request prefilled in chunks at a time
+                    break
+        running = [rid for rid, (kind, _) in engine.rows().items() if kind == "active"]
+        finished = {rid for rid in running if self.generated[rid] >= GENERATE}
+        finished |= set(data.draw(st.sets(st.sampled_from(running)), label="finished") if running else set())
+        if engine.chunked is not None:
+            finished.discard(engine.chunked.request_id)
+        self.engine_call(f"update_requests(finished={sorted(finished)})", lambda: engine.step(finished))
+        for rid in running:
+            self.generated[rid] += 1
+        note(f"step: finished {sorted(finished)} -> rows {engine.rows()}")
+
+    # ------------------------------------------------------------------ after every step
+
+    @invariant()
+    def duties(self) -> None:
+        if not hasattr(self, "engine"):
+            return
+        engine, a = self.engine, self.engine.allocator
+        rows = engine.rows()
+        named: Counter[int] = Counter(b for _, ids in rows.values() for b in ids)
+        active = {b for kind, ids in rows.values() if kind != "paused" for b in ids}
+        paused = {b for kind, ids in rows.values() if kind == "paused" for b in ids}
+        assert "budgets" not in self.checks or (a.get_active_used(), a.get_paused_used()) == (
+            len(active),
+            len(paused),
+        ), (
+            f"[REQ-740] active_used {a.get_active_used()} / paused_used {a.get_paused_used()}, but the active "
+            f"requests (the chunked one included) hold {len(active)} distinct blocks and the paused {len(paused)}: "
+            f"rows {rows}"
+        )
+        hashes = a.block_hashes.tolist()
+        cached = [b for b in range(a.total_count - 1) if a.block_ref_counts[b] == 0 and hashes[b] != -1]
+        reachable = a.total_avail + (len(cached) if self.policy == "lru" else 0)
+        if "blocks" in self.checks:
+            self.blocks_accounted_for(rows, named, cached, reachable)
+        if "resume" in self.checks:
+            self.resumed_when_it_fits(rows, reachable)
+
+    def blocks_accounted_for(
+        self, rows: dict[int, tuple[str, list[int]]], named: Counter[int], cached: list[int], reachable: int
+    ) -> None:
+        engine, a = self.engine, self.engine.allocator
+        refs = a.block_ref_counts.tolist()
+        hashes = a.block_hashes.tolist()
+        free = a.block_bag[: a.total_avail].tolist()
+        usable = range(a.total_count - 1)  # the last block is Megatron's dummy
+        for b in usable:
+            assert refs[b] == named[b], (
+                f"[REQ-741] block {b} has {refs[b]} references; the request tables name it {named[b]} times: {rows}"
+            )
+        assert len(set(free)) == len(free) and not (set(free) & (set(named) | set(cached))), (
+            f"[REQ-741] the free stack {free} repeats a block or holds one in use or cached"
+        )
+        assert len(free) + len(named) + len(cached) == a.total_count - 1, (
+            f"[REQ-741] {len(free)} free + {len(named)} in use + {len(cached)} cached != {a.total_count - 1} blocks"
+        )
+        assert a.is_memory_available(reachable) and not a.is_memory_available(reachable + 1), (
+            f"[REQ-744] is_memory_available must hold for exactly {reachable} blocks (free and evictable)"
+        )
+        for rid, (_, ids) in rows.items():
+            own = engine.registered_hashes(rid)
+            for i, b in enumerate(ids):
+                if hashes[b] != -1 and (i >= len(own) or hashes[b] != own[i]):
+                    raise AssertionError(
+                        f"[REQ-745] request {rid}'s block {i} is block {b}, registered under {hashes[b]}; the "
+                        f"request's hash there is {own[i] if i < len(own) else 'none'}: it holds another's KV"
+                    )
+
+    def resumed_when_it_fits(self, rows: dict[int, tuple[str, list[int]]], reachable: int) -> None:
+        c, a = self.engine.context, self.engine.allocator
+        if not c.paused_request_count:
+            return
+        row = c.paused_request_count - 1  # the next to resume (the context resumes last in, first out)
+        need = int(c.request_kv_block_counts[row]) + 1
+        active_rows = c.total_request_count - c.paused_request_count
+        if need <= a.get_active_avail() and reachable >= 1 and active_rows < c.max_requests:
+            raise AssertionError(
+                f"[REQ-742] request {int(c.request_ids[row])} stays paused though its next block fits: active "
+                f"budget left {a.get_active_avail()} for {need} blocks, {a.total_avail} free and "
+                f"{reachable - a.total_avail} evictable blocks"
+            )
+
+
+def run(impl: Target, policy: str, checks: set[str]) -> None:
+    machine = type("ContextTraffic", (ContextMachine,), {"target": impl, "policy": policy, "checks": frozenset(checks)})
+    run_state_machine_as_test(machine)
+
+
+class ContextDutiesSuite(ConformanceSuite):
+    """REQ-740..REQ-745 on the target's own request path (``create_context``), one duty per test."""
+
+    @rule_ids("REQ-740")
+    @requires("context-duties")
+    @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
+    def test_the_budgets_count_every_block_a_request_holds(self, impl: Target, policy: str) -> None:
+        run(impl, policy, {"budgets"})
+
+    @rule_ids("REQ-741", "REQ-743", "REQ-744", "REQ-745")
+    @requires("context-duties")
+    @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
+    def test_every_block_is_accounted_for_and_every_hit_is_honest(self, impl: Target, policy: str) -> None:
+        run(impl, policy, {"blocks"})
+
+    @rule_ids("REQ-742", "REQ-743")
+    @requires("context-duties")
+    @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
+    def test_a_paused_request_resumes_when_its_next_block_fits(self, impl: Target, policy: str) -> None:
+        run(impl, policy, {"resume"})
