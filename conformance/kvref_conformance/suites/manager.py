@@ -21,7 +21,7 @@ from kvref.contract.manager import KVCacheBlocks, RequestBlockStored
 from kvref.contract.requests import Request, RequestStatus
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
 from kvref_conformance.suites.manager_machine import RequestSchedulerMachine
-from kvref_conformance.suites.manager_requests import B, admit, decode, prompt, refused_unchanged
+from kvref_conformance.suites.manager_requests import B, admit, decode, new_manager, prompt, refused_unchanged
 from kvref_conformance.target import Target
 
 __all__ = ["ManagerSuite"]
@@ -32,10 +32,7 @@ class ManagerSuite(ConformanceSuite):
 
     @staticmethod
     def manager(impl: Target, num_blocks: int = 12, **settings: Any) -> Any:
-        for needed in ("request-manager", "policy-lru"):  # vLLM's free queue: the tail-first order is lru's
-            if not impl.has(needed):
-                pytest.skip(f"{impl.name} lacks {needed!r}")
-        return impl.create_manager(num_blocks, block_size=B, **settings)
+        return new_manager(impl, num_blocks, **settings)
 
     # ------------------------------------------------------------------ computed blocks
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from kvref.contract.manager import FULL_ATTENTION, NULL_BLOCK, CacheGroup, group_key
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
-from kvref_conformance.suites.manager_requests import B, admit, decode, prompt
+from kvref_conformance.suites.manager_requests import admit, decode, new_manager, prompt
 from kvref_conformance.target import Target
 
 __all__ = ["ManagerGroupsSuite"]
@@ -28,10 +26,7 @@ class ManagerGroupsSuite(ConformanceSuite):
 
     @staticmethod
     def hybrid(impl: Target, num_blocks: int = 24, **settings: Any) -> Any:
-        for needed in ("request-manager", "policy-lru"):
-            if not impl.has(needed):
-                pytest.skip(f"{impl.name} lacks {needed!r}")
-        return impl.create_manager(num_blocks, block_size=B, groups=HYBRID, **settings)
+        return new_manager(impl, num_blocks, groups=HYBRID, **settings)
 
     @rule("REQ-730")
     @requires("manager-sliding-window")

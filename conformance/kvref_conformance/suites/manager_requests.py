@@ -10,8 +10,9 @@ import pytest
 from kvref.contract.errors import InvalidValueError, KVRefError
 from kvref.contract.manager import KVCacheBlocks
 from kvref.contract.requests import Request, RequestStatus
+from kvref_conformance.target import Target
 
-__all__ = ["B", "admit", "decode", "prompt", "refused_unchanged"]
+__all__ = ["B", "admit", "decode", "new_manager", "prompt", "refused_unchanged"]
 
 B = 4
 
@@ -53,3 +54,11 @@ def refused_unchanged(manager: Any, call: Callable[[], Any], rule_id: str) -> KV
     after = (manager.snapshot(), manager.num_free_blocks)
     assert after == before, f"[ERR-501] a refused call ({rule_id}) changed the manager's state"
     return info.value
+
+
+def new_manager(impl: Target, num_blocks: int, **settings: Any) -> Any:
+    """A manager of ``impl`` in blocks of 4 tokens, or a skip where it has none under lru (vLLM's free queue)."""
+    for needed in ("request-manager", "policy-lru"):
+        if not impl.has(needed):
+            pytest.skip(f"{impl.name} lacks {needed!r}")
+    return impl.create_manager(num_blocks, block_size=B, **settings)
