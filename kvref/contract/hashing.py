@@ -256,8 +256,12 @@ class BlockHasher:
 
     def extend(self, tokens: IntsLike) -> list[int]:
         """Append tokens; return the hashes of the blocks they completed (HASH-201)."""
+        return self.extend_checked(_check_tokens(tokens, "BlockHasher.extend"))
+
+    def extend_checked(self, tokens: list[int]) -> list[int]:
+        """``extend`` for tokens already checked: a list of non-negative ints (a caller's own checks, REQ-702)."""
         pending = self._pending
-        pending.extend(_check_tokens(tokens, "BlockHasher.extend"))
+        pending.extend(tokens)
         size = self.block_size
         full = len(pending) // size
         if not full:

@@ -29,6 +29,8 @@ class RequestStatus(StrEnum):
 
 
 def _tokens(values: object, *, op: str, arg: str) -> list[int]:
+    if type(values) is list and all(type(t) is int and t >= 0 for t in values):
+        return list(values)
     out = [as_int(t, op=op, arg=arg, rule="REQ-702") for t in as_list(values, op=op, arg=arg)]
     if out and min(out) < 0:
         raise InvalidValueError("REQ-702", f"{op}: token ids must be >= 0, got {min(out)}")
@@ -83,7 +85,7 @@ class Request:
         self.num_computed_tokens = 0
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
-        self._hasher.extend(prompt)
+        self._hasher.extend_checked(prompt)
 
     @property
     def block_hashes(self) -> list[int]:
@@ -112,7 +114,7 @@ class Request:
         )
         self.output_token_ids.extend(new)
         self._all.extend(new)
-        self._hasher.extend(new)
+        self._hasher.extend_checked(new)
 
     def block_token_ids(self, index: int) -> tuple[int, ...]:
         """The tokens of full block ``index``."""

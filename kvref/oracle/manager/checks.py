@@ -40,6 +40,10 @@ def checked_hits(
     the tokens they cover.
     """
     if new_computed_blocks is None:
+        if num_new_computed:
+            raise InvalidValueError(
+                "REQ-712", f"{op}: num_new_computed_tokens={num_new_computed} with no new_computed_blocks"
+            )
         return [[] for _ in groups]
     if not isinstance(new_computed_blocks, KVCacheBlocks) or len(new_computed_blocks.blocks) != len(groups):
         raise InvalidTypeError(

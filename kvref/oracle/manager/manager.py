@@ -98,6 +98,7 @@ class RequestManager:
         self.stats_at = stats_at
         self.groups = [GroupTables(i, spec, pool, size) for i, spec in enumerate(specs)]
         self._empty = KVCacheBlocks.empty(len(specs))
+        self._windows = [g for g in self.groups if not g.is_full]
         self._requests: dict[str, Request] = {}
         self._ledger = ManagerLedger(log_stats=log_stats, block_size=size)
         if self.enable_kv_cache_events:
@@ -210,11 +211,20 @@ class RequestManager:
         """
         op = "allocate_slots"
         req = self._request(request, op)
-        new = token_count(num_new_tokens, op, "num_new_tokens")
-        new_computed = token_count(num_new_computed_tokens, op, "num_new_computed_tokens")
-        lookahead = token_count(num_lookahead_tokens, op, "num_lookahead_tokens")
-        external = token_count(num_external_computed_tokens, op, "num_external_computed_tokens")
-        draft = token_count(num_draft_tokens, op, "num_draft_tokens")
+        new, new_computed, lookahead = num_new_tokens, num_new_computed_tokens, num_lookahead_tokens
+        external, draft = num_external_computed_tokens, num_draft_tokens
+        plain = type(new) is int and type(new_computed) is int and type(lookahead) is int
+        if not (
+            plain
+            and type(external) is int
+            and type(draft) is int
+            and min(new, new_computed, lookahead, external, draft) >= 0
+        ):
+            new = token_count(num_new_tokens, op, "num_new_tokens")
+            new_computed = token_count(num_new_computed_tokens, op, "num_new_computed_tokens")
+            lookahead = token_count(num_lookahead_tokens, op, "num_lookahead_tokens")
+            external = token_count(num_external_computed_tokens, op, "num_external_computed_tokens")
+            draft = token_count(num_draft_tokens, op, "num_draft_tokens")
         if new == 0 and new_computed == 0 and external == 0:
             raise InvalidValueError(
                 "REQ-712", f"{op}: num_new_tokens must be > 0 when there are no computed tokens to adopt"
@@ -222,20 +232,21 @@ class RequestManager:
         if draft > new:
             raise InvalidValueError("REQ-712", f"{op}: {draft} draft tokens among only {new} new tokens")
         rid = req.request_id
-        holds = any(g.tables.get(rid) for g in self.groups)
+        groups = self.groups
+        table = groups[0].tables.get(rid)  # every group adopts a request in the same call
         hits = checked_hits(
-            req, new_computed_blocks, new_computed, groups=self.groups, holds=holds,
+            req, new_computed_blocks, new_computed, groups=groups, holds=bool(table),
             bound=self._hit_bound(req.num_tokens), op=op,
         )  # fmt: skip
         size = self._block_size
         computed = req.num_computed_tokens
-        covered = min((len(g.tables.get(rid, ())) for g in self.groups), default=0)
+        covered = len(table) if table is not None else 0
         if computed > covered * size:
             raise InvalidValueError(
                 "REQ-712", f"{op}: request {rid!r} says {computed} tokens are computed, its {covered} blocks hold fewer"
             )
         total = min(computed + new_computed + external, self._max_model_len)
-        for g in self.groups:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
+        for g in self._windows:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
             g.release_skipped(rid, total)
         required = -(-min(total + new + lookahead, self._max_model_len) // size)
         if full_sequence_must_fit:
@@ -244,17 +255,14 @@ class RequestManager:
                 return None
         if not self._fits(rid, required, hits, total):
             return None
-        fresh: list[list[int]] = []
-        adopting = [rid not in g.tables for g in self.groups]
-        for g, group_hits, new_table in zip(self.groups, hits, adopting, strict=True):
-            if new_table:
+        if table is None:
+            for g, group_hits in zip(groups, hits, strict=True):
                 g.adopt(rid, group_hits, total)
-        for g, new_table in zip(self.groups, adopting, strict=True):
-            if new_table and external:  # the connector's tokens: in the table, not returned (REQ-708)
-                g.extend(rid, -(-total // size))
-        for g in self.groups:
-            fresh.append(g.extend(rid, required))
-        self._requests[rid] = req
+            if external:  # the connector's tokens: in the table, not returned (REQ-708)
+                for g in groups:
+                    g.extend(rid, -(-total // size))
+            self._requests[rid] = req
+        fresh = [g.extend(rid, required) for g in groups]
         if self.enable_caching and not delay_cache_blocks:
             self._cache(req, min(total + new - draft, req.num_tokens, self._max_model_len))
         return KVCacheBlocks(tuple(tuple(f) for f in fresh)) if any(fresh) else self._empty
