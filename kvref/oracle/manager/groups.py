@@ -78,15 +78,20 @@ class GroupTables:
                 return found[: i + run]
         return found[:run]  # no run as long as the window: the cached blocks from the first, if any
 
+    def run_length(self) -> int:
+        """Consecutive cached blocks a window's hit needs (REQ-731); 0 for full attention."""
+        return 0 if self.window is None else -(-(self.window - 1) // self.block_size)
+
     def is_hit_honest(self, keys: list[int], hits: list[int]) -> bool:
-        """Whether every non-null block of ``hits`` is cached under this group's key for its position."""
+        """Whether ``hits`` is a hit this group could have found: every block cached under the group's key
+        for its position, a window's null blocks only left of its run (REQ-731)."""
         block_hash = self.pool.block_hash
-        for i, block in enumerate(hits):
-            if block == NULL_BLOCK and self.window is not None:
-                continue
-            if block_hash(block) != keys[i]:
-                return False
-        return True
+        nulls = 0
+        while nulls < len(hits) and hits[nulls] == NULL_BLOCK and self.window is not None:
+            nulls += 1
+        if nulls and nulls > len(hits) - self.run_length():
+            return False
+        return all(block_hash(block) == keys[i] for i, block in enumerate(hits[nulls:], start=nulls))
 
     # ------------------------------------------------------------------ allocation (REQ-708, REQ-709, REQ-730)
 
@@ -138,7 +143,9 @@ class GroupTables:
     def cache(self, req: Request, num_tokens: int) -> list[tuple[int, int]]:
         """Register the blocks the first ``num_tokens`` tokens fill wholly; return the (position, key) pairs."""
         rid = req.request_id
-        table = self.tables[rid]
+        table = self.tables.get(rid)
+        if table is None:
+            return []
         start, end = self.num_cached[rid], min(num_tokens // self.block_size, len(table))
         if end <= start:
             return []

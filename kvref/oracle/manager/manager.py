@@ -98,7 +98,6 @@ class RequestManager:
         self.stats_at = stats_at
         self.groups = [GroupTables(i, spec, pool, size) for i, spec in enumerate(specs)]
         self._empty = KVCacheBlocks.empty(len(specs))
-        self._windows = [g for g in self.groups if not g.is_full]
         self._requests: dict[str, Request] = {}
         self._ledger = ManagerLedger(log_stats=log_stats, block_size=size)
         if self.enable_kv_cache_events:
@@ -238,6 +237,11 @@ class RequestManager:
             req, new_computed_blocks, new_computed, groups=groups, holds=bool(table),
             bound=self._hit_bound(req.num_tokens), op=op,
         )  # fmt: skip
+        if table and external:
+            raise InvalidValueError(
+                "REQ-712",
+                f"{op}: request {rid!r} already holds blocks; external computed tokens join only at admission",
+            )
         size = self._block_size
         computed = req.num_computed_tokens
         covered = len(table) if table is not None else 0
@@ -246,8 +250,9 @@ class RequestManager:
                 "REQ-712", f"{op}: request {rid!r} says {computed} tokens are computed, its {covered} blocks hold fewer"
             )
         total = min(computed + new_computed + external, self._max_model_len)
-        for g in self._windows:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
-            g.release_skipped(rid, total)
+        for g in groups:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
+            if g.window is not None:
+                g.release_skipped(rid, total)
         required = -(-min(total + new + lookahead, self._max_model_len) // size)
         if full_sequence_must_fit:
             whole = -(-min(req.num_tokens, self._max_model_len) // size)

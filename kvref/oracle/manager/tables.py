@@ -28,14 +28,14 @@ def common_prefix_blocks(
     if num_running is not None:
         count = 0
         for block in first:
-            if ref_count(block) != num_running:
+            if block == NULL_BLOCK or ref_count(block) != num_running:
                 break
             count += 1
         return count
     count = 0
     for i, block in enumerate(first):
-        if any(len(t) <= i or t[i] != block for t in tables[1:]):
-            break
+        if block == NULL_BLOCK or any(len(t) <= i or t[i] != block for t in tables[1:]):
+            break  # the null block is never held (REQ-730), so never shared
         count += 1
     return count
 
@@ -63,9 +63,15 @@ def verify_tables(
 
 def _verify_table(pool: PrefixCache, g: GroupTables, rid: str, table: list[int], req: Request, limit: int) -> None:
     size = g.block_size
-    nulls = table.index(next((b for b in table if b != NULL_BLOCK), NULL_BLOCK)) if NULL_BLOCK in table else 0
+    nulls = next((i for i, b in enumerate(table) if b != NULL_BLOCK), len(table))
     if any(b == NULL_BLOCK for b in table[nulls:]) or (nulls and g.is_full):
         raise InvariantViolation("REQ-730", f"request {rid!r}, group {g.index}: null blocks {table} not only leading")
+    if nulls > g.skipped_blocks(req.num_computed_tokens):
+        raise InvariantViolation(
+            "REQ-730",
+            f"request {rid!r}, group {g.index}: {nulls} null blocks in {table}, but {req.num_computed_tokens} computed "
+            f"tokens leave only {g.skipped_blocks(req.num_computed_tokens)} blocks behind the window",
+        )
     real = table[nulls:]
     if len(set(real)) != len(real):
         raise InvariantViolation("REQ-721", f"request {rid!r}, group {g.index}: its table {table} names a block twice")
@@ -86,6 +92,11 @@ def _verify_table(pool: PrefixCache, g: GroupTables, rid: str, table: list[int],
         return
     cached = g.num_cached[rid]
     keys = g.keys(req)
+    if cached > min(len(table), max(len(keys), nulls)):
+        raise InvariantViolation(
+            "REQ-710",
+            f"request {rid!r}, group {g.index}: {cached} blocks counted cached, {len(keys)} full blocks exist",
+        )
     for i in range(nulls, len(table)):
         got = pool.block_hash(table[i])
         if i < cached and got != (keys[i] if i < len(keys) else None):
