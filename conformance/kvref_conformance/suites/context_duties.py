@@ -45,9 +45,13 @@ class ContextMachine(RuleBasedStateMachine):
     policy: str = "lru"
     #: Which duties the invariant checks (a known failure of one must not hide the others).
     checks: frozenset[str] = frozenset({"budgets", "blocks", "resume"})
+    #: Output tokens before a request finishes by length; 0: prefill only (scoring), which never pauses.
+    generate: int = GENERATE
 
     @initialize(num_blocks=st.sampled_from((10, 14, 20)), paused=st.sampled_from((1, 3)))
     def create(self, num_blocks: int, paused: int) -> None:
+        if not self.generate:  # prefill only: a smaller pool, so that the cache is evicted from often
+            num_blocks = num_blocks // 2 + 1
         self.engine = self.target.create_context(
             block_size=BLOCK, num_blocks=num_blocks, paused_blocks=paused, policy=self.policy
         )
@@ -56,6 +60,8 @@ class ContextMachine(RuleBasedStateMachine):
         self.queue: list[Any] = []
         self.generated: Counter[int] = Counter()
         self.serial = 0
+        self.seen: list[list[int]] = []  # prompts sent before: a repeat finds them cached
+        self.chunks: dict[int, int] = {}  # requests prefilled in chunks of their own size
 
     def chunking(self) -> bool:
         """Whether a request is being prefilled in chunks."""
@@ -75,8 +81,21 @@ class ContextMachine(RuleBasedStateMachine):
     def arrive(self, family: int, length: int) -> None:
         self.serial += 1
         tokens = list(FAMILIES[family][:length])
-        self.queue.append(self.engine.make_request(self.serial, tokens, output_tokens=GENERATE))
+        self.seen.append(tokens)
+        self.queue.append(self.engine.make_request(self.serial, tokens, output_tokens=max(self.generate, 1)))
         note(f"request {self.serial}: {tokens}")
+
+    @precondition(lambda self: bool(self.seen) and len(self.queue) < 3)
+    @rule(data=st.data())
+    def repeat(self, data: st.DataObject) -> None:
+        """A prompt sent before, sent again (a chat's system prompt): its blocks may all be cached; half the
+        time it is prefilled in chunks of a block and a token, so that a chunk ends inside a matched block."""
+        tokens = data.draw(st.sampled_from(self.seen), label="prompt")
+        self.serial += 1
+        self.queue.append(self.engine.make_request(self.serial, tokens, output_tokens=max(self.generate, 1)))
+        if data.draw(st.booleans(), label="in chunks"):
+            self.chunks[self.serial] = BLOCK + 1
+        note(f"request {self.serial}: {tokens} again, chunks of {self.chunks.get(self.serial)}")
 
     @rule(chunk=st.sampled_from((None, 3, 5, 8)), data=st.data())
     def step(self, chunk: int | None, data: st.DataObject) -> None:
@@ -84,21 +103,23 @@ class ContextMachine(RuleBasedStateMachine):
         engine = self.engine
         if engine.chunked is not None:
             request = engine.chunked
-            self.engine_call(f"add_request({request.request_id}, chunk={chunk})", lambda: engine.admit(request, chunk))
+            size = self.chunks.get(request.request_id, chunk)
+            self.engine_call(f"add_request({request.request_id}, chunk={size})", lambda: engine.admit(request, size))
         else:
             while self.queue:
                 request = self.queue[0]
+                size = self.chunks.get(request.request_id, chunk)
                 admitted = self.engine_call(
-                    f"admit({request.request_id}, chunk={chunk})", lambda r=request: engine.admit(r, chunk)
+                    f"admit({request.request_id}, chunk={size})", lambda r=request, n=size: engine.admit(r, n)
                 )
                 if not admitted:
                     break
                 self.queue.pop(0)
-                note(f"admitted {request.request_id} (chunk {chunk})")
+                note(f"admitted {request.request_id} (chunk {size})")
                 if self.chunking():  # one request prefilled in chunks at a time
                     break
         running = [rid for rid, (kind, _) in engine.rows().items() if kind == "active"]
-        finished = {rid for rid in running if self.generated[rid] >= GENERATE}
+        finished = {rid for rid in running if self.generated[rid] >= self.generate}
         finished |= set(data.draw(st.sets(st.sampled_from(running)), label="finished") if running else set())
         if engine.chunked is not None:
             finished.discard(engine.chunked.request_id)
@@ -165,23 +186,30 @@ class ContextMachine(RuleBasedStateMachine):
                     )
 
     def resumed_when_it_fits(self, rows: dict[int, tuple[str, list[int]]], reachable: int) -> None:
+        """The next paused request to resume (last in, first out) that fit after the previous step too
+        must not still be paused: a step of delay is the engine's business, staying paused is not."""
         c, a = self.engine.context, self.engine.allocator
+        fitting = getattr(self, "fitting", None)
+        self.fitting: int | None = None
         if not c.paused_request_count:
             return
-        row = c.paused_request_count - 1  # the next to resume (the context resumes last in, first out)
-        need = int(c.request_kv_block_counts[row]) + 1
+        row = c.paused_request_count - 1
+        rid, need = int(c.request_ids[row]), int(c.request_kv_block_counts[row]) + 1
         active_rows = c.total_request_count - c.paused_request_count
-        if need <= a.get_active_avail() and reachable >= 1 and active_rows < c.max_requests:
+        if not (need <= a.get_active_avail() and reachable >= 1 and active_rows < c.max_requests):
+            return
+        if fitting == rid:
             raise AssertionError(
-                f"[REQ-742] request {int(c.request_ids[row])} stays paused though its next block fits: active "
-                f"budget left {a.get_active_avail()} for {need} blocks, {a.total_avail} free and "
-                f"{reachable - a.total_avail} evictable blocks"
+                f"[REQ-742] request {rid} stays paused a second step though its next block fits: active budget "
+                f"left {a.get_active_avail()} for {need} blocks, {a.total_avail} free and {reachable - a.total_avail} "
+                "evictable blocks"
             )
+        self.fitting = rid
 
 
-def run(impl: Target, policy: str, checks: set[str]) -> None:
-    machine = type("ContextTraffic", (ContextMachine,), {"target": impl, "policy": policy, "checks": frozenset(checks)})
-    run_state_machine_as_test(machine)
+def run(impl: Target, policy: str, checks: set[str], generate: int = GENERATE) -> None:
+    settings = {"target": impl, "policy": policy, "checks": frozenset(checks), "generate": generate}
+    run_state_machine_as_test(type("ContextTraffic", (ContextMachine,), settings))
 
 
 class ContextDutiesSuite(ConformanceSuite):
@@ -198,6 +226,12 @@ class ContextDutiesSuite(ConformanceSuite):
     @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
     def test_every_block_is_accounted_for_and_every_hit_is_honest(self, impl: Target, policy: str) -> None:
         run(impl, policy, {"blocks"})
+
+    @rule_ids("REQ-741", "REQ-743", "REQ-744")
+    @requires("context-duties")
+    @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
+    def test_prefill_only_traffic_in_chunks_keeps_every_block_accounted_for(self, impl: Target, policy: str) -> None:
+        run(impl, policy, {"blocks"}, generate=0)
 
     @rule_ids("REQ-742", "REQ-743")
     @requires("context-duties")
