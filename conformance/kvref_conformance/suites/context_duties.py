@@ -238,3 +238,16 @@ class ContextDutiesSuite(ConformanceSuite):
     @pytest.mark.parametrize("policy", ["lru", "ref-zero"])
     def test_a_paused_request_resumes_when_its_next_block_fits(self, impl: Target, policy: str) -> None:
         run(impl, policy, {"resume"})
+
+    @rule_ids("REQ-705")
+    @requires("context-duties")
+    def test_a_prompt_of_whole_cached_blocks_shares_every_block(self, impl: Target) -> None:
+        """Megatron-Core's choice (REQ-705): all ``k`` blocks shared, only the last token recomputed."""
+        engine = impl.create_context(block_size=BLOCK, num_blocks=12, paused_blocks=2, policy="ref-zero")
+        tokens = list(FAMILIES[0][: 2 * BLOCK])
+        first, second = engine.make_request(1, tokens), engine.make_request(2, tokens)
+        assert engine.admit(first) and engine.admit(second), "two 2-block prompts must fit in 11 blocks"
+        rows = engine.rows()
+        assert rows[2][1][:2] == rows[1][1][:2], (
+            f"[REQ-705] the second copy of a 2-block prompt must share both blocks of the first: rows {rows}"
+        )
