@@ -278,11 +278,15 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             f"tokens hit, the oracle finds {want}: the two caches hold different blocks (eviction order, REQ-713)"
         )
         size = self.block_size
-        for i, block in enumerate(hits_i.blocks[0]):  # group 0: full attention
-            held = tuple(self.shadow.get(block, {}).get(k) for k in range(size))
-            assert held == tuple(tokens[i * size : (i + 1) * size]), (
-                f"[REQ-704] hit {i} of family {family}'s prefix is block {block}, which holds {held}"
-            )
+        for group, hits in enumerate(hits_i.blocks):  # every group's hit, the window's null blocks aside
+            for i, block in enumerate(hits):
+                if block == NULL_BLOCK and group:
+                    continue
+                held = tuple(self.shadow.get(block, {}).get(k) for k in range(size))
+                assert held == tuple(tokens[i * size : (i + 1) * size]), (
+                    f"[REQ-704] hit {i} of family {family}'s prefix in group {group} is block {block}, "
+                    f"which holds {held}"
+                )
 
     # ------------------------------------------------------------------ after every step
 
