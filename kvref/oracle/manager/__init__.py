@@ -1,7 +1,8 @@
 """The oracle of chapter 07: the request-level manager over any chapter 03 prefix cache.
 
-:class:`RequestManager` (``manager.py``) is vLLM's ``KVCacheManager`` for one full-attention
-group, strict; ``ledger.py`` keeps its statistics in tokens and its events with tokens;
+:class:`RequestManager` (``manager.py``) is vLLM's ``KVCacheManager``, strict, for one or several
+KV cache groups (``groups.py``: full attention, sliding windows); ``checks.py`` checks the hits a
+scheduler hands back; ``ledger.py`` keeps its statistics in tokens and its events with tokens;
 ``tables.py`` reads its tables (common prefix, invariants).
 """
 

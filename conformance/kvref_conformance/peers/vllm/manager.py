@@ -17,6 +17,9 @@ values:
 - ``preempt`` does what ``Scheduler._preempt_request`` does: ``free``, then the request's fields;
 - nothing is checked here that vLLM does not check itself: a bad call reaches vLLM as it is.
 
+KV cache groups become vLLM's ``FullAttentionSpec`` and ``SlidingWindowSpec`` groups over one
+``BlockPool``; with a window the config asks for dense retention
+(``prefix_cache_retention_interval=None``: every full block cached, as chapter 07 specifies).
 Statistics are recorded as vLLM 0.32's scheduler does, by ``record_prefix_cache_stats`` after an
 admission (kvref's ``stats_at="admission"``). Not offered: ``last_block="share"`` (vLLM always
 recomputes the last block), policies other than ``lru``, multimodal requests.
@@ -61,7 +64,7 @@ def _lora_id(adapter: str | int) -> int:
 
 
 class VllmRequestManager:
-    """Chapter 07's manager surface over ``vllm.v1.core.kv_cache_manager.KVCacheManager`` (one full-attention group)."""
+    """Chapter 07's manager surface over ``vllm.v1.core.kv_cache_manager.KVCacheManager`` (full attention, windows)."""
 
     def __init__(
         self,
