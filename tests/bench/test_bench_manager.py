@@ -108,7 +108,10 @@ class VllmChurn:
 
 
 def describe(benchmark: Any, impl: str) -> None:
-    benchmark.extra_info.update(backend=impl, workload="manager-churn", blocks=BLOCKS, decodes=DECODES)
+    """Name the round for ``kvref report``: one request's life, holding 17 blocks (256 + 16 tokens)."""
+    benchmark.extra_info.update(
+        backend=impl, workload="manager-churn", blocks=BLOCKS, decodes=DECODES, blocks_per_round=17
+    )
 
 
 @pytest.mark.benchmark_suite
@@ -117,7 +120,7 @@ def test_manager_request_churn(benchmark: Any, backend: Any, device: str | None)
         pytest.skip(f"{backend.name} has no prefix cache for the manager to cache in")
     pool = backend.create(BLOCKS, device=device)
     churn = KvrefChurn(pool)
-    describe(benchmark, f"manager/{backend.name}")
+    describe(benchmark, backend.name)
     benchmark(churn.round)
     hit_tokens = sum(churn.round() for _ in range(20))
     assert hit_tokens > 0, "half the prompts share a system prompt: some must hit"
@@ -127,7 +130,7 @@ def test_manager_request_churn(benchmark: Any, backend: Any, device: str | None)
 @pytest.mark.skipif(not vllm_usable(), reason="vLLM is not installed here (nox -s bench-peers installs it)")
 def test_vllm_manager_request_churn(benchmark: Any) -> None:
     churn = VllmChurn()
-    describe(benchmark, "vllm-KVCacheManager")
+    describe(benchmark, "vllm-KVCacheManager")  # vLLM's own manager, beside kvref's over each pool
     benchmark(churn.round)
     hit_tokens = sum(churn.round() for _ in range(20))
     assert hit_tokens > 0, "half the prompts share a system prompt: some must hit"
