@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from kvref.contract.errors import ConfigError
+from kvref.contract.errors import ConfigError, InvalidValueError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved
 from kvref.contract.hashing import BlockExtraKeys, hash_block
 from kvref.contract.requests import Request
@@ -90,8 +90,6 @@ class KVCacheBlocks:
         if not isinstance(other, KVCacheBlocks):
             return NotImplemented
         if len(other.blocks) != len(self.blocks):
-            from kvref.contract.errors import InvalidValueError
-
             raise InvalidValueError(
                 "REQ-719", f"KVCacheBlocks +: {len(self.blocks)} groups and {len(other.blocks)} groups"
             )

@@ -65,11 +65,12 @@ def as_int(value: object, *, op: str, arg: str, rule: str = "ERR-503") -> int:
     return result
 
 
-def as_count(value: object, *, op: str, arg: str = "count") -> int:
-    """Return a non-negative block count; negative values raise InvalidValueError (ERR-504)."""
-    count = as_int(value, op=op, arg=arg)
+def as_count(value: object, *, op: str, arg: str = "count", rule: str | None = None) -> int:
+    """Return a non-negative count: a non-integer raises InvalidTypeError (ERR-503), a negative value
+    InvalidValueError (ERR-504), or both naming ``rule`` where a chapter gives its own."""
+    count = as_int(value, op=op, arg=arg, rule=rule or "ERR-503")
     if count < 0:
-        raise InvalidValueError("ERR-504", f"{op}: {arg} must be >= 0, got {count}")
+        raise InvalidValueError(rule or "ERR-504", f"{op}: {arg} must be >= 0, got {count}")
     return count
 
 

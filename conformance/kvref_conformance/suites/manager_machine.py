@@ -133,31 +133,43 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     def arrive(self, family: int, length: int, suffix: tuple[int, ...], salt: str | None) -> None:
         self.new_request(family, length, suffix, salt)
 
-    def admit_one(self, rid: str, chunk: int, lookahead: int) -> bool:
-        """A waiting request's first chunk: its computed blocks, then its slots; whether it was admitted."""
+    def computed_blocks(self, rid: str) -> tuple[tuple[Any, Any], int]:
+        """``get_computed_blocks`` on both sides, which must agree on the tokens hit: the hits to hand
+        back to each side (None for none) and the tokens they cover."""
         ri, ro = self.pairs[rid]
-        hits_i, computed_i = self.impl.get_computed_blocks(ri)
-        hits_o, computed_o = self.oracle.get_computed_blocks(ro)
+        (hits_i, computed_i), (hits_o, computed_o) = (
+            self.impl.get_computed_blocks(ri),
+            self.oracle.get_computed_blocks(ro),
+        )
         assert computed_i == computed_o, (
             f"[REQ-704] get_computed_blocks({rid}): {computed_i} tokens hit, the oracle finds {computed_o}"
         )
-        new = min(chunk, ri.num_tokens - computed_i)
-        what = f"allocate_slots({rid}, {new}, {computed_i}, hits, num_lookahead_tokens={lookahead})"
+        return ((hits_i, hits_o) if computed_i else (None, None)), computed_i
+
+    def admitted(self, rid: str, hits: int, computed: int, queue: list[str]) -> None:
+        """What the scheduler does once a waiting request is admitted: count it, mark its tokens computed."""
+        for manager, req in zip((self.impl, self.oracle), self.pairs[rid], strict=True):
+            manager.record_prefix_cache_stats(req, hits)
+            req.num_computed_tokens = computed
+        self.waiting.remove(rid)
+        queue.append(rid)
+
+    def admit_one(self, rid: str, chunk: int, lookahead: int) -> bool:
+        """A waiting request's first chunk: its computed blocks, then its slots; whether it was admitted."""
+        ri, ro = self.pairs[rid]
+        hits, computed = self.computed_blocks(rid)
+        new = min(chunk, ri.num_tokens - computed)
+        what = f"allocate_slots({rid}, {new}, {computed}, hits, num_lookahead_tokens={lookahead})"
         ok = self.allocate(
-            rid, what, (hits_i, hits_o) if computed_i else (None, None),
-            num_new_tokens=new, num_new_computed_tokens=computed_i, num_lookahead_tokens=lookahead,
+            rid, what, hits, num_new_tokens=new, num_new_computed_tokens=computed, num_lookahead_tokens=lookahead,
             full_sequence_must_fit=True,
         )  # fmt: skip
         note(f"admit({rid}, chunk={new}, lookahead={lookahead}) -> {'ok' if ok else 'None'}")
         if ok:
-            self.impl.record_prefix_cache_stats(ri, computed_i)
-            self.oracle.record_prefix_cache_stats(ro, computed_o)
+            self.admitted(rid, computed, computed + new, self.running)
             for req in (ri, ro):
-                req.num_computed_tokens = computed_i + new
                 req.status = RequestStatus.RUNNING
-            self.waiting.remove(rid)
-            self.running.append(rid)
-            self.write(rid, computed_i, computed_i + new)
+            self.write(rid, computed, computed + new)
         return ok
 
     def advance(self, rid: str, chunk: int, token: int, lookahead: int) -> None:
@@ -207,24 +219,18 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         allocated with caching delayed until the KV arrives (REQ-711), as vLLM's scheduler does."""
         fresh = [r for r in self.waiting if self.pairs[r][0].num_preemptions == 0]
         rid = data.draw(st.sampled_from(fresh), label="request")
-        ri, ro = self.pairs[rid]
-        (hits_i, computed), (hits_o, _) = self.impl.get_computed_blocks(ri), self.oracle.get_computed_blocks(ro)
-        external = ri.num_tokens - computed - 1
+        hits, computed = self.computed_blocks(rid)
+        external = self.pairs[rid][0].num_tokens - computed - 1
         if external <= 0:
             return
         what = f"allocate_slots({rid}, 0, {computed}, hits, num_external_computed_tokens={external}, delayed)"
         ok = self.allocate(
-            rid, what, (hits_i, hits_o) if computed else (None, None), num_new_tokens=0,
-            num_new_computed_tokens=computed, num_external_computed_tokens=external, delay_cache_blocks=True,
+            rid, what, hits, num_new_tokens=0, num_new_computed_tokens=computed,
+            num_external_computed_tokens=external, delay_cache_blocks=True,
         )  # fmt: skip
         note(f"{what} -> {'ok' if ok else 'None'}")
         if ok:
-            self.impl.record_prefix_cache_stats(ri, computed)
-            self.oracle.record_prefix_cache_stats(ro, computed)
-            for req in (ri, ro):
-                req.num_computed_tokens = computed + external
-            self.waiting.remove(rid)
-            self.remote.append(rid)
+            self.admitted(rid, computed, computed + external, self.remote)
 
     @precondition(lambda self: bool(self.remote))
     @rule(data=st.data())

@@ -1,4 +1,4 @@
-"""The manager's argument checks that need the pool: counts of tokens and the hits a scheduler hands back (REQ-712)."""
+"""The manager's check of the hits a scheduler hands back (REQ-712)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,9 @@ from collections.abc import Sequence
 from kvref.contract.errors import InvalidTypeError, InvalidValueError
 from kvref.contract.manager import KVCacheBlocks
 from kvref.contract.requests import Request
-from kvref.contract.validate import as_int
 from kvref.oracle.manager.groups import GroupTables
 
-__all__ = ["checked_hits", "token_count"]
-
-
-def token_count(value: object, op: str, arg: str) -> int:
-    """A non-negative count of tokens, or the REQ-712 error naming ``op`` and ``arg``."""
-    count = as_int(value, op=op, arg=arg, rule="REQ-712")
-    if count < 0:
-        raise InvalidValueError("REQ-712", f"{op}: {arg} must be >= 0, got {count}")
-    return count
+__all__ = ["checked_hits"]
 
 
 def checked_hits(

@@ -64,7 +64,7 @@ class GroupTables:
         pool = self.pool
         if self.window is None:
             return pool.lookup(keys[:max_blocks]) if max_blocks else []
-        need = -(-(self.window - 1) // self.block_size)
+        need = self.run_length()
         found: list[int] = [NULL_BLOCK] * max_blocks
         run = 0
         for i in range(max_blocks - 1, -1, -1):
@@ -97,8 +97,10 @@ class GroupTables:
 
     def release_skipped(self, rid: str, num_computed: int) -> None:
         """Replace the blocks wholly outside the window with the null block and release them, tail first (REQ-730)."""
+        if self.window is None:
+            return
         table = self.tables.get(rid)
-        if self.window is None or not table:
+        if not table:
             return
         freed: list[int] = []
         for i in range(min(self.skipped_blocks(num_computed), len(table)) - 1, -1, -1):

@@ -27,7 +27,7 @@ from kvref.contract.manager import (
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
-from kvref.oracle.manager.checks import checked_hits, token_count
+from kvref.oracle.manager.checks import checked_hits
 from kvref.oracle.manager.groups import GroupTables, longest_common_hit
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
@@ -219,11 +219,11 @@ class RequestManager:
             and type(draft) is int
             and min(new, new_computed, lookahead, external, draft) >= 0
         ):
-            new = token_count(num_new_tokens, op, "num_new_tokens")
-            new_computed = token_count(num_new_computed_tokens, op, "num_new_computed_tokens")
-            lookahead = token_count(num_lookahead_tokens, op, "num_lookahead_tokens")
-            external = token_count(num_external_computed_tokens, op, "num_external_computed_tokens")
-            draft = token_count(num_draft_tokens, op, "num_draft_tokens")
+            new = as_count(num_new_tokens, op=op, arg="num_new_tokens", rule="REQ-712")
+            new_computed = as_count(num_new_computed_tokens, op=op, arg="num_new_computed_tokens", rule="REQ-712")
+            lookahead = as_count(num_lookahead_tokens, op=op, arg="num_lookahead_tokens", rule="REQ-712")
+            external = as_count(num_external_computed_tokens, op=op, arg="num_external_computed_tokens", rule="REQ-712")
+            draft = as_count(num_draft_tokens, op=op, arg="num_draft_tokens", rule="REQ-712")
         if new == 0 and new_computed == 0 and external == 0:
             raise InvalidValueError(
                 "REQ-712", f"{op}: num_new_tokens must be > 0 when there are no computed tokens to adopt"
@@ -251,8 +251,7 @@ class RequestManager:
             )
         total = min(computed + new_computed + external, self._max_model_len)
         for g in groups:  # before the fit check: these blocks are garbage whatever follows (REQ-730)
-            if g.window is not None:
-                g.release_skipped(rid, total)
+            g.release_skipped(rid, total)
         required = -(-min(total + new + lookahead, self._max_model_len) // size)
         if full_sequence_must_fit:
             whole = -(-min(req.num_tokens, self._max_model_len) // size)

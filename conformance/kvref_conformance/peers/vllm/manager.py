@@ -131,7 +131,7 @@ class VllmRequestManager:
         self._events = enable_kv_cache_events
         self._windows = {i for i, g in enumerate(groups) if g.sliding_window is not None}
         self._requests: dict[str, tuple[Request, Any]] = {}
-        self._hits: dict[str, tuple[tuple[int, ...], Any]] = {}
+        self._hits: dict[str, tuple[KVCacheBlocks, Any]] = {}  # the last get_computed_blocks per request
         self._kvref_hash: dict[bytes, int] = {}  # vLLM BlockHash -> kvref hash
         self._event_hash: dict[int, int] = {}  # vLLM event hash (int) -> kvref hash
         self._extras: dict[int, BlockExtraKeys] = {}
@@ -217,7 +217,7 @@ class VllmRequestManager:
         """vLLM's ``get_computed_blocks`` (its third value, the hybrid junction, is 0 for one group)."""
         found, computed, _junction = self.manager.get_computed_blocks(self._vllm_request(request))
         ids = self._blocks(found)
-        self._hits[request.request_id] = (ids.blocks[0], found)
+        self._hits[request.request_id] = (ids, found)
         return ids, int(computed)
 
     def allocate_slots(
@@ -240,9 +240,8 @@ class VllmRequestManager:
         vreq = self._vllm_request(request)
         hits: Any = None
         if new_computed_blocks is not None:
-            ids = tuple(new_computed_blocks.blocks[0]) if new_computed_blocks.blocks else ()
             remembered = self._hits.get(request.request_id)
-            if remembered is not None and remembered[0] == ids:
+            if remembered is not None and remembered[0] == new_computed_blocks:
                 hits = remembered[1]
             else:  # hits the scheduler did not get from vLLM: vLLM's blocks with those ids
                 from vllm.v1.core.kv_cache_manager import KVCacheBlocks as VllmBlocks
