@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from kvref.contract.errors import InvalidTypeError, InvalidValueError
 from kvref.contract.hashing import DEFAULT_ALGORITHM, BlockExtraKeys, BlockHasher, MultimodalItem, block_extra_keys
-from kvref.contract.validate import IntsLike, as_count, as_int, as_list
+from kvref.contract.validate import IntsLike, as_count, as_hash_list, as_int, as_list
 
 __all__ = ["Request", "RequestStatus"]
 
@@ -86,6 +86,42 @@ class Request:
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
         self._hasher.extend_checked(prompt)
+
+    @classmethod
+    def from_block_hashes(
+        cls,
+        request_id: str,
+        num_prompt_tokens: int,
+        block_hashes: IntsLike,
+        *,
+        block_size: int,
+        algorithm: str = DEFAULT_ALGORITHM,
+    ) -> Request:
+        """A request whose prompt is known only by the hashes of its full blocks (a trace's block ids).
+
+        Traces such as Mooncake's name each prompt block by an id and carry no tokens; REQ-702's
+        hashes are then those ids (TRACE-1038). ``block_hashes`` must hold exactly
+        ``num_prompt_tokens // block_size`` hashes in ``[0, 2**63)``; the prompt's tokens read as
+        zeros (only events show them), and output tokens appended later chain from the last hash
+        as chapter 02 chains them.
+        """
+        size = as_count(block_size, op="Request.from_block_hashes", arg="block_size")
+        length = as_count(num_prompt_tokens, op="Request.from_block_hashes", arg="num_prompt_tokens", rule="REQ-702")
+        if size == 0 or length == 0:
+            raise InvalidValueError("REQ-702", f"Request {request_id!r}: block_size and num_prompt_tokens must be >= 1")
+        hashes = as_hash_list(block_hashes, op="Request.from_block_hashes")
+        if len(hashes) != length // size:
+            raise InvalidValueError(
+                "REQ-702",
+                f"Request {request_id!r}: {len(hashes)} block hashes for {length} tokens in blocks of {size} "
+                f"(its full blocks number {length // size})",
+            )
+        request = cls(request_id, [0], block_size=size, algorithm=algorithm)
+        prompt = [0] * length
+        request.prompt_token_ids = tuple(prompt)
+        request._all = prompt
+        request._hasher = BlockHasher.resumed(size, hashes, [0] * (length % size), algorithm=algorithm)
+        return request
 
     @property
     def block_hashes(self) -> list[int]:

@@ -1,0 +1,67 @@
+"""The serving replay's step model: token budget, seats, step cost, preemption mode (TRACE-1032..TRACE-1036).
+
+A scheduler step runs a token budget of prefill chunks and one decode token per running request,
+as vLLM's scheduler does; what it costs in time is a linear model whose defaults are stated here
+and in spec chapter 10, so that two implementations of the replay give the same times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvref.contract.errors import InvalidValueError
+
+__all__ = ["PREEMPTION_MODES", "StepModel"]
+
+#: How a running request that cannot get its next block is handled (TRACE-1035, TRACE-1036).
+PREEMPTION_MODES = ("recompute", "pause")
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """What one scheduler step may run and what it costs (TRACE-1032, TRACE-1033).
+
+    ``max_num_batched_tokens`` (vLLM's name) is the step's token budget, ``max_num_seqs`` the
+    most requests running at once, ``max_model_len`` the most tokens a request may have
+    (TRACE-1037). A step lasts ``step_ms + prefill_ms_per_token * prefill tokens +
+    decode_ms_per_token * decode tokens``, rounded to whole microseconds and at least one. The
+    defaults stand for one H100 serving an 8B model (about 50,000 prefill tokens a second, a
+    decode step of 64 requests in about 11 ms); they are a model, not a measurement of an engine.
+    ``preemption`` is ``"recompute"`` (vLLM, TRACE-1035) or ``"pause"`` (Megatron-Core, TRACE-1036).
+    """
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 1 << 20
+    step_ms: float = 5.0
+    prefill_ms_per_token: float = 0.02
+    decode_ms_per_token: float = 0.1
+    preemption: str = "recompute"
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise InvalidValueError("TRACE-1032", f"StepModel: {name} must be an integer >= 1, got {value!r}")
+        for name in ("step_ms", "prefill_ms_per_token", "decode_ms_per_token"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidValueError("TRACE-1033", f"StepModel: {name} must be a finite number >= 0, got {value!r}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise InvalidValueError(
+                "TRACE-1035", f"StepModel: preemption must be one of {list(PREEMPTION_MODES)}, got {self.preemption!r}"
+            )
+
+    def duration_us(self, prefill_tokens: int, decode_tokens: int) -> int:
+        """A step's length in whole microseconds, at least 1 (TRACE-1033)."""
+        ms = self.step_ms + self.prefill_ms_per_token * prefill_tokens + self.decode_ms_per_token * decode_tokens
+        return max(1, round(ms * 1000))
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (
+            f"budget {self.max_num_batched_tokens:,} tokens and {self.max_num_seqs} requests a step; a step costs "
+            f"{self.step_ms:g} ms + {self.prefill_ms_per_token:g} ms per prefill token + "
+            f"{self.decode_ms_per_token:g} ms per decode token; preemption by {self.preemption}"
+        )

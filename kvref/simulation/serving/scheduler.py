@@ -1,0 +1,385 @@
+"""The serving replay: requests overlapping in time through one request manager (TRACE-1030..TRACE-1040).
+
+:class:`ServingReplay` is a scheduler over a chapter 07 manager, driven as vLLM's V1 scheduler
+drives its ``KVCacheManager``: each step first the running requests in admission order (their
+prompt chunk or one decode token, within the token budget), preempting the most recently
+admitted when a request cannot get its next block (or pausing it, as Megatron-Core does); then,
+if nothing was preempted, waiting requests first come first served until one does not fit. What a
+request hits, holds and caches is the manager's answer; the replay keeps only the clock and the
+queues. Stretches of steps in which nothing but decoding happens are advanced in one move
+(TRACE-1040).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvref.contract.requests import Request, RequestStatus
+from kvref.oracle.manager import RequestManager
+from kvref.simulation.serving.model import StepModel
+from kvref.simulation.serving.results import Percentiles, ServingResult, thin_timeline
+from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
+
+__all__ = ["ServingReplay"]
+
+#: What a finished request's ``req`` becomes: a one-token request, so the finished keep no tokens.
+_DONE = Request("finished", [0], block_size=1)
+
+
+class _Live:
+    """A request the replay has seen arrive: its manager request and what the scheduler keeps of it."""
+
+    __slots__ = (
+        "admitted_us", "appended", "arrival_us", "decoding", "first_token_us", "generated", "hit_blocks",
+        "hit_tokens", "index", "paused", "req", "spec",
+    )  # fmt: skip
+
+    def __init__(self, index: int, spec: ServedRequest, req: Request) -> None:
+        self.index = index
+        self.spec = spec
+        self.req = req
+        self.arrival_us = spec.arrival_us
+        self.generated = 0  # output tokens sampled
+        self.appended = 0  # of them, appended to ``req`` (appending waits for the next manager call)
+        self.decoding = False  # computed everything but the last sampled token
+        self.paused = False
+        self.admitted_us = -1
+        self.first_token_us = -1
+        self.hit_tokens = -1
+        self.hit_blocks = 0
+
+    def catch_up(self) -> Request:
+        """Append the output tokens sampled since the last call, and return the request (REQ-702).
+
+        Tokens are appended lazily, before the manager next sees the request: a decode step that
+        neither opens nor fills a block asks nothing of the manager (TRACE-1040).
+        """
+        req = self.req
+        start, stop = self.appended, self.generated
+        if stop > start:
+            spec = self.spec
+            if spec.output_tokens is not None:
+                req.append_output_token_ids(list(spec.output_tokens[start:stop]))
+            else:
+                req.append_output_token_ids([spec.output_token(self.index, 0)] * (stop - start))
+            self.appended = stop
+        return req
+
+
+@dataclass
+class _Tally:
+    """Counts over the whole replay."""
+
+    prefill_computed: int = 0
+    prefill_saved: int = 0
+    preemptions: int = 0
+    rejected: int = 0
+    steps: int = 0
+    peak_in_use: int = 0
+    in_use_time: int = 0  # blocks x microseconds
+
+
+class ServingReplay:
+    """Replay ``workload`` through ``manager`` under ``model`` (TRACE-1030).
+
+    ``warmup``: the fraction of requests, in arrival order, that run but are not counted
+    (TRACE-1013). ``fast_forward=False`` steps one by one (the definition TRACE-1040's moves must
+    equal). ``progress(done, total)`` is called as requests finish.
+    """
+
+    def __init__(
+        self,
+        workload: ServingWorkload,
+        manager: RequestManager,
+        model: StepModel,
+        *,
+        warmup: float = 0.0,
+        fast_forward: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.manager = manager
+        self.model = model
+        self.fast_forward = fast_forward
+        self.first_counted = math.floor(warmup * len(workload.requests))
+        self._progress = progress
+        self._size = manager.block_size
+        self._capacity = manager.pool.num_usable
+        self._waiting: deque[_Live] = deque()
+        self._running: list[_Live] = []
+        self._finished: list[_Live] = []
+        self._now = 0
+        self._tally = _Tally()
+        self._timeline: list[tuple[int, int]] = []
+        self._blocked = False  # the last admission attempt got None (TRACE-1040)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, *, backend: str = "oracle", policy: str = "") -> ServingResult:
+        """Replay every request to completion (or rejection) and return what was measured (TRACE-1039)."""
+        specs = self.workload.requests
+        n = len(specs)
+        nxt = 0
+        pool = self.manager.pool
+        evictions_before = pool.stats.evictions if "prefix-cache" in pool.capabilities() else 0
+        started = time.perf_counter()
+        while nxt < n or self._waiting or self._running:
+            while nxt < n and specs[nxt].arrival_us <= self._now:
+                self._arrive(nxt, specs[nxt])
+                nxt += 1
+            if not (self._waiting or self._running):
+                if nxt < n:
+                    self._now = specs[nxt].arrival_us
+                continue
+            steady, duration = self._step()
+            if steady and self.fast_forward:
+                self._skip_quiet_steps(duration, specs[nxt].arrival_us if nxt < n else None)
+        seconds = time.perf_counter() - started
+        evictions = (pool.stats.evictions if "prefix-cache" in pool.capabilities() else 0) - evictions_before
+        return self._result(backend, policy or getattr(pool.policy, "value", ""), evictions, seconds)
+
+    def _arrive(self, index: int, spec: ServedRequest) -> None:
+        """A request joins the waiting queue, or is rejected when it could never run (TRACE-1037)."""
+        model = self.model
+        if (
+            -(-spec.max_computed_tokens() // self._size) > self._capacity
+            or spec.prompt_length + spec.output_length > model.max_model_len
+        ):
+            self._tally.rejected += 1
+            if self._progress:
+                self._progress(1, len(self.workload.requests))
+            return
+        req = spec.make_request(index, self._size, self.workload.algorithm)
+        self._waiting.append(_Live(index, spec, req))
+
+    def _step(self) -> tuple[bool, int]:
+        """One scheduler step (TRACE-1032..TRACE-1036); returns whether it was quiet and its length."""
+        manager = self.manager
+        model = self.model
+        size = self._size
+        budget = model.max_num_batched_tokens
+        running = self._running
+        scheduled: list[tuple[_Live, int]] = []
+        prefill = decode = 0
+        preempted = False
+        quiet = True
+        pause = model.preemption == "pause"
+        i = 0
+        while i < len(running) and budget > 0:
+            live = running[i]
+            req = live.req
+            if live.decoding and not live.paused:
+                c = req.num_computed_tokens
+                if c % size and (c + 1) % size:
+                    # Neither opens nor fills a block: allocate_slots would return no blocks and
+                    # change nothing (REQ-708, REQ-710), so it is not asked (TRACE-1040).
+                    scheduled.append((live, 1))
+                    decode += 1
+                    budget -= 1
+                    i += 1
+                    continue
+            req = live.catch_up()
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            got = manager.allocate_slots(req, n)
+            if got is None and pause:
+                if not live.paused:
+                    live.paused = True
+                    quiet = False
+                i += 1
+                continue
+            while got is None:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is live:
+                    break
+                got = manager.allocate_slots(req, n)
+            if got is None:
+                break
+            if live.paused:
+                live.paused = False
+                quiet = False
+            if live.decoding:
+                decode += n
+                quiet = False  # a new block, or a block filled and cached
+            else:
+                prefill += n
+                quiet = False
+            scheduled.append((live, n))
+            budget -= n
+            i += 1
+        if preempted or len(scheduled) < sum(1 for live in running if not live.paused):
+            quiet = False
+        any_paused = pause and any(live.paused for live in running)
+        if not preempted and not any_paused:
+            admitted, budget = self._admit(scheduled, budget)
+            if admitted:
+                quiet = False
+                prefill += admitted
+        if pause and running and not scheduled:
+            self._break_pause_deadlock()
+            quiet = False
+        duration = model.duration_us(prefill, decode)
+        self._now += duration
+        self._tally.prefill_computed += prefill
+        if self._finish_step(scheduled):
+            quiet = False
+        self._account(duration, 1)
+        return quiet, duration
+
+    def _admit(self, scheduled: list[tuple[_Live, int]], budget: int) -> tuple[int, int]:
+        """Admit waiting requests first come first served until one does not fit (TRACE-1032)."""
+        manager = self.manager
+        waiting = self._waiting
+        running = self._running
+        admitted = 0
+        self._blocked = False
+        while waiting and budget > 0 and len(running) < self.model.max_num_seqs:
+            live = waiting[0]
+            req = live.req
+            blocks, hit = manager.get_computed_blocks(req)
+            n = min(req.num_tokens - hit, budget)
+            got = manager.allocate_slots(req, n, hit, blocks)
+            if got is None:
+                self._blocked = True
+                break
+            waiting.popleft()
+            running.append(live)
+            req.num_computed_tokens = hit
+            req.status = RequestStatus.RUNNING
+            self._tally.prefill_saved += hit
+            if live.hit_tokens < 0:  # the first admission is the one counted (TRACE-1039)
+                live.hit_tokens = hit
+                live.hit_blocks = len(blocks.blocks[0]) if hit else 0
+                live.admitted_us = self._now
+            scheduled.append((live, n))
+            budget -= n
+            admitted += n
+        return admitted, budget
+
+    def _preempt(self, live: _Live) -> None:
+        """Free a running request to recompute later, at the front of the queue (REQ-714, TRACE-1035)."""
+        self.manager.preempt(live.catch_up())
+        live.decoding = False
+        live.paused = False
+        self._waiting.appendleft(live)
+        self._tally.preemptions += 1
+
+    def _break_pause_deadlock(self) -> None:
+        """Every running request is paused and none resumed: preempt the most recently admitted (TRACE-1036)."""
+        self._preempt(self._running.pop())
+
+    def _finish_step(self, scheduled: list[tuple[_Live, int]]) -> bool:
+        """Count computed tokens, sample, finish (TRACE-1034); whether anything but decoding happened."""
+        now = self._now
+        eventful = False
+        for live, n in scheduled:
+            req = live.req
+            req.num_computed_tokens += n
+            if not live.decoding and req.num_computed_tokens < req.num_tokens:
+                continue
+            spec = live.spec
+            if spec.output_length:
+                if live.first_token_us < 0:
+                    live.first_token_us = now
+                    eventful = True
+                live.generated += 1
+            elif live.first_token_us < 0:
+                live.first_token_us = now
+            if live.generated >= spec.output_length:
+                self._finish(live)
+                eventful = True
+                continue
+            if not live.decoding:
+                live.decoding = True
+                eventful = True
+        return eventful
+
+    def _finish(self, live: _Live) -> None:
+        req = live.req
+        self.manager.free(req)
+        req.status = RequestStatus.FINISHED
+        self._running.remove(live)
+        live.req = _DONE  # what the request held is freed; its tokens need not stay in memory
+        self._finished.append(live)
+        if self._progress:
+            self._progress(1, len(self.workload.requests))
+
+    def _account(self, duration: int, steps: int) -> None:
+        in_use = self.manager.pool.num_in_use
+        tally = self._tally
+        tally.steps += steps
+        tally.in_use_time += in_use * duration * steps
+        if in_use > tally.peak_in_use:
+            tally.peak_in_use = in_use
+        if not self._timeline or self._timeline[-1][1] != in_use:
+            self._timeline.append((self._now, in_use))
+
+    # ------------------------------------------------------------------ quiet stretches
+
+    def _skip_quiet_steps(self, duration: int, next_arrival: int | None) -> None:
+        """Advance the steps that would repeat the quiet step just run, in one move (TRACE-1040).
+
+        A step repeats it while every running request decodes one token that neither opens nor
+        fills a block nor is its last, no request arrives before the step starts, and the queue's
+        head still does not fit (nothing was freed or taken). Each such step lasts ``duration``.
+        """
+        size = self._size
+        steps = math.inf if next_arrival is None else max(0, -(-(next_arrival - self._now) // duration))
+        active = [live for live in self._running if not live.paused]
+        for live in active:
+            c = live.req.num_computed_tokens
+            to_open = -c % size  # first step computing a block's first token
+            to_fill = (size - 1 - c) % size  # first step computing a block's last token
+            to_last = live.spec.output_length - live.generated - 1  # first step sampling the last token
+            steps = min(steps, to_open, to_fill, to_last)
+            if steps <= 0:
+                return
+        k = int(steps)
+        if k <= 0 or not active:
+            return
+        for live in active:
+            live.req.num_computed_tokens += k
+            live.generated += k  # appended at the request's next manager call
+        self._now += k * duration
+        self._account(duration, k)
+
+    # ------------------------------------------------------------------ result
+
+    def _result(self, backend: str, policy: str, evictions: int, seconds: float) -> ServingResult:
+        size = self._size
+        counted = [live for live in self._finished if live.index >= self.first_counted]
+        counted.sort(key=lambda live: live.index)
+        tally = self._tally
+        return ServingResult(
+            source=self.workload.source,
+            backend=backend,
+            policy=policy,
+            capacity=self._capacity,
+            block_size=size,
+            preemption=self.model.preemption,
+            requests=len(self.workload.requests),
+            counted_requests=len(counted),
+            rejected=tally.rejected,
+            blocks=sum(-(-live.spec.prompt_length // size) for live in counted),
+            block_hits=sum(live.hit_blocks for live in counted),
+            tokens=sum(live.spec.prompt_length for live in counted),
+            token_hits=sum(live.hit_tokens for live in counted),
+            prefill_tokens_computed=tally.prefill_computed,
+            prefill_tokens_saved=tally.prefill_saved,
+            preemptions=tally.preemptions,
+            evictions=evictions,
+            ttft_ms=Percentiles.of([(live.first_token_us - live.arrival_us) / 1000 for live in counted]),
+            queue_ms=Percentiles.of([(live.admitted_us - live.arrival_us) / 1000 for live in counted]),
+            peak_blocks_in_use=tally.peak_in_use,
+            mean_blocks_in_use=tally.in_use_time / self._now if self._now else 0.0,
+            makespan_ms=self._now / 1000,
+            steps=tally.steps,
+            seconds=seconds,
+            outputs_hit=self.workload.outputs_hit,
+            timeline=thin_timeline(self._timeline),
+        )
