@@ -2,6 +2,8 @@
 
 ``kvref backends``       every registered backend: usable here or why not, device, capabilities
 ``kvref replay``         replay a trace through a backend's prefix cache: hit rates, evictions, speed
+``kvref serve-replay``   replay requests overlapping in time through the request manager; cache sizing
+``kvref traces``         the public traces kvref knows: list them, fetch one with its checksum checked
 ``kvref conformance``    run the conformance suite on a backend (``--backend NAME``)
 ``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from kvref.cli.commands import run_backends, run_conformance, run_spec
 from kvref.cli.replay import run_replay
 from kvref.cli.report import run_report
+from kvref.cli.serving import add_serving_commands
 from kvref.contract.errors import KVRefError
 
 __all__ = ["main"]
@@ -75,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         help="also replay the largest capacity (first policy) on every usable backend: speed, and the same counts",
     )
     rep.set_defaults(func=run_replay)
+
+    add_serving_commands(sub)
 
     conf = sub.add_parser("conformance", help="run the conformance suite on a backend")
     conf.add_argument("--backend", help="backend name or module:Class (default: KVREF_BACKEND, config, oracle)")

@@ -30,6 +30,7 @@ __all__ = [
 #: Output tokens of a request whose trace gives them no identity: ``OWN_OUTPUT_TOKEN_BASE + index``,
 #: a token no prompt and no other request uses (TRACE-1038).
 OWN_OUTPUT_TOKEN_BASE = 1 << 40
+_OWN_BLOCK_BASE = (1 << 62) + 12345  # Belady's stand-in blocks, one per request, never shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,29 +109,30 @@ class ServingWorkload:
         return sum(r.prompt_length for r in self.requests)
 
     def prompt_trace(self) -> Trace:
-        """The prompts as a trace of block ids, for Belady's offline bound (TRACE-1039).
+        """The prompts as a trace of block ids, for Belady's offline reference (TRACE-1039).
 
-        Only blocks a hit can cover count: the full blocks before the prompt's last token
-        (REQ-701), so the bound is over what the manager could ever hit.
+        Each request keeps the blocks a hit can cover (the full blocks before its last prompt
+        token, REQ-701) and one block of its own standing for the rest, which is never hit; so
+        a hit of ``k`` blocks weighs ``k * block_size`` tokens, as the manager counts them.
         """
         from kvref.contract.hashing import ROOT_HASH, hash_block
         from kvref.simulation.traces import TraceRequest
 
         size = self.block_size
         out = []
-        for r in self.requests:
+        for index, r in enumerate(self.requests):
             hittable = (r.prompt_length - 1) // size
             if r.block_ids is not None:
-                ids = r.block_ids[:hittable]
+                ids = list(r.block_ids[:hittable])
             else:
                 tokens = r.prompt_tokens or ()
-                chain = []
+                ids = []
                 parent = ROOT_HASH
                 for k in range(hittable):
                     parent = hash_block(parent, tokens[k * size : (k + 1) * size], algorithm=self.algorithm)
-                    chain.append(parent)
-                ids = tuple(chain)
-            out.append(TraceRequest(r.arrival_us // 1000, max(len(ids), 1) * size, 0, tuple(ids)))
+                    ids.append(parent)
+            ids.append(_OWN_BLOCK_BASE + index)
+            out.append(TraceRequest(r.arrival_us // 1000, len(ids) * size, 0, tuple(ids)))
         return Trace(tuple(out), size, self.source)
 
 

@@ -1,0 +1,249 @@
+"""``kvref serve-replay`` and ``kvref traces``: serving replays, cache sizing, sweeps, the trace catalog.
+
+``kvref serve-replay [TRACE]`` replays a trace (a path, or a catalog name fetched with ``kvref
+traces fetch``) or a built-in workload with requests overlapping in time through the request
+manager (spec chapter 10, TRACE-1030..TRACE-1049), over a grid of policies, capacities and block
+sizes run as independent tasks, and prints the table; ``--out`` writes the report and plots;
+``--target-hit-rate`` / ``--target-ttft-p90`` search the smallest capacity meeting a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kvref.cli.console import console, print_table
+
+__all__ = ["add_serving_commands", "run_serve_replay", "run_traces"]
+
+
+def add_serving_commands(sub: Any) -> None:
+    """Add ``serve-replay`` and ``traces`` to the ``kvref`` command's subparsers."""
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.simulation.serving import PREEMPTION_MODES, SERVING_WORKLOADS, StepModel
+
+    defaults = StepModel()
+    serve = sub.add_parser("serve-replay", help="replay requests overlapping in time through the request manager")
+    serve.add_argument(
+        "trace", nargs="?", help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list)"
+    )
+    serve.add_argument("--workload", default="chat", choices=list(SERVING_WORKLOADS), help="built-in workload")
+    serve.add_argument("--seed", type=int, default=0, help="seed of the built-in workload or of the Azure prefixes")
+    serve.add_argument("--capacity", type=int, action="append", help="cache capacity in blocks; repeat for several")
+    serve.add_argument(
+        "--policy", action="append", choices=[p.value for p in EvictionPolicy], help="eviction policy; repeat"
+    )
+    serve.add_argument("--block-size", type=int, action="append", help="tokens per block; repeat (built-in, Azure)")
+    serve.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
+    serve.add_argument("--preemption", default=defaults.preemption, choices=list(PREEMPTION_MODES))
+    serve.add_argument("--budget", type=int, default=defaults.max_num_batched_tokens, help="tokens a step")
+    serve.add_argument("--max-seqs", type=int, default=defaults.max_num_seqs, help="requests running at once")
+    serve.add_argument("--max-model-len", type=int, default=defaults.max_model_len, help="tokens a request may have")
+    serve.add_argument("--step-ms", type=float, default=defaults.step_ms, help="fixed cost of a step")
+    serve.add_argument("--prefill-ms-per-token", type=float, default=defaults.prefill_ms_per_token)
+    serve.add_argument("--decode-ms-per-token", type=float, default=defaults.decode_ms_per_token)
+    serve.add_argument("--azure-shared", type=float, default=0.5, help="Azure: fraction opening with a shared prefix")
+    serve.add_argument("--azure-prefixes", type=int, default=8, help="Azure: how many shared prefixes")
+    serve.add_argument("--hash", default="sha256", help="hash function of token-level workloads")
+    serve.add_argument("--backend", default="oracle", help="backend of the prefix cache under the manager")
+    serve.add_argument("--no-belady", action="store_true", help="skip Belady's offline reference")
+    target = serve.add_mutually_exclusive_group()
+    target.add_argument("--target-hit-rate", type=float, help="find the smallest capacity with this token hit rate")
+    target.add_argument("--target-ttft-p90", type=float, help="find the smallest capacity with this p90 TTFT (ms)")
+    serve.add_argument(
+        "--range", help="LOW:HIGH capacities the search covers (default: fits every request .. never evicts)"
+    )
+    serve.add_argument("--workers", type=int, help="processes of the sweep (default: every core; 1: this process)")
+    serve.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:8786): run the sweep there")
+    serve.add_argument("--results", help="JSON Lines file of finished points; a rerun skips those written")
+    serve.add_argument("--out", help="directory for serving.json, serving.md and the plots")
+    serve.add_argument("--json", action="store_true", help="machine-readable output")
+    serve.set_defaults(func=run_serve_replay)
+
+    traces = sub.add_parser("traces", help="the public traces kvref knows: list them, fetch one")
+    traces.add_argument("action", choices=["list", "fetch"])
+    traces.add_argument("name", nargs="?", help="the trace to fetch")
+    traces.add_argument("--url", help="fetch from this URL instead (a mirror, or a file:// URL)")
+    traces.add_argument("--dir", help="cache directory (default: $KVREF_TRACE_CACHE or ~/.cache/kvref/traces)")
+    traces.set_defaults(func=run_traces)
+
+
+@contextmanager
+def _progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[str], None]]:
+    from rich.progress import Progress
+
+    screen = console()
+    if not enabled or not screen.is_terminal:
+        yield lambda _label: None
+        return
+    with Progress(console=screen, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+
+        def advance(text: str) -> None:
+            bar.update(task, advance=1, description=text)
+
+        yield advance
+
+
+def _workloads(args: argparse.Namespace) -> list[Any]:
+    """One WorkloadSpec per block size; a JSON Lines trace has one, its own (TRACE-1046)."""
+    from kvref.contract.errors import InvalidValueError
+    from kvref.simulation.catalog import resolve_trace
+    from kvref.simulation.serving.runner import WorkloadSpec
+
+    common = {"seed": args.seed, "hash": args.hash}
+    if args.trace is None:
+        kind, name, default_size = "builtin", args.workload, 16
+    else:
+        path, entry = resolve_trace(args.trace)
+        csv = (entry.format == "azure-csv") if entry else path.suffix.lower() == ".csv"
+        kind, name, default_size = ("azure", str(path), 16) if csv else ("jsonl", str(path), 512)
+        common.update(azure_shared=args.azure_shared, azure_prefixes=args.azure_prefixes)
+    sizes = args.block_size or [default_size]
+    if kind == "jsonl" and len(sizes) > 1:
+        raise InvalidValueError("TRACE-1046", "a JSON Lines trace names blocks of its own size: give one --block-size")
+    return [WorkloadSpec(kind, name, size, **common) for size in sizes]
+
+
+def _default_capacities(workload: Any) -> tuple[int, int]:
+    """The smallest capacity that rejects no request, and one that never evicts (prompt and output blocks)."""
+    size = workload.block_size
+    fits = max(-(-r.max_computed_tokens() // size) for r in workload.requests)
+    never = sum(-(-(r.prompt_length + r.output_length) // size) for r in workload.requests)
+    return fits, max(fits, never)
+
+
+def _model(args: argparse.Namespace) -> Any:
+    from kvref.simulation.serving import StepModel
+
+    return StepModel(
+        max_num_batched_tokens=args.budget, max_num_seqs=args.max_seqs, max_model_len=args.max_model_len,
+        step_ms=args.step_ms, prefill_ms_per_token=args.prefill_ms_per_token,
+        decode_ms_per_token=args.decode_ms_per_token, preemption=args.preemption,
+    )  # fmt: skip
+
+
+def run_serve_replay(args: argparse.Namespace) -> int:
+    """Replay, print the table (or JSON), write the report; the sizing answer when a target is given."""
+    from kvref.contract.errors import InvalidValueError
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.simulation.replay import check_warmup
+    from kvref.simulation.serving.runner import load_workload
+    from kvref.simulation.serving.sweep import grid, run_sweep
+
+    check_warmup(args.warmup, "serve-replay")
+    specs = _workloads(args)
+    first = load_workload(specs[0])
+    model = _model(args)
+    policies = args.policy or [p.value for p in EvictionPolicy]
+    fits, never = _default_capacities(first)
+    if args.capacity and min(args.capacity) < 1:
+        raise InvalidValueError("TRACE-1030", f"--capacity must be >= 1, got {min(args.capacity)}")
+    capacities = sorted(set(args.capacity or [fits << k for k in range(6) if (fits << k) <= 2 * never]))
+    common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
+    points = grid(specs, policies, capacities, **common)
+    notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
+    sizing = None
+    interactive = not args.json
+    if args.target_hit_rate is not None or args.target_ttft_p90 is not None:
+        sizing = _size(args, specs[0], policies[0], common, fits, never, interactive)
+        notes.append(sizing.sentence())
+    with _progress(len(points), "replaying", enabled=interactive) as advance:
+        results = run_sweep(
+            points,
+            results_file=Path(args.results) if args.results else None,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            progress=lambda p: advance(p.describe()),
+        )
+    title = f"kvref serve-replay: {first.source}, {len(first.requests):,} requests"
+    if args.out:
+        from kvref.reports.serving import write_serving_report
+
+        for path in write_serving_report(results, Path(args.out), title=title, notes=notes, sizing=sizing):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        payload: dict[str, Any] = {"title": title, "notes": notes, "results": [r.to_json() for r in results]}
+        if sizing is not None:
+            payload["sizing"] = {"capacity": sizing.capacity, "sentence": sizing.sentence()}
+        print(json.dumps(payload, indent=1))
+        return 0
+    _print_results(results, title, notes, sizing)
+    return 0
+
+
+def _size(
+    args: argparse.Namespace, spec: Any, policy: str, common: dict[str, Any], fits: int, never: int, interactive: bool
+) -> Any:
+    """Bisect for the smallest capacity meeting the target (TRACE-1042, TRACE-1048)."""
+    from kvref.contract.errors import InvalidValueError
+    from kvref.simulation.serving.runner import ServingPoint, run_point
+    from kvref.simulation.serving.sizing import size_cache
+
+    low, high = fits, never
+    if args.range:
+        try:
+            low, high = (int(x) for x in args.range.split(":"))
+        except ValueError:
+            raise InvalidValueError("TRACE-1042", f"--range must be LOW:HIGH in blocks, got {args.range!r}") from None
+    measure, target = (
+        ("token hit rate", args.target_hit_rate)
+        if args.target_hit_rate is not None
+        else ("p90 TTFT (ms)", args.target_ttft_p90)
+    )
+    with _progress(max(1, (high - low).bit_length() + 2), "sizing", enabled=interactive) as advance:
+
+        def replay_at(capacity: int) -> Any:
+            advance(f"{policy} at {capacity:,} blocks")
+            return run_point(ServingPoint(spec, capacity, policy, **common))
+
+        return size_cache(replay_at, measure=measure, target=target, low=low, high=high)
+
+
+def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any) -> None:
+    from rich.table import Table
+
+    from kvref.reports.serving import TABLE_COLUMNS, table_row
+
+    table = Table(title=title, caption="\n".join(notes))
+    for column in TABLE_COLUMNS:
+        table.add_column(column, justify="left" if column == "policy" else "right", overflow="fold")
+    for r in results:
+        table.add_row(*table_row(r))
+    print_table(table)
+    if sizing is not None:
+        curve = Table(title=sizing.sentence())
+        for column in ("blocks", sizing.measure, "meets"):
+            curve.add_column(column, justify="right", overflow="fold")
+        for r in sizing.tried:
+            curve.add_row(f"{r.capacity:,}", f"{sizing.value(r):.4g}", "yes" if sizing.meets(r) else "no")
+        print_table(curve)
+
+
+def run_traces(args: argparse.Namespace) -> int:
+    """``list``: the catalog with what is fetched; ``fetch NAME``: download and check it (TRACE-1044)."""
+    from rich.table import Table
+
+    from kvref.contract.errors import InvalidValueError
+    from kvref.simulation.catalog import CATALOG, cache_directory, fetch_trace
+
+    directory = Path(args.dir) if args.dir else cache_directory()
+    if args.action == "list":
+        table = Table(title=f"public traces kvref knows (cache: {directory})")
+        for column in ("name", "source", "licence", "size", "sha256", "fetched", "what"):
+            table.add_column(column, overflow="fold")
+        for t in CATALOG:
+            fetched = "yes" if (directory / t.filename).exists() else "no"
+            table.add_row(t.name, t.source, t.licence, f"{t.size_bytes:,} B", t.sha256, fetched, t.description)
+        print_table(table)
+        return 0
+    if not args.name:
+        raise InvalidValueError("TRACE-1044", "kvref traces fetch: name the trace (kvref traces list shows them)")
+    path = fetch_trace(args.name, directory=directory, url=args.url)
+    print(path)
+    return 0

@@ -1,0 +1,164 @@
+"""What ``kvref serve-replay --out DIR`` writes: results as JSON, a Markdown summary and three plots.
+
+``serving.json`` holds every result (and the sizing answer); ``serving.md`` the table, the notes
+a reader needs (how outputs and block size were treated, TRACE-1046; the step model), the hit rate
+and p90 time to first token by capacity per policy, and the sizing curve; ``serving-hit-rate.png``
+and ``serving-ttft.png`` plot them against capacity, one curve per policy (Belady's offline
+reference dashed); ``serving-blocks.png`` shows blocks in use over time. Plots need matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvref.contract.errors import BackendUnavailableError
+from kvref.simulation.serving.results import ServingResult
+from kvref.simulation.serving.sizing import SizingAnswer
+
+__all__ = ["TABLE_COLUMNS", "render_serving_markdown", "table_row", "write_serving_report"]
+
+#: Columns of the results table, shared by the terminal table and the Markdown.
+TABLE_COLUMNS = (
+    "blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "TTFT p50", "TTFT p90",
+    "TTFT p99", "queue p90", "preempted", "rejected", "peak blocks", "mean blocks", "evictions", "replay s",
+)  # fmt: skip
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.1f} ms"
+
+
+def table_row(r: ServingResult) -> list[str]:
+    """One result as the cells of :data:`TABLE_COLUMNS`, every number whole."""
+    belady = r.belady_token_hit_rate
+    return [
+        f"{r.capacity:,}", r.policy, f"{r.token_hit_rate:.2%}", f"{r.block_hit_rate:.2%}",
+        "-" if belady is None else f"{belady:.2%}", f"{r.prefill_tokens_saved:,}", _ms(r.ttft_ms.p50),
+        _ms(r.ttft_ms.p90), _ms(r.ttft_ms.p99), _ms(r.queue_ms.p90), f"{r.preemptions:,}", f"{r.rejected:,}",
+        f"{r.peak_blocks_in_use:,}", f"{r.mean_blocks_in_use:,.1f}", f"{r.evictions:,}", f"{r.seconds:.2f}",
+    ]  # fmt: skip
+
+
+def _by_capacity(results: Sequence[ServingResult], cell: Any, title: str) -> list[str]:
+    capacities = sorted({r.capacity for r in results})
+    policies = list(dict.fromkeys(r.policy for r in results))
+    by = {(r.capacity, r.policy): r for r in results}
+    lines = ["", f"## {title}", "", "| blocks | " + " | ".join(policies) + " |", "|---:|" + "---:|" * len(policies)]
+    for c in capacities:
+        cells = [cell(by[(c, p)]) if (c, p) in by else "-" for p in policies]
+        lines.append(f"| {c:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_serving_markdown(
+    results: Sequence[ServingResult], *, title: str, notes: Sequence[str], sizing: SizingAnswer | None = None
+) -> str:
+    """The Markdown summary of a serving replay run (TRACE-1039, TRACE-1046)."""
+    lines = [f"# {title}", ""]
+    lines += [f"- {note}" for note in notes]
+    lines += ["", "| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---:|" * len(TABLE_COLUMNS)]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in results]
+    if len({r.capacity for r in results}) > 1:
+        lines += _by_capacity(results, lambda r: f"{r.token_hit_rate:.2%}", "Token hit rate by capacity")
+        lines += _by_capacity(results, lambda r: _ms(r.ttft_ms.p90), "p90 time to first token by capacity")
+    if sizing is not None:
+        lines += ["", "## Cache sizing", "", sizing.sentence() + ".", "", f"| blocks | {sizing.measure} | meets |"]
+        lines.append("|---:|---:|---|")
+        for r in sizing.tried:
+            lines.append(f"| {r.capacity:,} | {sizing.value(r):.4g} | {'yes' if sizing.meets(r) else 'no'} |")
+    lines += [
+        "",
+        "![token hit rate against capacity](serving-hit-rate.png)",
+        "![p90 time to first token against capacity](serving-ttft.png)",
+        "![blocks in use over time](serving-blocks.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BackendUnavailableError(
+            "CONF-902", "the serving replay's plots need matplotlib: pip install 'kvref[plots]'"
+        ) from None
+    return plt
+
+
+def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rate: bool) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in dict.fromkeys(r.policy for r in results):
+        runs = sorted((r for r in results if r.policy == policy), key=lambda r: r.capacity)
+        values = [r.token_hit_rate * 100 if hit_rate else r.ttft_ms.p90 for r in runs]
+        ax.plot([r.capacity for r in runs], values, marker="o", label=policy)
+    if hit_rate:
+        belady = sorted({(r.capacity, r.belady_token_hit_rate) for r in results if r.belady_token_hit_rate is not None})
+        if belady:
+            ax.plot([c for c, _ in belady], [h * 100 for _, h in belady], "--", color="grey", label="Belady (offline)")
+    if len({r.capacity for r in results}) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("cache capacity (blocks)")
+    ax.set_ylabel("token hit rate (%)" if hit_rate else "p90 time to first token (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None:
+    """Blocks in use over time, one line per policy, at the capacity in the middle of those replayed."""
+    plt = _pyplot()
+    capacities = sorted({r.capacity for r in results})
+    middle = capacities[len(capacities) // 2]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        if r.capacity == middle and r.timeline:
+            ax.step([t / 1000 for t, _ in r.timeline], [b for _, b in r.timeline], where="post", label=r.policy)
+    ax.axhline(middle, color="grey", linestyle=":", label="capacity")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("blocks in use")
+    ax.set_title(f"{title}\nat {middle:,} blocks", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_serving_report(
+    results: Sequence[ServingResult],
+    out_dir: Path,
+    *,
+    title: str,
+    notes: Sequence[str],
+    sizing: SizingAnswer | None = None,
+) -> list[Path]:
+    """Write ``serving.json``, ``serving.md`` and the three plots under ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / "serving.json"
+    payload: dict[str, Any] = {"title": title, "notes": list(notes), "results": [r.to_json() for r in results]}
+    if sizing is not None:
+        payload["sizing"] = {
+            "measure": sizing.measure, "target": sizing.target, "low": sizing.low, "high": sizing.high,
+            "capacity": sizing.capacity, "sentence": sizing.sentence(),
+        }  # fmt: skip
+    data.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    summary = out_dir / "serving.md"
+    summary.write_text(render_serving_markdown(results, title=title, notes=notes, sizing=sizing), encoding="utf-8")
+    paths = [data, summary]
+    for name, hit_rate in (("serving-hit-rate.png", True), ("serving-ttft.png", False)):
+        _curves(results, title, out_dir / name, hit_rate=hit_rate)
+        paths.append(out_dir / name)
+    _timelines(results, title, out_dir / "serving-blocks.png")
+    paths.append(out_dir / "serving-blocks.png")
+    return paths

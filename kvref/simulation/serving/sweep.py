@@ -1,0 +1,144 @@
+"""Sweeps: a grid of serving replays as independent tasks, locally or on a Dask cluster (TRACE-1041, TRACE-1043).
+
+Each point of the grid (workload x policy x capacity x block size) is a :class:`ServingPoint`
+run by :func:`run_point` in a worker: on a ``concurrent.futures`` process pool by default (every
+core), in this process with ``workers=1``, or on a Dask cluster given its scheduler's address
+(``dask[distributed]``, the ``sweep`` extra). A point's counts do not depend on where it ran.
+Every finished point is appended to the results file at once, one JSON line keyed by its
+parameters, so an interrupted or failed sweep keeps what it finished and a rerun replays only
+the rest (TRACE-1049).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from kvref.contract.errors import BackendUnavailableError, KVRefError
+from kvref.simulation.serving.results import ServingResult
+from kvref.simulation.serving.runner import ServingPoint, run_point
+
+__all__ = ["SweepError", "grid", "read_results", "run_sweep"]
+
+
+class SweepError(KVRefError, RuntimeError):
+    """Some points of a sweep failed; the others were written (TRACE-1043)."""
+
+
+def grid(
+    workloads: Sequence[Any], policies: Sequence[str], capacities: Sequence[int], **common: Any
+) -> list[ServingPoint]:
+    """Every (workload, policy, capacity) point with the same ``common`` settings, in that order.
+
+    Sweep block sizes by passing one :class:`~kvref.simulation.serving.runner.WorkloadSpec` per
+    block size (on token-level workloads; a trace's block size is its own).
+    """
+    return [ServingPoint(w, c, p, **common) for w in workloads for p in policies for c in capacities]
+
+
+def read_results(path: Path) -> dict[str, ServingResult]:
+    """The points a results file holds, by key; a torn last line (an interrupted write) is ignored."""
+    found: dict[str, ServingResult] = {}
+    if not path.exists():
+        return found
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+                found[record["key"]] = ServingResult.from_json(record["result"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return found
+
+
+def _append(path: Path, point: ServingPoint, result: ServingResult) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"key": point.key(), "result": result.to_json()}) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+Outcome = tuple[ServingPoint, ServingResult | BaseException]
+
+
+def _sequential(points: Sequence[ServingPoint]) -> Iterator[Outcome]:
+    for point in points:
+        try:
+            yield point, run_point(point)
+        except Exception as exc:  # a failed point is reported, the others go on
+            yield point, exc
+
+
+def _pooled(points: Sequence[ServingPoint], workers: int) -> Iterator[Outcome]:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_point, p): p for p in points}
+        for future in as_completed(futures):
+            yield futures[future], _outcome(future)
+
+
+def _dask(points: Sequence[ServingPoint], address: str) -> Iterator[Outcome]:
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise BackendUnavailableError(
+            "TRACE-1041", "a sweep on a Dask cluster needs dask[distributed]: pip install 'kvref[sweep]'"
+        ) from None
+    with Client(address) as client:
+        futures = {client.submit(run_point, p, pure=False): p for p in points}
+        for future in dask_completed(list(futures)):
+            try:
+                outcome: ServingResult | BaseException = future.result()
+            except Exception as exc:  # reported with the point
+                outcome = exc
+            yield futures[future], outcome
+
+
+def _outcome(future: Future[ServingResult]) -> ServingResult | BaseException:
+    try:
+        return future.result()
+    except Exception as exc:  # reported with the point
+        return exc
+
+
+def run_sweep(
+    points: Sequence[ServingPoint],
+    *,
+    results_file: Path | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Callable[[ServingPoint], None] | None = None,
+) -> list[ServingResult]:
+    """Run ``points`` and return their results in the points' order (TRACE-1041, TRACE-1043, TRACE-1049).
+
+    Points already in ``results_file`` (same parameters) are read, not replayed; each new one is
+    appended as it finishes. ``workers``: processes of the local pool (default: every core; 1
+    runs in this process); ``scheduler``: a Dask scheduler's address instead. Raises
+    :class:`SweepError` naming the failed points after writing every other.
+    """
+    done = read_results(results_file) if results_file else {}
+    todo = [p for p in points if p.key() not in done]
+    if results_file:
+        results_file.parent.mkdir(parents=True, exist_ok=True)
+    if scheduler:
+        outcomes = _dask(todo, scheduler)
+    else:
+        count = min(workers or os.cpu_count() or 1, len(todo))
+        outcomes = _sequential(todo) if count <= 1 else _pooled(todo, count)
+    failed: list[str] = []
+    for point, outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            failed.append(f"{point.describe()}: {type(outcome).__name__}: {outcome}")
+        else:
+            done[point.key()] = outcome
+            if results_file:
+                _append(results_file, point, outcome)
+        if progress:
+            progress(point)
+    if failed:
+        raise SweepError("TRACE-1043", f"{len(failed)} of {len(todo)} points failed: " + "; ".join(failed))
+    return [done[p.key()] for p in points]
