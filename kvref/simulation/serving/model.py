@@ -25,7 +25,8 @@ class StepModel:
     ``max_num_batched_tokens`` (vLLM's name) is the step's token budget, ``max_num_seqs`` the
     most requests running at once, ``max_model_len`` the most tokens a request may have
     (TRACE-1037). A step lasts ``step_ms + prefill_ms_per_token * prefill tokens +
-    decode_ms_per_token * decode tokens``, rounded to whole microseconds and at least one. The
+    decode_ms_per_token * decode tokens``, each cost in whole nanoseconds, rounded half up to whole
+    microseconds and at least one. The
     defaults stand for one H100 serving an 8B model (about 50,000 prefill tokens a second, a
     decode step of 64 requests in about 11 ms); they are a model, not a measurement of an engine.
     ``preemption`` is ``"recompute"`` (vLLM, TRACE-1035) or ``"pause"`` (Megatron-Core, TRACE-1036).
@@ -54,9 +55,22 @@ class StepModel:
             )
 
     def duration_us(self, prefill_tokens: int, decode_tokens: int) -> int:
-        """A step's length in whole microseconds, at least 1 (TRACE-1033)."""
-        ms = self.step_ms + self.prefill_ms_per_token * prefill_tokens + self.decode_ms_per_token * decode_tokens
-        return max(1, round(ms * 1000))
+        """A step's length in whole microseconds, at least 1 (TRACE-1033).
+
+        Each cost is taken in whole nanoseconds, the sum in integers, rounded half up: the same
+        on every machine, whatever floating point would make of the products.
+        """
+        step, prefill, decode = self._costs_ns
+        ns = step + prefill * prefill_tokens + decode * decode_tokens
+        return max(1, (ns + 500) // 1000)
+
+    @property
+    def _costs_ns(self) -> tuple[int, int, int]:
+        return (
+            round(self.step_ms * 1_000_000),
+            round(self.prefill_ms_per_token * 1_000_000),
+            round(self.decode_ms_per_token * 1_000_000),
+        )
 
     def describe(self) -> str:
         """One line for reports."""

@@ -87,8 +87,8 @@ class ServingReplay:
     """Replay ``workload`` through ``manager`` under ``model`` (TRACE-1030).
 
     ``warmup``: the fraction of requests, in arrival order, that run but are not counted
-    (TRACE-1013). ``fast_forward=False`` steps one by one (the definition TRACE-1040's moves must
-    equal). ``progress(done, total)`` is called as requests finish.
+    (TRACE-1013). ``fast_forward=False`` steps one by one and asks the manager for every token (the
+    definition TRACE-1040's shortcuts must equal). ``progress(done, total)`` is called as requests finish.
     """
 
     def __init__(
@@ -172,7 +172,7 @@ class ServingReplay:
         while i < len(running) and budget > 0:
             live = running[i]
             req = live.req
-            if live.decoding and not live.paused:
+            if live.decoding and not live.paused and self.fast_forward:
                 c = req.num_computed_tokens
                 if c % size and (c + 1) % size:
                     # Neither opens nor fills a block: allocate_slots would return no blocks and
@@ -224,11 +224,11 @@ class ServingReplay:
             self._break_pause_deadlock()
             quiet = False
         duration = model.duration_us(prefill, decode)
+        self._account(duration, 1)  # during the step: after its allocations, before its frees
         self._now += duration
         self._tally.prefill_computed += prefill
         if self._finish_step(scheduled):
             quiet = False
-        self._account(duration, 1)
         return quiet, duration
 
     def _admit(self, scheduled: list[tuple[_Live, int]], budget: int) -> tuple[int, int]:
@@ -310,6 +310,7 @@ class ServingReplay:
             self._progress(1, len(self.workload.requests))
 
     def _account(self, duration: int, steps: int) -> None:
+        """Blocks in use during ``steps`` steps of ``duration`` starting now (TRACE-1039)."""
         in_use = self.manager.pool.num_in_use
         tally = self._tally
         tally.steps += steps
@@ -345,8 +346,8 @@ class ServingReplay:
         for live in active:
             live.req.num_computed_tokens += k
             live.generated += k  # appended at the request's next manager call
-        self._now += k * duration
         self._account(duration, k)
+        self._now += k * duration
 
     # ------------------------------------------------------------------ result
 
