@@ -74,18 +74,19 @@ def add_serving_commands(sub: Any) -> None:
 
 
 @contextmanager
-def _progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[str], None]]:
+def _progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar of ``total`` on a terminal; the callback advances it by its argument."""
     from rich.progress import Progress
 
     screen = console()
     if not enabled or not screen.is_terminal:
-        yield lambda _label: None
+        yield lambda _done: None
         return
     with Progress(console=screen, transient=True) as bar:
         task = bar.add_task(label, total=total)
 
-        def advance(text: str) -> None:
-            bar.update(task, advance=1, description=text)
+        def advance(done: int) -> None:
+            bar.update(task, advance=done)
 
         yield advance
 
@@ -153,14 +154,25 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     if args.target_hit_rate is not None or args.target_ttft_p90 is not None:
         sizing = _size(args, specs[0], policies[0], common, fits, never, interactive)
         notes.append(sizing.sentence())
-    with _progress(len(points), "replaying", enabled=interactive) as advance:
-        results = run_sweep(
-            points,
-            results_file=Path(args.results) if args.results else None,
-            workers=args.workers,
-            scheduler=args.scheduler,
-            progress=lambda p: advance(p.describe()),
-        )
+    in_process = not args.scheduler and (args.workers == 1 or len(points) == 1)
+    if in_process:  # a bar over the trace's requests, point after point
+        total = len(points) * len(first.requests)
+        with _progress(total, f"replaying {len(first.requests):,} requests", enabled=interactive) as advance:
+            results = run_sweep(
+                points,
+                results_file=Path(args.results) if args.results else None,
+                workers=1,
+                request_progress=lambda done, _total: advance(done),
+            )
+    else:
+        with _progress(len(points), "replaying", enabled=interactive) as advance_point:
+            results = run_sweep(
+                points,
+                results_file=Path(args.results) if args.results else None,
+                workers=args.workers,
+                scheduler=args.scheduler,
+                progress=lambda p: advance_point(1),
+            )
     title = f"kvref serve-replay: {first.source}, {len(first.requests):,} requests"
     if args.out:
         from kvref.reports.serving import write_serving_report
@@ -199,23 +211,31 @@ def _size(
     with _progress(max(1, (high - low).bit_length() + 2), "sizing", enabled=interactive) as advance:
 
         def replay_at(capacity: int) -> Any:
-            advance(f"{policy} at {capacity:,} blocks")
-            return run_point(ServingPoint(spec, capacity, policy, **common))
+            result = run_point(ServingPoint(spec, capacity, policy, **common))
+            advance(1)
+            return result
 
         return size_cache(replay_at, measure=measure, target=target, low=low, high=high)
 
 
 def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any) -> None:
+    """Three narrow tables (hits, latency, blocks), each within 80 columns, then the notes and sizing."""
+    from rich import box
     from rich.table import Table
 
-    from kvref.reports.serving import TABLE_COLUMNS, table_row
+    from kvref.reports.serving import TABLE_COLUMNS, TABLE_GROUPS, table_row
 
-    table = Table(title=title, caption="\n".join(notes))
-    for column in TABLE_COLUMNS:
-        table.add_column(column, justify="left" if column == "policy" else "right", overflow="fold")
-    for r in results:
-        table.add_row(*table_row(r))
-    print_table(table)
+    rows = [dict(zip(TABLE_COLUMNS, table_row(r), strict=True)) for r in results]
+    print(title)
+    for heading, columns in TABLE_GROUPS:
+        table = Table(title=heading, box=box.SIMPLE_HEAD, padding=(0, 1))
+        for column in columns:
+            table.add_column(column, justify="left" if column == "policy" else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*(row[c] for c in columns))
+        print_table(table)
+    for note in notes:
+        print(f"- {note}")
     if sizing is not None:
         curve = Table(title=sizing.sentence())
         for column in ("blocks", sizing.measure, "meets"):

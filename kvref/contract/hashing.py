@@ -254,25 +254,24 @@ class BlockHasher:
         self._pending: list[int] = []
         self.hashes: list[int] = []
 
-    @classmethod
-    def resumed(
-        cls, block_size: int, hashes: list[int], pending: list[int], *, algorithm: str = DEFAULT_ALGORITHM
-    ) -> BlockHasher:
-        """A hasher whose full blocks are already known by ``hashes``, with ``pending`` tokens after them.
+    def resume(self, hashes: list[int], pending: list[int]) -> BlockHasher:
+        """Take ``hashes`` as the full blocks already hashed and ``pending`` as the tokens after them; return self.
 
         For a request whose prompt is known only by its blocks' names (a trace's block ids,
-        TRACE-1038): later tokens chain from the last of ``hashes`` exactly as if the hasher had
-        hashed those blocks itself (HASH-201). ``hashes`` are taken as given (the caller checks
-        them); ``pending`` must hold fewer than ``block_size`` tokens.
+        TRACE-1038): later tokens chain from the last of ``hashes`` exactly as if this hasher had
+        hashed those blocks itself (HASH-201). Only a hasher that has seen no token may resume;
+        ``hashes`` are taken as given (the caller checks them) and ``pending`` must hold fewer
+        than ``block_size`` tokens.
         """
-        hasher = cls(block_size, algorithm=algorithm)
-        if len(pending) >= hasher.block_size:
+        if self.hashes or self._pending:
+            raise InvalidValueError("HASH-201", "BlockHasher.resume: this hasher has already hashed tokens")
+        if len(pending) >= self.block_size:
             raise InvalidValueError(
-                "HASH-201", f"BlockHasher.resumed: {len(pending)} pending tokens fill a block of {hasher.block_size}"
+                "HASH-201", f"BlockHasher.resume: {len(pending)} pending tokens fill a block of {self.block_size}"
             )
-        hasher.hashes = list(hashes)
-        hasher._pending = _check_tokens(pending, "BlockHasher.resumed")
-        return hasher
+        self._pending = _check_tokens(pending, "BlockHasher.resume")
+        self.hashes = list(hashes)
+        return self
 
     def extend(self, tokens: IntsLike) -> list[int]:
         """Append tokens; return the hashes of the blocks they completed (HASH-201)."""

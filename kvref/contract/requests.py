@@ -117,11 +117,16 @@ class Request:
                 f"(its full blocks number {length // size})",
             )
         request = cls(request_id, [0], block_size=size, algorithm=algorithm)
-        prompt = [0] * length
-        request.prompt_token_ids = tuple(prompt)
-        request._all = prompt
-        request._hasher = BlockHasher.resumed(size, hashes, [0] * (length % size), algorithm=algorithm)
+        cls._adopt_named_prompt(request, length, hashes)
         return request
+
+    def _adopt_named_prompt(self, length: int, hashes: list[int]) -> None:
+        """Make the prompt ``length`` zeros whose full blocks hash to ``hashes`` (``from_block_hashes``)."""
+        prompt = [0] * length
+        self.prompt_token_ids = tuple(prompt)
+        self._all = prompt
+        size = self.block_size
+        self._hasher = BlockHasher(size, algorithm=self.algorithm).resume(hashes, [0] * (length % size))
 
     @property
     def block_hashes(self) -> list[int]:

@@ -18,12 +18,22 @@ from kvref.contract.errors import BackendUnavailableError
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.sizing import SizingAnswer
 
-__all__ = ["TABLE_COLUMNS", "render_serving_markdown", "table_row", "write_serving_report"]
+__all__ = ["TABLE_COLUMNS", "TABLE_GROUPS", "render_serving_markdown", "table_row", "write_serving_report"]
 
 #: Columns of the results table, shared by the terminal table and the Markdown.
 TABLE_COLUMNS = (
     "blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "TTFT p50", "TTFT p90",
     "TTFT p99", "queue p90", "preempted", "rejected", "peak blocks", "mean blocks", "evictions", "replay s",
+)  # fmt: skip
+
+
+#: The same columns in three narrower tables for a terminal (each fits 80 columns): title, columns.
+TABLE_GROUPS = (
+    ("hits at first admission",
+     ("blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "evictions")),
+    ("latency", ("blocks", "policy", "TTFT p50", "TTFT p90", "TTFT p99", "queue p90")),
+    ("blocks and preemption",
+     ("blocks", "policy", "preempted", "rejected", "peak blocks", "mean blocks", "replay s")),
 )  # fmt: skip
 
 

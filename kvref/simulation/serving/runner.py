@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,8 +92,13 @@ class ServingPoint:
         return f"{self.policy} at {self.capacity:,} blocks"
 
 
-def run_point(point: ServingPoint, *, fast_forward: bool = True) -> ServingResult:
-    """Replay ``point``: the backend's pool of ``capacity`` usable blocks under the oracle's manager (TRACE-1030)."""
+def run_point(
+    point: ServingPoint, *, fast_forward: bool = True, progress: Callable[[int, int], None] | None = None
+) -> ServingResult:
+    """Replay ``point``: the backend's pool of ``capacity`` usable blocks under the oracle's manager (TRACE-1030).
+
+    ``progress(done, total)`` is called as requests finish (``done`` of them since the last call).
+    """
     from kvref.config.registry import create_pool
     from kvref.oracle.manager import RequestManager
 
@@ -101,9 +107,10 @@ def run_point(point: ServingPoint, *, fast_forward: bool = True) -> ServingResul
         raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {point.capacity!r}")
     pool = create_pool(point.capacity + 1, backend=point.backend, policy=point.policy)
     manager = RequestManager(pool, block_size=workload.block_size, max_model_len=point.model.max_model_len)
-    result = ServingReplay(workload, manager, point.model, warmup=point.warmup, fast_forward=fast_forward).run(
-        backend=point.backend, policy=point.policy
+    replay = ServingReplay(
+        workload, manager, point.model, warmup=point.warmup, fast_forward=fast_forward, progress=progress
     )
+    result = replay.run(backend=point.backend, policy=point.policy)
     if point.belady and not workload.outputs_hit:
         result = with_belady(result, workload, point)
     return result

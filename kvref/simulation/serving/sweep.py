@@ -65,10 +65,10 @@ def _append(path: Path, point: ServingPoint, result: ServingResult) -> None:
 Outcome = tuple[ServingPoint, ServingResult | BaseException]
 
 
-def _sequential(points: Sequence[ServingPoint]) -> Iterator[Outcome]:
+def _sequential(points: Sequence[ServingPoint], requests: Callable[[int, int], None] | None) -> Iterator[Outcome]:
     for point in points:
         try:
-            yield point, run_point(point)
+            yield point, run_point(point, progress=requests)
         except Exception as exc:  # a failed point is reported, the others go on
             yield point, exc
 
@@ -112,12 +112,15 @@ def run_sweep(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: Callable[[ServingPoint], None] | None = None,
+    request_progress: Callable[[int, int], None] | None = None,
 ) -> list[ServingResult]:
     """Run ``points`` and return their results in the points' order (TRACE-1041, TRACE-1043, TRACE-1049).
 
     Points already in ``results_file`` (same parameters) are read, not replayed; each new one is
     appended as it finishes. ``workers``: processes of the local pool (default: every core; 1
-    runs in this process); ``scheduler``: a Dask scheduler's address instead. Raises
+    runs in this process); ``scheduler``: a Dask scheduler's address instead. ``progress(point)``
+    is called as points finish; ``request_progress(done, total)`` as requests finish, where the
+    points run in this process. Raises
     :class:`SweepError` naming the failed points after writing every other.
     """
     done = read_results(results_file) if results_file else {}
@@ -128,7 +131,7 @@ def run_sweep(
         outcomes = _dask(todo, scheduler)
     else:
         count = min(workers or os.cpu_count() or 1, len(todo))
-        outcomes = _sequential(todo) if count <= 1 else _pooled(todo, count)
+        outcomes = _sequential(todo, request_progress) if count <= 1 else _pooled(todo, count)
     failed: list[str] = []
     for point, outcome in outcomes:
         if isinstance(outcome, BaseException):
