@@ -18,7 +18,17 @@ from kvref.contract.errors import KVRefError
 from kvref.contract.hashing import DEFAULT_ALGORITHM, ROOT_HASH, hash_block
 from kvref.contract.validate import HASH_MAX, prefix_tree_violation
 
-__all__ = ["Trace", "TraceError", "TraceRequest", "load_trace", "requests_from_tokens", "token_block_ids"]
+__all__ = [
+    "Trace",
+    "TraceError",
+    "TraceRequest",
+    "MAX_LENGTH",
+    "MAX_TIMESTAMP",
+    "load_trace",
+    "requests_from_tokens",
+    "text_lines",
+    "token_block_ids",
+]
 
 
 class TraceError(KVRefError, ValueError):
@@ -59,10 +69,17 @@ def token_block_ids(token_ids: list[int], block_size: int, *, algorithm: str = D
     return tuple(out)
 
 
-def _int_field(obj: dict[str, object], key: str, minimum: int, where: str) -> int:
+#: The largest length (tokens) and timestamp (ms) a trace line may give: beyond any real request or
+#: trace, and small enough that no arithmetic on them overflows.
+MAX_LENGTH = 2**31 - 1
+MAX_TIMESTAMP = 2**53
+
+
+def _int_field(obj: dict[str, object], key: str, minimum: int, where: str, maximum: int = MAX_LENGTH) -> int:
     value = obj.get(key)
-    if type(value) is not int or value < minimum:
-        raise TraceError("TRACE-1001", f"{where}: {key!r} must be an integer >= {minimum}, got {value!r}")
+    if type(value) is not int or not minimum <= value <= maximum:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise TraceError("TRACE-1001", f"{where}: {key!r} must be an integer in [{minimum}, {maximum}], got {shown}")
     return value
 
 
@@ -71,9 +88,11 @@ def _parse_line(text: str, where: str, block_size: int, algorithm: str) -> Trace
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError("TRACE-1001", f"{where}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise TraceError("TRACE-1001", f"{where}: JSON nested too deeply to be a trace line") from None
     if not isinstance(obj, dict):
         raise TraceError("TRACE-1001", f"{where}: a line must be a JSON object, got {type(obj).__name__}")
-    timestamp = _int_field(obj, "timestamp", 0, where)
+    timestamp = _int_field(obj, "timestamp", 0, where, MAX_TIMESTAMP)
     output_length = _int_field(obj, "output_length", 0, where)
     if ("hash_ids" in obj) == ("token_ids" in obj):
         raise TraceError("TRACE-1001", f"{where}: a line needs exactly one of 'hash_ids' and 'token_ids'")
@@ -98,6 +117,15 @@ def _parse_line(text: str, where: str, block_size: int, algorithm: str) -> Trace
             f"(expected {expected}); is the block size right?",
         )
     return TraceRequest(timestamp, input_length, output_length, tuple(ids))
+
+
+def text_lines(raw: Iterable[bytes], source: str) -> Iterator[str]:
+    """The lines of a binary file as text, refusing the first that is not UTF-8 with its line number (TRACE-1001)."""
+    for number, line in enumerate(raw, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError("TRACE-1001", f"{source}:{number}: not UTF-8 text: {exc.reason}") from None
 
 
 def _parse(lines: Iterable[str], source: str, block_size: int, algorithm: str) -> Iterator[TraceRequest]:
@@ -128,12 +156,10 @@ def load_trace(path: str | Path, *, block_size: int = 512, algorithm: str = DEFA
         raise TraceError("TRACE-1002", f"block_size must be a positive integer, got {block_size!r}")
     file = Path(path)
     try:
-        with file.open(encoding="utf-8") as fh:
-            requests = tuple(_parse(fh, str(file), block_size, algorithm))
+        with file.open("rb") as fh:
+            requests = tuple(_parse(text_lines(fh, str(file)), str(file), block_size, algorithm))
     except OSError as exc:
         raise TraceError("TRACE-1001", f"{file}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError("TRACE-1001", f"{file}: not UTF-8 text: {exc.reason}") from None
     if not requests:
         raise TraceError("TRACE-1001", f"{file}: no requests")
     return Trace(requests, block_size, str(file))

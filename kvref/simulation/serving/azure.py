@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvref.contract.hashing import DEFAULT_ALGORITHM
 from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
-from kvref.simulation.traces import TraceError
+from kvref.simulation.traces import MAX_LENGTH, TraceError, text_lines
 
 __all__ = ["AZURE_COLUMNS", "AzurePrefixes", "load_azure_trace"]
 
@@ -76,7 +76,7 @@ def _timestamp_us(text: str, where: str) -> int:
         moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
     except ValueError:
         raise TraceError("TRACE-1001", f"{where}: TIMESTAMP {text!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'") from None
-    if fraction and not fraction.isdigit():
+    if fraction and not (fraction.isascii() and fraction.isdigit()):
         raise TraceError("TRACE-1001", f"{where}: TIMESTAMP {text!r} has a fraction that is not digits")
     micros = int((fraction + "000000")[:6]) if fraction else 0
     return int(moment.replace(tzinfo=UTC).timestamp()) * 1_000_000 + micros
@@ -84,8 +84,9 @@ def _timestamp_us(text: str, where: str) -> int:
 
 def _count(text: str, name: str, minimum: int, where: str) -> int:
     value = text.strip()
-    if not value.isdigit() or int(value) < minimum:
-        raise TraceError("TRACE-1001", f"{where}: {name} must be an integer >= {minimum}, got {text!r}")
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or not minimum <= int(value) <= MAX_LENGTH:
+        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
+        raise TraceError("TRACE-1001", f"{where}: {name} must be an integer in [{minimum}, {MAX_LENGTH}], got {shown}")
     return int(value)
 
 
@@ -107,15 +108,19 @@ def load_azure_trace(
     file = Path(path)
     requests = []
     try:
-        with file.open(encoding="utf-8", newline="") as fh:
-            rows = csv.reader(fh)
+        with file.open("rb") as fh:
+            rows = csv.reader(text_lines(fh, str(file)))
             header = next(rows, None)
             if header is None or tuple(h.strip() for h in header) != AZURE_COLUMNS:
                 wanted = ",".join(AZURE_COLUMNS)
                 raise TraceError("TRACE-1001", f"{file}:1: the header must be {wanted}, got {header!r}")
             start = last = None
-            for number, row in enumerate(rows, 2):
-                where = f"{file}:{number}"
+            ended = rows.line_num
+            for row in rows:
+                first, ended = ended + 1, rows.line_num
+                where = f"{file}:{first}"
+                if ended != first:
+                    raise TraceError("TRACE-1001", f"{where}: a quoted field runs on to line {ended}")
                 if len(row) != 3:
                     raise TraceError("TRACE-1001", f"{where}: expected 3 columns, got {len(row)}")
                 at = _timestamp_us(row[0], where)
@@ -129,10 +134,8 @@ def load_azure_trace(
                 requests.append(ServedRequest(at - start, context, output, block_ids=ids))
     except OSError as exc:
         raise TraceError("TRACE-1001", f"{file}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError("TRACE-1001", f"{file}: not UTF-8 text: {exc.reason}") from None
     except csv.Error as exc:
-        raise TraceError("TRACE-1001", f"{file}: not CSV: {exc}") from None
+        raise TraceError("TRACE-1001", f"{file}:{rows.line_num}: not CSV: {exc}") from None
     if not requests:
         raise TraceError("TRACE-1001", f"{file}: no requests")
     return ServingWorkload(
