@@ -121,7 +121,7 @@ def test_a_range_whose_top_misses_the_target_says_so_with_the_measure_there() ->
     answer = size_cache(fake_replay({}), measure="token hit rate", target=0.95, low=1, high=50)
     assert answer.capacity is None
     assert "no capacity in [1, 50] blocks meets token hit rate >= 0.95" in answer.sentence()
-    assert "it is 0.5" in answer.sentence()
+    assert "it is 50.00%" in answer.sentence()
 
 
 @rule("TRACE-1042")

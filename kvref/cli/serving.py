@@ -237,11 +237,12 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
     for note in notes:
         print(f"- {note}")
     if sizing is not None:
-        curve = Table(title=sizing.sentence())
+        print(sizing.sentence())
+        curve = Table(title="the capacities the search replayed", box=box.SIMPLE_HEAD, padding=(0, 1))
         for column in ("blocks", sizing.measure, "meets"):
             curve.add_column(column, justify="right", overflow="fold")
         for r in sizing.tried:
-            curve.add_row(f"{r.capacity:,}", f"{sizing.value(r):.4g}", "yes" if sizing.meets(r) else "no")
+            curve.add_row(f"{r.capacity:,}", sizing.shown(r), "yes" if sizing.meets(r) else "no")
         print_table(curve)
 
 

@@ -78,7 +78,7 @@ def render_serving_markdown(
         lines += ["", "## Cache sizing", "", sizing.sentence() + ".", "", f"| blocks | {sizing.measure} | meets |"]
         lines.append("|---:|---:|---|")
         for r in sizing.tried:
-            lines.append(f"| {r.capacity:,} | {sizing.value(r):.4g} | {'yes' if sizing.meets(r) else 'no'} |")
+            lines.append(f"| {r.capacity:,} | {sizing.shown(r)} | {'yes' if sizing.meets(r) else 'no'} |")
     lines += [
         "",
         "![token hit rate against capacity](serving-hit-rate.png)",

@@ -42,6 +42,11 @@ class SizingAnswer:
         """The measure of one replay."""
         return MEASURES[self.measure][0](result)
 
+    def shown(self, result: ServingResult) -> str:
+        """The measure of one replay, whole: a percentage or milliseconds."""
+        value = self.value(result)
+        return f"{value:.2%}" if MEASURES[self.measure][1] else f"{value:,.1f} ms"
+
     def meets(self, result: ServingResult) -> bool:
         """Whether one replay meets the target."""
         higher_better = MEASURES[self.measure][1]
@@ -55,7 +60,7 @@ class SizingAnswer:
             return (
                 f"no capacity in [{self.low:,}, {self.high:,}] blocks meets {self.measure} "
                 f"{'>=' if MEASURES[self.measure][1] else '<='} {self.target:g}: at {self.high:,} blocks it is "
-                f"{self.value(top):.4g}"
+                f"{self.shown(top)}"
             )
         return (
             f"the smallest capacity meeting {self.measure} {'>=' if MEASURES[self.measure][1] else '<='} "
