@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvref.contract.containment import contain_faults
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.protocol import STANDARD_CAPABILITIES
 from kvref_arraypool.batched import BatchedCalls
@@ -36,6 +37,7 @@ __all__ = ["ArrayBlockPool"]
 _FIFO = EvictionPolicy.FIFO
 
 
+@contain_faults
 class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction, InvariantChecks):
     """Block pool and hash prefix cache over device arrays; the oracle's semantics (chapters 00-05).
 

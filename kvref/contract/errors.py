@@ -26,6 +26,7 @@ __all__ = [
     "NotHeldError",
     "OutOfBlocksError",
     "PausedHolderError",
+    "PoolUnusableError",
     "ReservedBlockError",
     "SpecError",
     "StaleBlockError",
@@ -97,6 +98,10 @@ class UnknownHashError(KVRefError, LookupError):
 
 class CacheInUseError(KVRefError):
     """``reset`` was called while some block is in use (PFX-313)."""
+
+
+class PoolUnusableError(KVRefError, RuntimeError):
+    """An earlier call was interrupted from inside (ERR-515): the pool refuses every call since."""
 
 
 class InvariantViolation(KVRefError):

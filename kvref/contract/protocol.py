@@ -70,6 +70,7 @@ CAPABILITIES: dict[str, str] = {
     "manager-sliding-window": "serves sliding-window KV cache groups beside full attention (REQ-730..REQ-734)",
     "manager-share-last-block": "matches a prompt of whole blocks up to its last block, as Megatron-Core (REQ-705)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
+    "fault-containment": "refuses every call after one interrupted from inside (ERR-515)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",

@@ -135,11 +135,25 @@ def as_hash_list(values: object, *, op: str, arg: str = "block_hashes") -> list[
 
 
 def as_holder(value: object, *, op: str) -> Hashable:
-    """Return ``value`` if it can name a holder (any hashable value, ``None`` included)."""
+    """Return ``value`` if it can name a holder: hashable (ERR-503) and equal to itself (ERR-516), ``None`` included.
+
+    A value not equal to itself (a float NaN) could never be found again as a key once a copy of
+    it is passed, so the references it took would leak; it is refused instead.
+    """
     try:
         hash(value)
     except Exception:  # any failure to hash makes it unusable as a holder
         raise InvalidTypeError("ERR-503", f"{op}: holder must be hashable, got {type(value).__name__}") from None
+    if type(value) is str or type(value) is int or value is None:
+        return value  # the common holders, equal to themselves
+    try:
+        same = bool(value == value)
+    except Exception:  # an __eq__ that raises cannot name a holder either
+        same = False
+    if not same:
+        raise InvalidValueError(
+            "ERR-516", f"{op}: holder {value!r} is not equal to itself, so no later call could name it again"
+        )
     return value
 
 

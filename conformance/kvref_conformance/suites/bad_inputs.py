@@ -30,7 +30,7 @@ from kvref.contract.errors import (
 from kvref_conformance.suites.base import first_policy
 from kvref_conformance.target import Target
 
-__all__ = ["CASES", "WRONG_INTS", "WRONG_SEQS", "Case", "World", "int_kinds", "make_world", "needs"]
+__all__ = ["CASES", "WRONG_INTS", "WRONG_SEQS", "Case", "Unequal", "World", "int_kinds", "make_world", "needs"]
 
 
 @dataclass
@@ -59,6 +59,16 @@ def make_world(impl: Target) -> World:
     return World(pool, held, cached, never)
 
 
+class Unequal:
+    """A hashable holder whose ``__eq__`` raises: no later call could name it (ERR-516)."""
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("Unequal cannot be compared")
+
+
 Case = tuple[str, Callable[[World], Any], type[KVRefError], str]
 
 WRONG_INTS: list[object] = [1.0, True, False, np.bool_(True), "1", None, b"1", 1 + 0j, np.float64(2.0)]
@@ -77,6 +87,24 @@ CASES: list[Case] = [
         "POOL-105",
     ),
     ("allocate: unhashable holder", lambda w: w.pool.allocate(1, holder=[]), InvalidTypeError, "ERR-503"),
+    (
+        "allocate: holder not equal to itself",
+        lambda w: w.pool.allocate(1, holder=float("nan")),
+        InvalidValueError,
+        "ERR-516",
+    ),
+    (
+        "allocate: holder whose __eq__ raises",
+        lambda w: w.pool.allocate(1, holder=Unequal()),
+        InvalidValueError,
+        "ERR-516",
+    ),
+    (
+        "free: holder not equal to itself",
+        lambda w: w.pool.free(w.held[:1], holder=float("nan")),
+        InvalidValueError,
+        "ERR-516",
+    ),
     *[
         (
             f"allocate: count {v!r}",
@@ -239,6 +267,12 @@ CASES: list[Case] = [
     ("lookup: bad parent", lambda w: w.pool.lookup([1], parent_hash=-1), InvalidValueError, "HASH-207"),
     ("match: bool hash", lambda w: w.pool.match([True]), InvalidTypeError, "ERR-503"),
     ("match: unhashable holder", lambda w: w.pool.match([1], holder={}), InvalidTypeError, "ERR-503"),
+    (
+        "match: holder not equal to itself",
+        lambda w: w.pool.match([1], holder=float("nan")),
+        InvalidValueError,
+        "ERR-516",
+    ),
     ("match: huge hash", lambda w: w.pool.match([2**64]), InvalidValueError, "HASH-207"),
     # batched forms
     (

@@ -13,13 +13,38 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.contract.errors import KVRefError
+from kvref.contract.errors import KVRefError, PoolUnusableError
 from kvref_conformance.observe import observe
 from kvref_conformance.suites.bad_inputs import CASES, World, int_kinds, make_world, needs
 from kvref_conformance.suites.base import ConformanceSuite, fails_unchanged, requires, rule, skip_without
 from kvref_conformance.target import Target
 
-__all__ = ["ErrorSuite"]
+__all__ = ["ErrorSuite", "HashesOnce"]
+
+
+def _outcome(call: Callable[[], Any]) -> str:
+    """What a call did: the class and rule of the kvref error it raised, or that it answered."""
+    try:
+        call()
+    except KVRefError as exc:
+        return f"{type(exc).__name__} {exc.rule}"
+    return "answered"
+
+
+class HashesOnce:
+    """A holder whose ``__hash__`` works once, when the call checks it, and raises ever after."""
+
+    def __init__(self) -> None:
+        self.hashed = 0
+
+    def __hash__(self) -> int:
+        self.hashed += 1
+        if self.hashed > 1:
+            raise RuntimeError("this holder's hash fails after the first")
+        return 11
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
 
 
 class ErrorSuite(ConformanceSuite):
@@ -34,6 +59,25 @@ class ErrorSuite(ConformanceSuite):
             skip_without(impl, capability)
         world = make_world(impl)
         fails_unchanged(world.pool, lambda: call(world), error, rule_id)
+
+    @rule("ERR-515")
+    @requires("fault-containment")
+    def test_a_call_interrupted_from_inside_leaves_the_pool_refusing_every_later_call(self, impl: Target) -> None:
+        world = make_world(impl)
+        pool = world.pool
+        holder = HashesOnce()
+        with pytest.raises(PoolUnusableError, match="ERR-515") as caught:
+            pool.allocate(1, holder=holder)  # accepted, then its hash fails inside the call
+        assert isinstance(caught.value.__cause__, RuntimeError), "the holder's own exception is the cause"
+        later = {
+            "allocate": lambda: pool.allocate(1, holder="fresh"),
+            "free": lambda: pool.free(world.held[:1], holder="r"),
+            "ref_count": lambda: pool.ref_count(world.held[0]),
+            "check_invariants": pool.check_invariants,
+        }
+        answers = {name: _outcome(call) for name, call in later.items()}
+        wrong = {name: got for name, got in answers.items() if got != "PoolUnusableError ERR-515"}
+        assert not wrong, f"after a call was interrupted from inside, these answered instead of ERR-515: {wrong}"
 
     @rule("ERR-502")
     def test_errors_are_kvref_errors_and_matching_builtins(self, impl: Target) -> None:

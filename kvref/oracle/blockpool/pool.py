@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvref.contract.containment import contain_faults
 from kvref.contract.protocol import STANDARD_CAPABILITIES
 from kvref.oracle.blockpool.batched import BatchedCalls
 from kvref.oracle.blockpool.eviction import Eviction
@@ -28,6 +29,7 @@ from kvref.oracle.blockpool.replaying import FusedReplay
 __all__ = ["OracleBlockPool"]
 
 
+@contain_faults
 class OracleBlockPool(ReferenceCounting, PrefixIndex, Eviction, BatchedCalls, FusedReplay, InvariantChecks):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 

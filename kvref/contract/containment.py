@@ -1,0 +1,60 @@
+"""Faults from inside an operation (ERR-515): the pool that cannot promise ERR-501 says so on every later call.
+
+A bad argument is refused before anything changes (ERR-501). An exception that is not a kvref
+error can come from inside an operation after it has begun to change the state: a holder whose
+``__hash__`` or ``__eq__`` raises after it was accepted, an array library that fails to allocate
+device memory half-way. Nothing then says what state the pool is in, so :func:`contain_faults`
+makes it say so: the call raises :class:`~kvref.contract.errors.PoolUnusableError` (the original
+exception as its cause), and so does every later call, instead of answering from a state that
+may be torn.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kvref.contract.errors import KVRefError, PoolUnusableError
+
+__all__ = ["contain_faults"]
+
+T = TypeVar("T", bound=type)
+
+
+def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fault = self._kvref_fault
+        if fault is not None:
+            raise PoolUnusableError("ERR-515", f"{name}: the pool is unusable since {fault}")
+        try:
+            return method(self, *args, **kwargs)
+        except KVRefError:
+            raise
+        except Exception as exc:
+            self._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
+            raise PoolUnusableError(
+                "ERR-515", f"{name}: interrupted from inside by {type(exc).__name__}: {exc}; the pool is unusable"
+            ) from exc
+
+    return guarded
+
+
+def contain_faults(cls: T) -> T:
+    """Guard every public method of ``cls`` (its own and inherited ones) as ERR-515 says.
+
+    Properties and the methods of :class:`object` are left as they are; a guarded call costs one
+    attribute read and one Python frame.
+    """
+    setattr(cls, "_kvref_fault", None)  # noqa: B010 - the class default every guard reads
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if inspect.isfunction(attr) and not getattr(attr, "__kvref_guarded__", False):
+            guarded = _guard(name, attr)
+            guarded.__kvref_guarded__ = True  # type: ignore[attr-defined]
+            setattr(cls, name, guarded)
+    return cls
