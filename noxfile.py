@@ -108,6 +108,21 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """10**7 mixed operations per policy on the oracle, 10**6 on each device backend (not a default session).
+
+    Invariants every 10**5 operations; resident memory and the pools' state sampled; fails when
+    either grows after the warm-up. Posargs go to every run (``-- --ops 1e5`` for a quick one).
+    """
+    install(session, "conformance", "cupy", torch=True)
+    for policy in ("lru", "lru-leaf", "fifo", "ref-zero"):
+        session.run("python", "-m", "kvref_conformance.soak", "--backend", "oracle", "--policy", policy,
+                    "--ops", "1e7", *session.posargs)  # fmt: skip
+    for backend in ("cupy", "torch"):
+        session.run("python", "-m", "kvref_conformance.soak", "--backend", backend, "--ops", "1e6", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (lint rules and formatting, over everything) and import-linter (the floors of ARCHITECTURE.md).
 
