@@ -22,7 +22,8 @@ class RecordingManager(RequestManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[str, str]] = []
-        self.hits: dict[str, list[int]] = {}
+        self.hits: dict[str, list[int]] = {}  # every lookup's answer
+        self.admitted: dict[str, list[int]] = {}  # the hit of every admission that got its blocks
 
     def get_computed_blocks(self, request: Request) -> Any:
         blocks, hit = super().get_computed_blocks(request)
@@ -33,6 +34,8 @@ class RecordingManager(RequestManager):
     def allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         got = super().allocate_slots(request, *args, **kwargs)
         self.calls.append(("allocate" if got is not None else "refused", request.request_id))
+        if got is not None and len(args) >= 2:  # an admission: new tokens, then the hit's tokens and blocks
+            self.admitted.setdefault(request.request_id, []).append(args[1])
         return got
 
     def preempt(self, request: Request) -> None:
@@ -186,8 +189,8 @@ def test_hits_are_the_managers_answers_at_first_admission() -> None:
         tokens_request(50_000, [*system, 300, 301, 302], [9]),
     )
     r, manager = replay(w, 64, StepModel())
-    firsts = sum(hits[0] for hits in manager.hits.values())
-    assert r.token_hits == firsts == 2 * 64, f"replay counted {r.token_hits}, the manager answered {manager.hits}"
+    firsts = sum(hits[0] for hits in manager.admitted.values())
+    assert r.token_hits == firsts == 2 * 64, f"replay counted {r.token_hits}, the manager answered {manager.admitted}"
     assert r.block_hits == 8 and r.blocks == 5 + 5 + 5
     assert r.peak_blocks_in_use <= 64 and 0 < r.mean_blocks_in_use <= r.peak_blocks_in_use
 
@@ -207,3 +210,55 @@ def test_blocks_in_use_are_counted_during_each_step_and_weighted_by_time() -> No
     assert r.peak_blocks_in_use == 2, "the request holds its 2 blocks while its step runs"
     assert r.mean_blocks_in_use == pytest.approx(2.0), "2 blocks for the whole 1.32 ms"
     assert r.timeline == [(0.0, 2)]
+
+
+@rule("TRACE-1033")
+def test_a_recomputed_last_sampled_token_costs_a_decode_token() -> None:
+    # Blocks of 2, two usable blocks: r1 is preempted after its first output and re-admitted when r0
+    # has finished, its prompt and first output cached: all it has left is that output, a decode token.
+    w = workload(tokens_request(0, [0], [50, 51]), tokens_request(0, [100, 101], [150, 151]), block_size=2)
+    r, _ = replay(w, 2, StepModel())
+    assert r.preemptions == 1
+    assert r.prefill_tokens_computed == 3, "the prompts' three tokens; the recomputed output token is a decode token"
+    assert r.makespan_ms == 15.26, "5.06 + 5.1 (r0 decodes, r1 is preempted) + 5.1 (r1's last token as a decode)"
+
+
+@rule("TRACE-1034", "TRACE-1039")
+def test_a_request_that_generates_nothing_gets_its_first_answer_when_its_prompt_is_computed() -> None:
+    r, _ = replay(workload(tokens_request(0, list(range(30)), [])), 8, HAND)
+    assert r.steps == 1 and r.ttft_ms.p50 == 1.3, "one step of 30 prefill tokens: 1 + 0.3 ms, and it is done"
+
+
+@rule("TRACE-1037")
+def test_the_rejection_threshold_counts_all_but_the_last_output_token() -> None:
+    fits = tokens_request(0, list(range(10)), [1] * 7)  # at most 16 computed tokens: 4 blocks of 4
+    too_big = tokens_request(0, list(range(10)), [1] * 8)  # 17: 5 blocks
+    r, _ = replay(workload(fits, block_size=4), 4, StepModel())
+    assert (r.rejected, r.counted_requests) == (0, 1), "the last sampled token is never computed, so it needs no slot"
+    r, _ = replay(workload(too_big, block_size=4), 4, StepModel())
+    assert r.rejected == 1
+
+
+@rule("TRACE-1034", "TRACE-1039")
+def test_a_preempted_request_keeps_its_first_token_time_and_its_first_admission() -> None:
+    # Both are admitted in step 1 (14 prompt tokens: 5.28 ms) and sample their first tokens then; r1 is
+    # preempted later and re-admitted, but its time to first token and queueing delay stay those of step 1.
+    r, manager = replay(growing_pair(), 4, StepModel())
+    assert r.preemptions >= 1 and len(manager.admitted["r1"]) >= 2, "r1 was admitted twice"
+    assert (r.ttft_ms.p50, r.ttft_ms.p99) == (5.28, 5.28), f"both first tokens come at the end of step 1: {r.ttft_ms}"
+    assert r.queue_ms.p99 == 0.0, "both were first admitted in the step that starts at their arrival"
+    assert r.token_hits == sum(h[0] for h in manager.admitted.values()), "hits are counted at the first admission"
+    assert r.prefill_tokens_saved == sum(sum(h) for h in manager.admitted.values()), "saved counts every admission"
+    assert r.token_hits < r.prefill_tokens_saved, "r1's second admission hit what its first computed"
+
+
+@rule("TRACE-1031", "TRACE-1040")
+def test_a_request_arriving_exactly_when_a_step_starts_is_seen_by_that_step() -> None:
+    # r0 decodes alone; each decode step lasts 5.1 ms, so its 4th step starts at 5.08 + 3 * 5.1 ms.
+    def req(at: int, prompt: int, output: int, base: int) -> ServedRequest:
+        return tokens_request(at, list(range(base, base + prompt)), list(range(base + 1000, base + 1000 + output)))
+
+    w = workload(req(0, 4, 100, 0), req(5080 + 3 * 5100, 4, 3, 5000), block_size=64)
+    for fast in (True, False):
+        r, _ = replay(w, 100, StepModel(), fast_forward=fast)
+        assert r.queue_ms.p99 == 0.0, f"fast_forward={fast}: the arrival waited {r.queue_ms.p99} ms for a step"

@@ -142,7 +142,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     first = load_workload(specs[0])
     model = _model(args)
     policies = args.policy or [p.value for p in EvictionPolicy]
-    fits, never = _default_capacities(first)
+    bounds = [_default_capacities(load_workload(spec)) for spec in specs]
+    fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
     if args.capacity and min(args.capacity) < 1:
         raise InvalidValueError("TRACE-1030", f"--capacity must be >= 1, got {min(args.capacity)}")
     capacities = sorted(set(args.capacity or [fits << k for k in range(6) if (fits << k) <= 2 * never]))
@@ -225,7 +226,7 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
 
     from kvref.reports.serving import TABLE_COLUMNS, TABLE_GROUPS, table_row
 
-    rows = [dict(zip(TABLE_COLUMNS, table_row(r), strict=True)) for r in results]
+    rows = [dict(zip(TABLE_COLUMNS, table_row(r, results), strict=True)) for r in results]
     print(title)
     for heading, columns in TABLE_GROUPS:
         table = Table(title=heading, box=box.SIMPLE_HEAD, padding=(0, 1))

@@ -18,7 +18,14 @@ from kvref.contract.errors import BackendUnavailableError
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.sizing import SizingAnswer
 
-__all__ = ["TABLE_COLUMNS", "TABLE_GROUPS", "render_serving_markdown", "table_row", "write_serving_report"]
+__all__ = [
+    "TABLE_COLUMNS",
+    "TABLE_GROUPS",
+    "curve_label",
+    "render_serving_markdown",
+    "table_row",
+    "write_serving_report",
+]
 
 #: Columns of the results table, shared by the terminal table and the Markdown.
 TABLE_COLUMNS = (
@@ -41,11 +48,19 @@ def _ms(value: float) -> str:
     return f"{value:,.1f} ms"
 
 
-def table_row(r: ServingResult) -> list[str]:
-    """One result as the cells of :data:`TABLE_COLUMNS`, every number whole."""
+def curve_label(r: ServingResult, results: Sequence[ServingResult]) -> str:
+    """The policy, with the block size where ``results`` hold several (a block-size sweep)."""
+    if len({x.block_size for x in results}) > 1:
+        return f"{r.policy}, {r.block_size}-token blocks"
+    return r.policy
+
+
+def table_row(r: ServingResult, results: Sequence[ServingResult] = ()) -> list[str]:
+    """One result as the cells of :data:`TABLE_COLUMNS`, every number whole (the policy labelled as
+    :func:`curve_label` does among ``results``)."""
     belady = r.belady_token_hit_rate
     return [
-        f"{r.capacity:,}", r.policy, f"{r.token_hit_rate:.2%}", f"{r.block_hit_rate:.2%}",
+        f"{r.capacity:,}", curve_label(r, results or [r]), f"{r.token_hit_rate:.2%}", f"{r.block_hit_rate:.2%}",
         "-" if belady is None else f"{belady:.2%}", f"{r.prefill_tokens_saved:,}", _ms(r.ttft_ms.p50),
         _ms(r.ttft_ms.p90), _ms(r.ttft_ms.p99), _ms(r.queue_ms.p90), f"{r.preemptions:,}", f"{r.rejected:,}",
         f"{r.peak_blocks_in_use:,}", f"{r.mean_blocks_in_use:,.1f}", f"{r.evictions:,}", f"{r.seconds:.2f}",
@@ -54,8 +69,8 @@ def table_row(r: ServingResult) -> list[str]:
 
 def _by_capacity(results: Sequence[ServingResult], cell: Any, title: str) -> list[str]:
     capacities = sorted({r.capacity for r in results})
-    policies = list(dict.fromkeys(r.policy for r in results))
-    by = {(r.capacity, r.policy): r for r in results}
+    policies = list(dict.fromkeys(curve_label(r, results) for r in results))
+    by = {(r.capacity, curve_label(r, results)): r for r in results}
     lines = ["", f"## {title}", "", "| blocks | " + " | ".join(policies) + " |", "|---:|" + "---:|" * len(policies)]
     for c in capacities:
         cells = [cell(by[(c, p)]) if (c, p) in by else "-" for p in policies]
@@ -70,7 +85,7 @@ def render_serving_markdown(
     lines = [f"# {title}", ""]
     lines += [f"- {note}" for note in notes]
     lines += ["", "| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---:|" * len(TABLE_COLUMNS)]
-    lines += ["| " + " | ".join(table_row(r)) + " |" for r in results]
+    lines += ["| " + " | ".join(table_row(r, results)) + " |" for r in results]
     if len({r.capacity for r in results}) > 1:
         lines += _by_capacity(results, lambda r: f"{r.token_hit_rate:.2%}", "Token hit rate by capacity")
         lines += _by_capacity(results, lambda r: _ms(r.ttft_ms.p90), "p90 time to first token by capacity")
@@ -105,10 +120,10 @@ def _pyplot() -> Any:
 def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rate: bool) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy in dict.fromkeys(r.policy for r in results):
-        runs = sorted((r for r in results if r.policy == policy), key=lambda r: r.capacity)
+    for label in dict.fromkeys(curve_label(r, results) for r in results):
+        runs = sorted((r for r in results if curve_label(r, results) == label), key=lambda r: r.capacity)
         values = [r.token_hit_rate * 100 if hit_rate else r.ttft_ms.p90 for r in runs]
-        ax.plot([r.capacity for r in runs], values, marker="o", label=policy)
+        ax.plot([r.capacity for r in runs], values, marker="o", label=label)
     if hit_rate:
         belady = sorted({(r.capacity, r.belady_token_hit_rate) for r in results if r.belady_token_hit_rate is not None})
         if belady:
@@ -133,7 +148,8 @@ def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
         if r.capacity == middle and r.timeline:
-            ax.step([t / 1000 for t, _ in r.timeline], [b for _, b in r.timeline], where="post", label=r.policy)
+            times, blocks = [t / 1000 for t, _ in r.timeline], [b for _, b in r.timeline]
+            ax.step(times, blocks, where="post", label=curve_label(r, results))
     ax.axhline(middle, color="grey", linestyle=":", label="capacity")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("blocks in use")

@@ -36,11 +36,19 @@ def _next_uses(trace: Trace) -> list[list[float]]:
     return out
 
 
-def belady_replay(trace: Trace, capacity: int, *, warmup: float = 0.0) -> ReplayResult:
-    """Replay ``trace`` through an offline-optimal (MIN) cache of ``capacity`` blocks."""
+def belady_replay(
+    trace: Trace, capacity: int, *, warmup: float = 0.0, first_counted: int | None = None
+) -> ReplayResult:
+    """Replay ``trace`` through an offline-optimal (MIN) cache of ``capacity`` blocks.
+
+    ``first_counted`` replaces the warm-up's cut where a caller's trace is a subset of the one
+    whose warm-up it follows (the serving replay's requests that were not rejected).
+    """
     if type(capacity) is not int or capacity < 1:
         raise InvalidValueError("TRACE-1017", f"belady_replay: capacity must be a positive integer, got {capacity!r}")
-    tally = Tally(trace, check_warmup(warmup, "belady_replay"))
+    if first_counted is not None and (type(first_counted) is not int or not 0 <= first_counted <= len(trace.requests)):
+        raise InvalidValueError("TRACE-1013", f"belady_replay: first_counted {first_counted!r} outside the trace")
+    tally = Tally(trace, check_warmup(warmup, "belady_replay"), first_counted)
     next_uses = _next_uses(trace)
     first = tally.first_counted
     cached: dict[int, float] = {}  # block id -> its next use

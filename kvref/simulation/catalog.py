@@ -109,10 +109,10 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _refuse_mismatch(path: Path, entry: CatalogTrace, found: str) -> TraceError:
+def _refuse_mismatch(where: Path | str, entry: CatalogTrace, found: str) -> TraceError:
     return TraceError(
         "TRACE-1044",
-        f"{path}: SHA-256 {found} but the catalog's {entry.name} has {entry.sha256}; "
+        f"{where}: SHA-256 {found} but the catalog's {entry.name} has {entry.sha256}; "
         "the file is not the published trace (delete it and fetch again)",
     )
 
@@ -135,13 +135,16 @@ def fetch_trace(
         raise TraceError("TRACE-1044", f"no trace called {name!r} in the catalog; known: {[t.name for t in CATALOG]}")
     folder = directory or cache_directory()
     target = folder / entry.filename
-    if target.exists() and sha256_of(target) == entry.sha256:
-        return target
+    source = url or entry.url
+    if target.exists():
+        if sha256_of(target) == entry.sha256:
+            return target
+        target.unlink()  # a copy that is not the published trace keeps no name (TRACE-1044)
     folder.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{entry.filename}.", dir=folder)
     part = Path(temporary)
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url or entry.url, timeout=60) as response:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(source, timeout=60) as response:
             done = 0
             while chunk := response.read(1 << 16):
                 out.write(chunk)
@@ -150,10 +153,12 @@ def fetch_trace(
                     progress(done, entry.size_bytes)
         found = sha256_of(part)
         if found != entry.sha256:
-            raise _refuse_mismatch(Path(url or entry.url), entry, found)
+            raise _refuse_mismatch(source, entry, found)
         shutil.move(part, target)
-    except OSError as exc:
-        raise TraceError("TRACE-1044", f"fetching {name} from {url or entry.url} failed: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: urlopen's answer to a malformed URL
+        if isinstance(exc, TraceError):
+            raise
+        raise TraceError("TRACE-1044", f"fetching {name} from {source} failed: {exc}") from None
     finally:
         part.unlink(missing_ok=True)
     return target

@@ -131,6 +131,7 @@ class Tally:
 
     trace: Trace
     warmup: float
+    start: int | None = None  # the first counted request when given, else the warm-up's cut
     blocks: int = 0
     block_hits: int = 0
     tokens: int = 0
@@ -138,8 +139,8 @@ class Tally:
 
     @property
     def first_counted(self) -> int:
-        """Index of the first request counted (TRACE-1013)."""
-        return math.floor(self.warmup * len(self.trace.requests))
+        """Index of the first request counted (TRACE-1013), or ``start`` where the caller cut elsewhere."""
+        return math.floor(self.warmup * len(self.trace.requests)) if self.start is None else self.start
 
     def add(self, request: TraceRequest, hit: int) -> None:
         """Count one request whose first ``hit`` blocks were cached (TRACE-1011, TRACE-1012)."""

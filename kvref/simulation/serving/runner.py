@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,16 +127,18 @@ def with_belady(result: ServingResult, workload: ServingWorkload, point: Serving
     from kvref.simulation.belady import belady_replay
 
     size = workload.block_size
-    kept = tuple(
-        r
-        for r in workload.requests
+    first = math.floor(point.warmup * len(workload.requests))  # the replay's cut, over every request (TRACE-1013)
+    kept_at = [
+        i
+        for i, r in enumerate(workload.requests)
         if -(-r.max_computed_tokens() // size) <= point.capacity
         and r.prompt_length + r.output_length <= point.model.max_model_len
-    )
-    if not kept:
+    ]
+    if not kept_at:
         return result
+    kept = tuple(workload.requests[i] for i in kept_at)
     trace = dataclasses.replace(workload, requests=kept).prompt_trace()
-    offline = belady_replay(trace, point.capacity, warmup=point.warmup)
+    offline = belady_replay(trace, point.capacity, first_counted=sum(1 for i in kept_at if i < first))
     return dataclasses.replace(result, belady_token_hits=offline.token_hits, belady_block_hits=offline.block_hits)
 
 

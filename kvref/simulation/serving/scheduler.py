@@ -83,6 +83,13 @@ class _Tally:
     in_use_time: int = 0  # blocks x microseconds
 
 
+def _is_decode(live: _Live, n: int) -> bool:
+    """Whether ``n`` scheduled tokens are a decode token (TRACE-1033): the one token of a request that
+    has computed all its tokens but the last sampled one, re-admitted after a preemption or not."""
+    req = live.req
+    return n == 1 and live.generated > 0 and req.num_computed_tokens == req.num_tokens - 1
+
+
 class ServingReplay:
     """Replay ``workload`` through ``manager`` under ``model`` (TRACE-1030).
 
@@ -115,7 +122,15 @@ class ServingReplay:
         self._now = 0
         self._tally = _Tally()
         self._timeline: list[tuple[int, int]] = []
-        self._blocked = False  # the last admission attempt got None (TRACE-1040)
+
+    @property
+    def now_us(self) -> int:
+        """The clock: the current step's start while it schedules, in microseconds (TRACE-1031)."""
+        return self._now
+
+    def running(self) -> list[tuple[str, bool]]:
+        """The running requests in admission order, each with whether it is paused (TRACE-1036)."""
+        return [(live.req.request_id, live.paused) for live in self._running]
 
     # ------------------------------------------------------------------ the loop
 
@@ -202,13 +217,11 @@ class ServingReplay:
                 break
             if live.paused:
                 live.paused = False
-                quiet = False
-            if live.decoding:
+            quiet = False  # a prompt chunk, a new block, or a block filled and cached
+            if _is_decode(live, n):
                 decode += n
-                quiet = False  # a new block, or a block filled and cached
             else:
                 prefill += n
-                quiet = False
             scheduled.append((live, n))
             budget -= n
             i += 1
@@ -216,10 +229,14 @@ class ServingReplay:
             quiet = False
         any_paused = pause and any(live.paused for live in running)
         if not preempted and not any_paused:
-            admitted, budget = self._admit(scheduled, budget)
-            if admitted:
+            before = len(scheduled)
+            budget = self._admit(scheduled, budget)
+            for live, n in scheduled[before:]:
                 quiet = False
-                prefill += admitted
+                if _is_decode(live, n):
+                    decode += n
+                else:
+                    prefill += n
         if pause and running and not scheduled:
             self._break_pause_deadlock()
             quiet = False
@@ -231,13 +248,11 @@ class ServingReplay:
             quiet = False
         return quiet, duration
 
-    def _admit(self, scheduled: list[tuple[_Live, int]], budget: int) -> tuple[int, int]:
-        """Admit waiting requests first come first served until one does not fit (TRACE-1032)."""
+    def _admit(self, scheduled: list[tuple[_Live, int]], budget: int) -> int:
+        """Admit waiting requests first come first served until one does not fit (TRACE-1032); the budget left."""
         manager = self.manager
         waiting = self._waiting
         running = self._running
-        admitted = 0
-        self._blocked = False
         while waiting and budget > 0 and len(running) < self.model.max_num_seqs:
             live = waiting[0]
             req = live.req
@@ -245,7 +260,6 @@ class ServingReplay:
             n = min(req.num_tokens - hit, budget)
             got = manager.allocate_slots(req, n, hit, blocks)
             if got is None:
-                self._blocked = True
                 break
             waiting.popleft()
             running.append(live)
@@ -258,8 +272,7 @@ class ServingReplay:
                 live.admitted_us = self._now
             scheduled.append((live, n))
             budget -= n
-            admitted += n
-        return admitted, budget
+        return budget
 
     def _preempt(self, live: _Live) -> None:
         """Free a running request to recompute later, at the front of the queue (REQ-714, TRACE-1035)."""

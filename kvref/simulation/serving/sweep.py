@@ -55,6 +55,18 @@ def read_results(path: Path) -> dict[str, ServingResult]:
     return found
 
 
+def _end_torn_line(path: Path) -> None:
+    """End an interrupted write's torn last line, so the next record starts a line of its own (TRACE-1043)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        torn = fh.read(1) != b"\n"
+    if torn:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write("\n")
+
+
 def _append(path: Path, point: ServingPoint, result: ServingResult) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps({"key": point.key(), "result": result.to_json()}) + "\n")
@@ -127,6 +139,7 @@ def run_sweep(
     todo = [p for p in points if p.key() not in done]
     if results_file:
         results_file.parent.mkdir(parents=True, exist_ok=True)
+        _end_torn_line(results_file)
     if scheduler:
         outcomes = _dask(todo, scheduler)
     else:

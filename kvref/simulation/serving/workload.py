@@ -103,6 +103,24 @@ class ServingWorkload:
     algorithm: str = DEFAULT_ALGORITHM
     note: str = ""
 
+    def __post_init__(self) -> None:
+        size = self.block_size
+        if type(size) is not int or size < 1:
+            raise InvalidValueError("TRACE-1002", f"ServingWorkload: block_size must be an integer >= 1, got {size!r}")
+        last = 0
+        for index, r in enumerate(self.requests):
+            if r.arrival_us < last:
+                raise InvalidValueError(
+                    "TRACE-1003", f"ServingWorkload: request {index} arrives at {r.arrival_us} us, before {last} us"
+                )
+            last = r.arrival_us
+            if r.block_ids is not None and len(r.block_ids) != -(-r.prompt_length // size):
+                raise InvalidValueError(
+                    "TRACE-1002",
+                    f"ServingWorkload: request {index} names {len(r.block_ids)} blocks for {r.prompt_length} "
+                    f"tokens in blocks of {size}",
+                )
+
     @property
     def prompt_tokens(self) -> int:
         """Prompt tokens over all requests."""
