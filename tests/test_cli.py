@@ -110,3 +110,29 @@ def test_a_bad_capacity_is_refused_in_the_users_own_numbers(capacity: str, capsy
     assert main(["replay", "--capacity", capacity]) == 2
     said = capsys.readouterr().err
     assert f"got {capacity}" in said and "ERR-504" in said, f"replay --capacity {capacity} said {said!r}"
+
+
+def test_plain_tables_keep_every_number_whole_at_any_width(capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.table import Table
+
+    from kvref.cli.console import plain_columns, use_plain_tables
+
+    table = Table(title="t")
+    for name in ("blocks", "policy", "token hits"):
+        table.add_column(name, justify="left" if name == "policy" else "right", overflow="fold")
+    table.add_row("1,234,567", "lru-leaf", "12.34%")
+    table.add_row("8", "fifo", "100.00%")
+    text = plain_columns(table)
+    assert text.splitlines() == [
+        "t",
+        "   blocks  policy    token hits",
+        "1,234,567  lru-leaf      12.34%",
+        "        8  fifo         100.00%",
+    ]
+    try:
+        assert main(["replay", "--capacity", "64", "--policy", "lru", "--format", "plain"]) == 0
+    finally:
+        use_plain_tables(False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["blocks", "policy", "block", "hits", "token", "hits", "no-evict", "evictions", "blocks/s"]
+    assert out[2].split()[:5] == ["64", "lru", "11.93%", "12.17%", "73.33%"], out[2]

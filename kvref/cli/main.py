@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the hash-block prefix cache (chapter 03), chapter 06's radix cache, or both side by side",
     )
     rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.add_argument(
+        "--format", choices=["table", "plain"], default="table", help="plain: tables as plain columns, every cell whole"
+    )
     rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")
     rep.add_argument(
         "--backends",
@@ -124,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if getattr(args, "format", None) == "plain":
+        from kvref.cli.console import use_plain_tables
+
+        use_plain_tables(True)
     try:
         return int(args.func(args))
     except KVRefError as exc:

@@ -63,6 +63,9 @@ def add_serving_commands(sub: Any) -> None:
     serve.add_argument("--results", help="JSON Lines file of finished points; a rerun skips those written")
     serve.add_argument("--out", help="directory for serving.json, serving.md and the plots")
     serve.add_argument("--json", action="store_true", help="machine-readable output")
+    serve.add_argument(
+        "--format", choices=["table", "plain"], default="table", help="plain: tables as plain columns, every cell whole"
+    )
     serve.set_defaults(func=run_serve_replay)
 
     traces = sub.add_parser("traces", help="the public traces kvref knows: list them, fetch one")
