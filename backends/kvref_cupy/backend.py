@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import ARRAY_CAPABILITIES, SLOT_CAPABILITIES
+from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
     from kvref_arraypool.ops import NumpyLikeOps
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
+    from kvref.oracle.data import DataPlane
     from kvref.oracle.radix import OracleRadixCache
 
 __all__ = ["CupyBackend", "backend"]
@@ -91,7 +92,23 @@ class CupyBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
-        return self.create(2, device="host").capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES
+        return self.create(2, device="host").capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES | DATA_CAPABILITIES
+
+    def data_plane(self, device: str | None = None) -> DataPlane:
+        """Chapter 08's data plane on CuPy arrays on ``cuda:N``, or NumPy on the host without CUDA."""
+        from kvref_arraypool.tensors import LibraryTensors
+
+        from kvref.oracle.data import DataPlane
+
+        where = self.device(device)
+        if where == "host":
+            import numpy
+
+            return DataPlane(LibraryTensors(numpy, name="cupy (host: numpy)", device="host"))
+        import cupy  # pragma: no cover - needs a CUDA device
+
+        cupy.cuda.Device(int(where.partition(":")[2])).use()  # pragma: no cover
+        return DataPlane(LibraryTensors(cupy, name="cupy", device=where))  # pragma: no cover
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None

@@ -11,13 +11,14 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import ARRAY_CAPABILITIES, SLOT_CAPABILITIES
+from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
+    from kvref.oracle.data import DataPlane
     from kvref.oracle.radix import OracleRadixCache
 
 __all__ = ["TorchBackend", "backend"]
@@ -73,7 +74,14 @@ class TorchBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines (the array core is complete), chapter 06's token slots included."""
-        return self.create(2).capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES
+        return self.create(2).capabilities() | SLOT_CAPABILITIES | ARRAY_CAPABILITIES | DATA_CAPABILITIES
+
+    def data_plane(self, device: str | None = None, *, pin_memory: bool = False) -> DataPlane:
+        """Chapter 08's data plane on torch tensors on ``device`` (``cuda:0`` where torch sees CUDA)."""
+        from kvref.oracle.data import DataPlane
+        from kvref_torch.tensors import TorchTensors
+
+        return DataPlane(TorchTensors(self.device(device), pin_memory=pin_memory))
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None

@@ -55,6 +55,9 @@ class Target:
     #: ``context_factory(*, block_size, num_blocks, paused_blocks, policy)``: an engine's own request
     #: path over its allocator (capability ``context-duties``, chapter 07's REQ-740..REQ-745).
     context_factory: Callable[..., Any] | None = None
+    #: ``plane_factory()``: chapter 08's data plane on the target's device (capability ``data-plane``):
+    #: a :class:`kvref.oracle.data.DataPlane`, its tensor library and the class of each part.
+    plane_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -89,6 +92,7 @@ class Target:
             self.radix_factory,
             self.manager_factory,
             self.context_factory,
+            self.plane_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -172,6 +176,14 @@ class Target:
         pool = self.create(num_blocks, policy=policy, enable_events=settings["enable_kv_cache_events"])
         return RequestManager(pool, **settings)
 
+    def data_plane(self) -> Any:
+        """The target's data plane (chapter 08); ConfigError where it has none."""
+        if self.plane_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no data plane")
+        return self.plane_factory()
+
     def create_context(self, **settings: Any) -> Any:
         """The engine's own request path over a new allocator (REQ-740..REQ-745); ConfigError where it has none."""
         if self.context_factory is None:
@@ -243,7 +255,13 @@ class Target:
             return make_context(device=device, **kwargs)  # type: ignore[misc]
 
         context = context_factory if make_context is not None else None
+        make_plane = getattr(backend, "data_plane", None)
+
+        def plane_factory() -> Any:
+            return make_plane(device)  # type: ignore[misc]
+
+        plane = plane_factory if make_plane is not None else None
         return cls(
             name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager,
-            context,
+            context, plane,
         )  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
+from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
 from kvref_conformance.suites.eviction import EvictionSuite
@@ -81,3 +82,7 @@ class TestReplay(ReplaySuite):
 
 class TestStateful(StatefulSuite):
     """Differential state machines against the oracle, on the selected backend."""
+
+
+class TestDataPlane(DataPlaneSuite):
+    """Chapter 08's data plane on the selected backend's tensor library, where it has one."""

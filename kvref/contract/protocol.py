@@ -42,6 +42,7 @@ __all__ = [
     "SLOT_CAPABILITIES",
     "ARRAY_CAPABILITIES",
     "STANDARD_CAPABILITIES",
+    "DATA_CAPABILITIES",
 ]
 
 Holder = Hashable
@@ -71,6 +72,7 @@ CAPABILITIES: dict[str, str] = {
     "manager-share-last-block": "matches a prompt of whole blocks up to its last block, as Megatron-Core (REQ-705)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "fault-containment": "refuses every call after one interrupted from inside (ERR-515)",
+    "data-plane": "offers chapter 08's data plane (data_plane: KV buffers, request table, states, routing)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",
@@ -89,12 +91,15 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset(
 #: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
 #: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
 ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays"})
+#: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
+DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane"})
 STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
     "replay",
     "cuda-graph",
     "context-duties",
     *SLOT_CAPABILITIES,
     *ARRAY_CAPABILITIES,
+    *DATA_CAPABILITIES,
 }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvref import __version__
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import SLOT_CAPABILITIES
+from kvref.contract.protocol import DATA_CAPABILITIES, SLOT_CAPABILITIES
 from kvref.oracle.blockpool.pool import OracleBlockPool
 from kvref.oracle.radix.allocator import OracleSlotAllocator
 from kvref.oracle.radix.tree import OracleRadixCache
@@ -37,7 +38,14 @@ class OracleBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines, chapter 06's token slots included."""
-        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES
+        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES | DATA_CAPABILITIES
+
+    def data_plane(self, device: str | None = None) -> Any:
+        """Chapter 08's reference: kvref's data-plane classes on NumPy on the host (:mod:`kvref.oracle.data`)."""
+        self.device(device)
+        from kvref.oracle.data import DataPlane
+
+        return DataPlane.reference()
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None

@@ -1,0 +1,103 @@
+"""The tensor library under the data plane (spec chapter 08): NumPy for the reference, others in backends.
+
+The data plane's classes (:mod:`.kv`, :mod:`.table`, :mod:`.states`, :mod:`.routing`) hold their
+state in arrays of one library, reached through :class:`Tensors`: making zeroed arrays, moving
+index arrays and values in, reading arrays back to the host. Indexing (``a[idx]`` to gather a
+copy, ``a[idx] = values`` to scatter) and ``reshape`` are the same in NumPy, CuPy and torch, so
+the classes use them directly. The checks of arguments (:func:`host_indices`) read them on the
+host. NumPy is loaded by this room only, never by ``import kvref``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from kvref.contract.errors import ConfigError, InvalidTypeError
+
+__all__ = ["NumpyTensors", "Tensors", "host_indices"]
+
+
+class Tensors(Protocol):
+    """A tensor library on one device, as the data plane uses it."""
+
+    name: str
+    device: str
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> Any:
+        """A zeroed array of ``shape`` in ``dtype`` (a name: ``float16``, ``int32``, ...)."""
+        ...
+
+    def index(self, host: np.ndarray) -> Any:
+        """An int64 index array on the device, from checked host indices."""
+        ...
+
+    def values(self, data: Any, dtype: str) -> Any:
+        """``data`` (a NumPy array or an array of this library) as an array of this library in ``dtype``."""
+        ...
+
+    def to_host(self, a: Any) -> np.ndarray:
+        """A NumPy copy of ``a`` (float types the host lacks come back as float32)."""
+        ...
+
+    def nbytes(self, a: Any) -> int:
+        """The bytes ``a`` occupies."""
+        ...
+
+    def supports(self, dtype: str) -> bool:
+        """Whether arrays of ``dtype`` can be made here (DATA-805)."""
+        ...
+
+
+_NUMPY_DTYPES = {"float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64"}
+
+
+class NumpyTensors:
+    """NumPy in host memory: the reference's tensors."""
+
+    name = "numpy"
+    device = "host"
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """A zeroed NumPy array; ConfigError for a dtype NumPy lacks (DATA-805)."""
+        if not self.supports(dtype):
+            raise ConfigError("DATA-805", f"numpy cannot hold dtype {dtype!r}; it holds {sorted(_NUMPY_DTYPES)}")
+        return np.zeros(shape, dtype=dtype)
+
+    def index(self, host: np.ndarray) -> np.ndarray:
+        """The host indices themselves, as int64."""
+        return np.asarray(host, dtype=np.int64)
+
+    def values(self, data: Any, dtype: str) -> np.ndarray:
+        """``data`` as a NumPy array of ``dtype``."""
+        return np.asarray(data).astype(dtype, copy=False)
+
+    def to_host(self, a: Any) -> np.ndarray:
+        """A copy of ``a``."""
+        return np.array(a, copy=True)
+
+    def nbytes(self, a: Any) -> int:
+        """``a.nbytes``."""
+        return int(a.nbytes)
+
+    def supports(self, dtype: str) -> bool:
+        """NumPy's own dtypes: no bfloat16, no 8-bit floats."""
+        return dtype in _NUMPY_DTYPES
+
+
+def host_indices(values: object, *, op: str, arg: str = "indices") -> np.ndarray:
+    """``values`` (ints, a list, a NumPy array or a device array) as a host int64 array of the same shape.
+
+    Refuses what is not integer with InvalidTypeError (ERR-503). A device array is read back once.
+    """
+    if hasattr(values, "get") and not isinstance(values, dict):  # a CuPy array
+        values = values.get()
+    elif hasattr(values, "detach") and hasattr(values, "cpu"):  # a torch tensor
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+        if array.size == 0:
+            return array.astype(np.int64)
+        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be integers, got {array.dtype}")
+    return array.astype(np.int64, copy=False)
