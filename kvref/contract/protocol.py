@@ -20,6 +20,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, SupportsIndex, runtime_checkable
 
+from kvref.contract.capabilities import (
+    ARRAY_CAPABILITIES,
+    CAPABILITIES,
+    DATA_CAPABILITIES,
+    SLOT_CAPABILITIES,
+    STANDARD_CAPABILITIES,
+)
 from kvref.contract.events import KVEvent, PrefixCacheStats
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike
@@ -46,61 +53,6 @@ __all__ = [
 ]
 
 Holder = Hashable
-
-#: Capability names an implementation may declare, with the one-line description a test suite
-#: prints when it skips a test for want of the capability.
-CAPABILITIES: dict[str, str] = {
-    "prefix-cache": "registers full blocks under their hash and serves longest-prefix hits",
-    "events": "reports KV events (stored, removed, all cleared)",
-    "batching": "offers allocate_many, free_many and match_many over a whole scheduler step",
-    "pause": "tracks paused holders against a soft limit",
-    "invariants": "can verify its own invariants (check_invariants)",
-    "snapshot": "can return its whole observable state for before/after comparison",
-    "hashing": "computes block hashes of token ids itself (hash_blocks)",
-    "request-prefix": "matches a request's cached prefix leaving its last token uncomputed (match_request)",
-    "token-slots": "hands out token slots in pages (create_slots: chapter 06's allocator)",
-    "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
-    "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
-    "slot-batches": "allocates token slots for a whole scheduler step in one call (alloc_many, RADIX-612)",
-    "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
-    "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
-    "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
-    "request-manager": "offers chapter 07's request-level manager (its own, or kvref's over its prefix cache)",
-    "manager-common-prefix": "counts the blocks every scheduled request shares (get_num_common_prefix_blocks, REQ-718)",
-    "context-duties": "runs its engine's own request path over its allocator (create_context, REQ-740..REQ-745)",
-    "manager-sliding-window": "serves sliding-window KV cache groups beside full attention (REQ-730..REQ-734)",
-    "manager-share-last-block": "matches a prompt of whole blocks up to its last block, as Megatron-Core (REQ-705)",
-    "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
-    "fault-containment": "refuses every call after one interrupted from inside (ERR-515)",
-    "data-plane": "offers chapter 08's data plane (data_plane: KV buffers, request table, states, routing)",
-    "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
-    "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
-    "policy-lru": "evicts by release order (lru)",
-    "policy-lru-leaf": "evicts least recently released leaves only (lru-leaf)",
-    "policy-ref-zero": "drops a hashed block when its last reference goes (ref-zero)",
-    "policy-fifo": "evicts by registration order (fifo)",
-}
-
-#: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
-SLOT_CAPABILITIES: frozenset[str] = frozenset(
-    {"token-slots", "slot-versions", "slot-order", "slot-batches", "radix-cache", "radix-receipts"}
-)
-
-#: What an implementation of the whole protocol declares: every capability but ``replay``, which
-#: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
-#: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
-#: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
-ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays"})
-#: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
-DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane"})
-STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
-    "replay",
-    "cuda-graph",
-    "context-duties",
-    *SLOT_CAPABILITIES,
-    *ARRAY_CAPABILITIES,
-    *DATA_CAPABILITIES,
-}
 
 
 class BlockState(StrEnum):
