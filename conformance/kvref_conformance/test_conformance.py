@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
+from kvref_conformance.suites.data_integrity import DataIntegritySuite
 from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
@@ -86,3 +87,7 @@ class TestStateful(StatefulSuite):
 
 class TestDataPlane(DataPlaneSuite):
     """Chapter 08's data plane on the selected backend's tensor library, where it has one."""
+
+
+class TestDataIntegrity(DataIntegritySuite):
+    """Chapter 08 end to end: the selected backend's pool and data plane together."""

@@ -19,6 +19,14 @@ def _positive(value: object, name: str) -> int:
     return value
 
 
+def _span(host: np.ndarray) -> slice | None:
+    """``host`` as a slice when it is a run of consecutive slots (a contiguous span: one copy, no gather)."""
+    n = len(host)
+    if n > 1 and int(host[-1]) - int(host[0]) == n - 1 and bool((np.diff(host) == 1).all()):
+        return slice(int(host[0]), int(host[0]) + n)
+    return None
+
+
 class KVBuffers:
     """One K and one V buffer per layer (spec chapter 08).
 
@@ -123,13 +131,19 @@ class KVBuffers:
         usable = flat[flat >= self.padding]
         if len(np.unique(usable)) != len(usable):
             raise InvalidValueError("DATA-807", f"{op}: a usable slot appears twice in one call")
+        t = self.tensors
+        k_rows, v_rows = self._rows(self.k_buffer[layer]), self._rows(self.v_buffer[layer])
+        if len(usable) == len(flat):  # no padded token: one scatter, or one slice for a span
+            where: Any = _span(flat) or t.index(flat)
+            k_rows[where] = t.values(ks, self.dtype)
+            v_rows[where] = t.values(vs, self.dtype)
+            return
         keep = np.flatnonzero(flat >= self.padding)  # padded tokens' writes are absorbed
         if not len(keep):
             return
-        t = self.tensors
         where, pick = t.index(flat[keep]), t.index(keep)
-        self._rows(self.k_buffer[layer])[where] = t.values(ks, self.dtype)[pick]
-        self._rows(self.v_buffer[layer])[where] = t.values(vs, self.dtype)[pick]
+        k_rows[where] = t.values(ks, self.dtype)[pick]
+        v_rows[where] = t.values(vs, self.dtype)[pick]
 
     def get_kv(self, layer: int, indices: object) -> tuple[Any, Any]:
         """Fresh copies of K and V at ``indices``: ``[*indices.shape, heads, dim]`` (DATA-806)."""
@@ -156,7 +170,8 @@ class KVBuffers:
         if not len(s):
             return
         t = self.tensors
-        si, di = t.index(s), t.index(d)
+        si: Any = _span(s) or t.index(s)
+        di: Any = _span(d) or t.index(d)
         for buffers in (self.k_buffer, self.v_buffer):
             for layer_buffer in buffers:
                 rows = self._rows(layer_buffer)
