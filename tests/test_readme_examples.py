@@ -34,3 +34,13 @@ def test_the_readme_array_surface_example_reports_its_double_free(capsys: pytest
     assert "[RADIX-606]" in printed and "call 1" in printed and "4048" in printed, (
         f"the README's array-surface example printed {printed!r}; it promises the double free of call 1 and 4048 slots"
     )
+
+
+@pytest.mark.rule("DATA-801", "DATA-806", "DATA-811")
+@pytest.mark.parametrize("backend", ["oracle", "torch", "cupy"])
+def test_the_readme_data_plane_example_runs_on_every_backend(capsys: pytest.CaptureFixture[str], backend: str) -> None:
+    (block,) = python_blocks("data_plane()")
+    exec(compile(block.replace('load_backend("oracle")', f"load_backend({backend!r})"), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "(2, 16, 8, 64) (2, 16, 2, 64)" in printed.replace("torch.Size([", "(").replace("])", ")"), printed
+    assert "2662400" in printed, f"mem_bytes of 2 layers of 65 blocks of 16 slots: {printed}"
