@@ -69,8 +69,9 @@ class IntegrityMachine(RuleBasedStateMachine):
     def _check_routing(self, blocks: list[int], prompt: list[int], count: int, rule_id: str) -> None:
         got = self.routing.reconstruct(blocks, count)
         assert got is not None, f"[{rule_id}] routing of {count} tokens over blocks {blocks} is missing"
-        want = np.stack([expected_routing(tok, p, LAYERS, TOPK) for p, tok in enumerate(prompt[:count])])
-        wrong = first_mismatch(self.t.to_host(got), want) if count else None
+        rows = [expected_routing(tok, p, LAYERS, TOPK) for p, tok in enumerate(prompt[:count])]
+        want = np.stack(rows) if rows else np.zeros((0, LAYERS, TOPK), dtype=np.int32)
+        wrong = first_mismatch(self.t.to_host(got), want)
         assert wrong is None, f"[{rule_id}] routing over blocks {blocks}: {wrong}"
 
     @precondition(lambda self: len(self.live) < ROWS)
