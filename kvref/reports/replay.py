@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvref.contract.errors import BackendUnavailableError
+from kvref.reports.plotting import finish_figure, pyplot
 from kvref.simulation.replay import ReplayResult
 
 __all__ = ["render_markdown", "write_replay_report"]
@@ -57,15 +57,7 @@ def render_markdown(results: list[ReplayResult], title: str, backend_runs: Seque
 
 
 def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BackendUnavailableError(
-            "CONF-902", "the replay plot needs matplotlib: pip install 'kvref[plots]'"
-        ) from None
+    plt = pyplot("the replay plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for policy in dict.fromkeys(r.policy for r in results):
         points = sorted((r.capacity, r.token_hit_rate) for r in results if r.policy == policy)
@@ -76,12 +68,7 @@ def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
         ax.set_xscale("log", base=2)
     ax.set_xlabel("cache capacity (blocks)")
     ax.set_ylabel("token hit rate (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_figure(plt, fig, ax, title, path)
 
 
 def write_replay_report(

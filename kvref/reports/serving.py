@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvref.contract.errors import BackendUnavailableError
+from kvref.reports.plotting import finish_figure, pyplot
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.sizing import SizingAnswer
 
@@ -104,21 +104,8 @@ def render_serving_markdown(
     return "\n".join(lines)
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BackendUnavailableError(
-            "CONF-902", "the serving replay's plots need matplotlib: pip install 'kvref[plots]'"
-        ) from None
-    return plt
-
-
 def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rate: bool) -> None:
-    plt = _pyplot()
+    plt = pyplot("the serving replay's plots")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in dict.fromkeys(curve_label(r, results) for r in results):
         runs = sorted((r for r in results if curve_label(r, results) == label), key=lambda r: r.capacity)
@@ -132,17 +119,12 @@ def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rat
         ax.set_xscale("log", base=2)
     ax.set_xlabel("cache capacity (blocks)")
     ax.set_ylabel("token hit rate (%)" if hit_rate else "p90 time to first token (ms)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_figure(plt, fig, ax, title, path)
 
 
 def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None:
     """Blocks in use over time, one line per policy, at the capacity in the middle of those replayed."""
-    plt = _pyplot()
+    plt = pyplot("the serving replay's plots")
     capacities = sorted({r.capacity for r in results})
     middle = capacities[len(capacities) // 2]
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -153,12 +135,7 @@ def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None
     ax.axhline(middle, color="grey", linestyle=":", label="capacity")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("blocks in use")
-    ax.set_title(f"{title}\nat {middle:,} blocks", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_figure(plt, fig, ax, f"{title}\nat {middle:,} blocks", path)
 
 
 def write_serving_report(
