@@ -30,6 +30,7 @@ __all__ = [
     "infinite_capacity_hits",
     "replay",
     "replay_stepwise",
+    "warmup_cut",
 ]
 
 
@@ -104,7 +105,7 @@ def hit_tokens(input_length: int, blocks: int, hit: int, block_size: int) -> int
 def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]:
     """Block and token hits of the counted requests with a cache that never evicts (TRACE-1016)."""
     seen: set[int] = set()
-    first = math.floor(warmup * len(trace.requests))
+    first = warmup_cut(warmup, len(trace.requests))
     block_hits = token_hits = 0
     for index, request in enumerate(trace.requests):
         ids = request.block_ids
@@ -116,6 +117,11 @@ def infinite_capacity_hits(trace: Trace, warmup: float = 0.0) -> tuple[int, int]
             token_hits += hit_tokens(request.input_length, len(ids), hit, trace.block_size)
         seen.update(ids)
     return block_hits, token_hits
+
+
+def warmup_cut(warmup: float, requests: int) -> int:
+    """Index of the first counted of ``requests`` requests when a ``warmup`` fraction only warms (TRACE-1013)."""
+    return math.floor(warmup * requests)
 
 
 def check_warmup(warmup: object, op: str) -> float:
@@ -140,7 +146,7 @@ class Tally:
     @property
     def first_counted(self) -> int:
         """Index of the first request counted (TRACE-1013), or ``start`` where the caller cut elsewhere."""
-        return math.floor(self.warmup * len(self.trace.requests)) if self.start is None else self.start
+        return warmup_cut(self.warmup, len(self.trace.requests)) if self.start is None else self.start
 
     def add(self, request: TraceRequest, hit: int) -> None:
         """Count one request whose first ``hit`` blocks were cached (TRACE-1011, TRACE-1012)."""

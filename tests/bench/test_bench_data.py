@@ -30,6 +30,13 @@ def plane_of(backend: Any, device: str | None) -> Any:
     return backend.data_plane(device)
 
 
+def batch_slots(pattern: str, *, seed: int) -> np.ndarray:
+    """The ``BATCH`` usable slots a call touches: a contiguous span, or scattered at random over the buffer."""
+    if pattern == "contiguous":
+        return np.arange(1, BATCH + 1)
+    return np.random.default_rng(seed).choice(np.arange(1, SLOTS + 1), BATCH, replace=False)
+
+
 def plain_copy_seconds(plane: Any, nbytes: int) -> float:
     """The best of 20 plain copies of ``nbytes / 2`` bytes (read and written: ``nbytes`` moved)."""
     t = plane.tensors
@@ -71,12 +78,7 @@ def record(benchmark: Any, backend: Any, plane: Any, workload: str, nbytes: int)
 def test_set_kv_bandwidth(benchmark: Any, backend: Any, device: str | None, pattern: str) -> None:
     plane = plane_of(backend, device)
     kv = plane.kv_buffers(SLOTS, 1, HEADS, DIM, dtype="float16")
-    rng = np.random.default_rng(0)
-    slots = (
-        np.arange(1, BATCH + 1)
-        if pattern == "contiguous"
-        else rng.choice(np.arange(1, SLOTS + 1), BATCH, replace=False)
-    )
+    slots = batch_slots(pattern, seed=0)
     k = plane.tensors.values(np.ones((BATCH, HEADS, DIM), dtype=np.float16), "float16")
     index = plane.tensors.values(slots, "int64")
 
@@ -94,12 +96,7 @@ def test_set_kv_bandwidth(benchmark: Any, backend: Any, device: str | None, patt
 def test_get_kv_bandwidth(benchmark: Any, backend: Any, device: str | None, pattern: str) -> None:
     plane = plane_of(backend, device)
     kv = plane.kv_buffers(SLOTS, 1, HEADS, DIM, dtype="float16")
-    rng = np.random.default_rng(1)
-    slots = (
-        np.arange(1, BATCH + 1)
-        if pattern == "contiguous"
-        else rng.choice(np.arange(1, SLOTS + 1), BATCH, replace=False)
-    )
+    slots = batch_slots(pattern, seed=1)
     index = plane.tensors.values(slots, "int64")
     out: list[Any] = []
 

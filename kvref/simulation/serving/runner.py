@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvref.contract.errors import InvalidValueError
 from kvref.contract.hashing import DEFAULT_ALGORITHM
+from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.scheduler import ServingReplay
@@ -127,13 +127,9 @@ def with_belady(result: ServingResult, workload: ServingWorkload, point: Serving
     from kvref.simulation.belady import belady_replay
 
     size = workload.block_size
-    first = math.floor(point.warmup * len(workload.requests))  # the replay's cut, over every request (TRACE-1013)
-    kept_at = [
-        i
-        for i, r in enumerate(workload.requests)
-        if -(-r.max_computed_tokens() // size) <= point.capacity
-        and r.prompt_length + r.output_length <= point.model.max_model_len
-    ]
+    first = warmup_cut(point.warmup, len(workload.requests))  # the replay's cut, over every request (TRACE-1013)
+    limit = point.model.max_model_len
+    kept_at = [i for i, r in enumerate(workload.requests) if r.fits(size, point.capacity, limit)]
     if not kept_at:
         return result
     kept = tuple(workload.requests[i] for i in kept_at)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kvref.contract.requests import Request, RequestStatus
 from kvref.oracle.manager import RequestManager
+from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import Percentiles, ServingResult, thin_timeline
 from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
@@ -61,11 +62,7 @@ class _Live:
         req = self.req
         start, stop = self.appended, self.generated
         if stop > start:
-            spec = self.spec
-            if spec.output_tokens is not None:
-                req.append_output_token_ids(list(spec.output_tokens[start:stop]))
-            else:
-                req.append_output_token_ids([spec.output_token(self.index, 0)] * (stop - start))
+            req.append_output_token_ids([self.spec.output_token(self.index, p) for p in range(start, stop)])
             self.appended = stop
         return req
 
@@ -112,7 +109,7 @@ class ServingReplay:
         self.manager = manager
         self.model = model
         self.fast_forward = fast_forward
-        self.first_counted = math.floor(warmup * len(workload.requests))
+        self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
         self._size = manager.block_size
         self._capacity = manager.pool.num_usable
@@ -140,7 +137,8 @@ class ServingReplay:
         n = len(specs)
         nxt = 0
         pool = self.manager.pool
-        evictions_before = pool.stats.evictions if "prefix-cache" in pool.capabilities() else 0
+        caching = "prefix-cache" in pool.capabilities()
+        evictions_before = pool.stats.evictions if caching else 0
         started = time.perf_counter()
         while nxt < n or self._waiting or self._running:
             while nxt < n and specs[nxt].arrival_us <= self._now:
@@ -154,16 +152,12 @@ class ServingReplay:
             if steady and self.fast_forward:
                 self._skip_quiet_steps(duration, specs[nxt].arrival_us if nxt < n else None)
         seconds = time.perf_counter() - started
-        evictions = (pool.stats.evictions if "prefix-cache" in pool.capabilities() else 0) - evictions_before
+        evictions = (pool.stats.evictions if caching else 0) - evictions_before
         return self._result(backend, policy or getattr(pool.policy, "value", ""), evictions, seconds)
 
     def _arrive(self, index: int, spec: ServedRequest) -> None:
         """A request joins the waiting queue, or is rejected when it could never run (TRACE-1037)."""
-        model = self.model
-        if (
-            -(-spec.max_computed_tokens() // self._size) > self._capacity
-            or spec.prompt_length + spec.output_length > model.max_model_len
-        ):
+        if not spec.fits(self._size, self._capacity, self.model.max_model_len):
             self._tally.rejected += 1
             if self._progress:
                 self._progress(1, len(self.workload.requests))
@@ -342,9 +336,11 @@ class ServingReplay:
         fills a block nor is its last, no request arrives before the step starts, and the queue's
         head still does not fit (nothing was freed or taken). Each such step lasts ``duration``.
         """
+        active = [live for live in self._running if not live.paused]
+        if not active:
+            return
         size = self._size
         steps = math.inf if next_arrival is None else max(0, -(-(next_arrival - self._now) // duration))
-        active = [live for live in self._running if not live.paused]
         for live in active:
             c = live.req.num_computed_tokens
             to_open = -c % size  # first step computing a block's first token
@@ -354,8 +350,6 @@ class ServingReplay:
             if steps <= 0:
                 return
         k = int(steps)
-        if k <= 0 or not active:
-            return
         for live in active:
             live.req.num_computed_tokens += k
             live.generated += k  # appended at the request's next manager call
