@@ -14,6 +14,7 @@ from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
+    from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
@@ -111,6 +112,23 @@ class TorchBackend:
         from kvref_torch.ops import TorchOps
 
         return DeviceSlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort, dtype=dtype)
+
+    def create_block_arrays(
+        self,
+        num_blocks: int,
+        *,
+        max_requests: int = 256,
+        reserved_ids: Sequence[int] = (0,),
+        dtype: str = "int32",
+        device: str | None = None,
+    ) -> DeviceBlockPool:
+        """Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, tensors in and out."""
+        from kvref_arraypool.block_arrays import DeviceBlockPool
+
+        from kvref_torch.ops import TorchOps
+
+        ops = TorchOps(self.device(device))
+        return DeviceBlockPool(num_blocks, ops=ops, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
 
     def create(
         self,

@@ -32,6 +32,7 @@ __all__ = [
     "BUDGET_FILE",
     "SCENARIOS",
     "ARRAY_SCENARIOS",
+    "BLOCK_SCENARIOS",
     "SLOT_SCENARIOS",
     "CallCost",
     "CountLaunches",
@@ -183,6 +184,42 @@ def _arrays_pair(slots: Any, n: int) -> Callable[[], object]:
     return lambda: slots.free(slots.alloc(n))
 
 
+def _blocks_allocate(pool: Any, n: int) -> Callable[[], object]:
+    return lambda: pool.allocate([n], [3])
+
+
+def _blocks_step(pool: Any, n: int) -> Callable[[], object]:
+    """A scheduler step's allocation: ``n`` blocks over up to 16 request slots, in one call."""
+    requests = min(n, 16)
+    counts = [n // requests + (i < n % requests) for i in range(requests)]
+    return lambda: pool.allocate(counts, list(range(requests)))
+
+
+def _blocks_free(pool: Any, n: int) -> Callable[[], object]:
+    ids, _ = pool.allocate([n], [3])
+    return lambda: pool.free(ids, 3)
+
+
+def _blocks_acquire(pool: Any, n: int) -> Callable[[], object]:
+    ids, _ = pool.allocate([n], [3])
+    slots = pool.ops.full(n, 4)
+    return lambda: pool.acquire(ids, slots)
+
+
+def _blocks_pair(pool: Any, n: int) -> Callable[[], object]:
+    """The issue's pair on the block pool: allocate ``n`` blocks for a request slot and free them."""
+    return lambda: pool.free(pool.allocate([n], [3])[0], 3)
+
+
+#: Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, int32 ids.
+BLOCK_SCENARIOS: dict[str, Scenario] = {
+    "block_arrays_allocate": _blocks_allocate,
+    "block_arrays_step": _blocks_step,
+    "block_arrays_free": _blocks_free,
+    "block_arrays_acquire": _blocks_acquire,
+    "block_arrays_pair": _blocks_pair,
+}
+
 #: Chapter 06's token-slot allocator: set-ups on a fresh allocator of pages of one slot. The
 #: ``slots_*`` scenarios go through the list protocol (a free reads its verdict at once); the
 #: ``slot_arrays_*`` ones through the array surface (ERR-510..ERR-514), int32 ids, nothing read back.
@@ -191,6 +228,7 @@ ARRAY_SCENARIOS: dict[str, Scenario] = {
     "slot_arrays_alloc": _slots_alloc_arrays,
     "slot_arrays_free": _arrays_free,
     "slot_arrays_pair": _arrays_pair,
+    **BLOCK_SCENARIOS,
 }
 
 #: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
@@ -214,8 +252,10 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
-            if op in ARRAY_SCENARIOS:
-                target: Any = backend.create_slot_arrays(size, device=device)
+            if op in BLOCK_SCENARIOS:
+                target: Any = backend.create_block_arrays(size, device=device)
+            elif op in ARRAY_SCENARIOS:
+                target = backend.create_slot_arrays(size, device=device)
             elif op in SLOT_SCENARIOS:
                 target = backend.create_slots(size, device=device)
             else:
@@ -266,11 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(
             json.dumps({"device": args.device, "costs": table}, indent=1) + "\n", encoding="utf-8"
         )
-    print(f"{'operation':<18} {'batch':>6} {'launches':>9} {'syncs':>6} {'copies in':>9}  most launched")
+    width = max(len("operation"), *(len(op) for op in costs))
+    print(f"{'operation':<{width}} {'batch':>6} {'launches':>9} {'syncs':>6} {'copies in':>9}  most launched")
     for op, per in costs.items():
         for n, cost in per.items():
             top = ", ".join(f"{name} {k}" for name, k in cost.by_op.most_common(3))
-            print(f"{op:<18} {n:>6} {cost.launches:>9} {cost.syncs:>6} {cost.copies_in:>9}  {top}")
+            print(f"{op:<{width}} {n:>6} {cost.launches:>9} {cost.syncs:>6} {cost.copies_in:>9}  {top}")
     if args.write:
         write_budget(costs)
         print(f"wrote {BUDGET_FILE}")

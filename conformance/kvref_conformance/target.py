@@ -58,6 +58,9 @@ class Target:
     #: ``plane_factory()``: chapter 08's data plane on the target's device (capability ``data-plane``):
     #: a :class:`kvref.oracle.data.DataPlane`, its tensor library and the class of each part.
     plane_factory: Callable[..., Any] | None = None
+    #: ``block_arrays_factory(num_blocks, *, max_requests, reserved_ids, dtype)``: chapter 01's
+    #: block pool with the array surface and request slots (capability ``block-arrays``, ERR-517..ERR-520).
+    block_arrays_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -93,6 +96,7 @@ class Target:
             self.manager_factory,
             self.context_factory,
             self.plane_factory,
+            self.block_arrays_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -140,6 +144,16 @@ class Target:
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no array surface for its token slots")
         return self.slot_arrays_factory(size, page_size=page_size, sort=sort, dtype=dtype)
+
+    def create_block_arrays(
+        self, num_blocks: int, *, max_requests: int = 256, reserved_ids: tuple[int, ...] = (0,), dtype: str = "int32"
+    ) -> Any:
+        """A new block pool with the array surface (ERR-517..ERR-520); ConfigError where it has none."""
+        if self.block_arrays_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no array surface for its block pool")
+        return self.block_arrays_factory(num_blocks, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
 
     def create_manager(
         self,
@@ -261,7 +275,13 @@ class Target:
             return make_plane(device)  # type: ignore[misc]
 
         plane = plane_factory if make_plane is not None else None
+        make_blocks = getattr(backend, "create_block_arrays", None)
+
+        def block_arrays_factory(num_blocks: int, **kwargs: Any) -> Any:
+            return make_blocks(num_blocks, device=device, **kwargs)  # type: ignore[misc]
+
+        blocks = block_arrays_factory if make_blocks is not None else None
         return cls(
             name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager,
-            context, plane,
+            context, plane, blocks,
         )  # fmt: skip

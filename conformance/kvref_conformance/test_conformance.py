@@ -6,6 +6,7 @@ tested through exactly this module, as any third party's would be.
 
 from __future__ import annotations
 
+from kvref_conformance.suites.block_arrays import BlockArraysSuite
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.data_integrity import DataIntegritySuite
@@ -63,6 +64,10 @@ class TestRadix(RadixCacheSuite):
 
 class TestSlotArrays(SlotArraysSuite):
     """Chapter 06's allocator with the array surface (ERR-510..ERR-514), where the selected backend has one."""
+
+
+class TestBlockArrays(BlockArraysSuite):
+    """Chapter 01's block pool with the array surface (ERR-517..ERR-520), where the selected backend has one."""
 
 
 class TestManager(ManagerSuite):

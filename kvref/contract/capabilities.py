@@ -26,6 +26,7 @@ CAPABILITIES: dict[str, str] = {
     "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
+    "block-arrays": "offers chapter 01's block pool with the array surface (create_block_arrays: ERR-517..ERR-520)",
     "request-manager": "offers chapter 07's request-level manager (its own, or kvref's over its prefix cache)",
     "manager-common-prefix": "counts the blocks every scheduled request shares (get_num_common_prefix_blocks, REQ-718)",
     "context-duties": "runs its engine's own request path over its allocator (create_context, REQ-740..REQ-745)",
@@ -48,7 +49,7 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset(
 )
 
 #: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
-ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays"})
+ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays"})
 #: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
 DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane"})
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which

@@ -18,6 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvref.contract.errors import KVRefError
 from kvref.oracle.radix import OracleRadixCache
 from tests.meta.array_surface_bugs import ARRAY_BUGS
+from tests.meta.block_arrays_bugs import BLOCK_ARRAY_BUGS
 from tests.meta.radix_bugs import SLOT_BUGS, TREE_BUGS
 from tests.meta.test_planted_bugs import named_rules, run_suite
 from tests.test_radix_machine import SchedulerMachine
@@ -56,5 +57,15 @@ def test_the_array_surface_suite_catches_the_planted_bug(tmp_path: Path, bug: st
     target = f"tests.meta.array_surface_bugs:{bug}"
     code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "SlotArrays")
     assert code != 0, f"the array-surface suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+@pytest.mark.rule("ERR-511", "ERR-519", "POOL-108", "POOL-109")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(BLOCK_ARRAY_BUGS.items()))
+def test_the_block_arrays_suite_catches_the_planted_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    target = f"tests.meta.block_arrays_bugs:{bug}"
+    code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "BlockArrays")
+    assert code != 0, f"the block array-surface suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"

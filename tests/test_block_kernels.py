@@ -1,0 +1,160 @@
+"""The fused Triton kernels of the block pool's array surface do exactly what its array path does.
+
+A Hypothesis machine drives two :class:`DeviceBlockPool` side by side, one with
+:class:`kvref_torch.block_kernels.TritonBlockKernels` and one without, through steps of one or
+several request slots, good and bad frees and acquires of one slot (the fused calls) and of
+several (the array path, on both), and checks; after every step it compares the state both keep
+(free stack, references, generations, holding bits) and the error each check raises. Runs where
+the kernels can: on CUDA, or on the CPU under Triton's interpreter (``nox -s kernels``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, run_state_machine_as_test
+from hypothesis.stateful import rule as step
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("the Triton kernels need CUDA or TRITON_INTERPRET=1 (nox -s kernels)", allow_module_level=True)
+
+from kvref_arraypool.block_arrays import DeviceBlockPool  # noqa: E402
+
+from kvref.contract.errors import KVRefError  # noqa: E402
+from kvref_torch.block_kernels import TritonBlockKernels  # noqa: E402
+from kvref_torch.ops import TorchOps  # noqa: E402
+
+DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
+BLOCKS, SLOTS = 12, 40
+
+
+def outcome(call: Any) -> tuple[str, str, Any] | None:
+    """What a call raised (class, rule, call index), or None."""
+    try:
+        call()
+    except KVRefError as exc:
+        return type(exc).__name__, exc.rule, getattr(exc, "call_index", None)
+    return None
+
+
+class FusedBesideArrays(RuleBasedStateMachine):
+    """The same calls on the fused and the array path; the same state and errors after each."""
+
+    @initialize()
+    def create(self) -> None:
+        def make(kernels: Any) -> DeviceBlockPool:
+            return DeviceBlockPool(BLOCKS, ops=TorchOps(DEVICE), max_requests=SLOTS, kernels=kernels)
+
+        self.fused, self.plain = make(TritonBlockKernels()), make(None)
+        self.given: list[tuple[list[int], int]] = []  # what each allocation handed out, and to whom
+
+    @step(counts=st.lists(st.integers(0, 4), min_size=1, max_size=3), slot=st.integers(0, SLOTS - 1))
+    def allocate(self, counts: list[int], slot: int) -> None:
+        slots = [slot] * len(counts) if len(counts) == 1 or slot % 2 else [(slot + i) % SLOTS for i in counts]
+        results: list[Any] = []
+        errors = [outcome(lambda p=p: results.append(p.allocate(counts, slots))) for p in (self.fused, self.plain)]
+        assert errors[0] == errors[1], f"allocate({counts}, {slots}): fused raised {errors[0]}, arrays {errors[1]}"
+        if errors[0] is None:
+            (got, _), (want, _) = results
+            assert got.dtype == want.dtype and got.tolist() == want.tolist(), (
+                f"allocate({counts}, {slots}): fused gave {got.tolist()} ({got.dtype}), arrays {want.tolist()}"
+            )
+            if len(set(slots)) == 1:
+                self.given.append((got.tolist(), slots[0]))
+
+    @step(i=st.integers(0, 99), op=st.sampled_from(["free", "acquire"]), other=st.integers(0, SLOTS),
+          extra=st.sampled_from([None, 0, -1, 10_000, "repeat"]), per_entry=st.booleans())  # fmt: skip
+    def call(self, i: int, op: str, other: int, extra: Any, per_entry: bool) -> None:
+        if not self.given:
+            return
+        named, slot = self.given[i % len(self.given)]
+        named = list(named)
+        slot = slot if op == "free" and other % 3 else other % SLOTS
+        if extra == "repeat" and named:
+            named.append(named[0])
+        elif extra is not None:
+            named.insert(len(named) // 2, extra)
+        ids = torch.tensor(named, dtype=torch.int32, device=DEVICE)
+        slots: Any = torch.full((len(named),), slot, device=DEVICE) if per_entry else slot
+        for p in (self.fused, self.plain):
+            getattr(p, op)(ids, slots)
+
+    @step()
+    def check(self) -> None:
+        got, want = outcome(self.fused.check), outcome(self.plain.check)
+        assert got == want, f"check(): fused raised {got}, the array path {want}"
+        assert self.fused.available_blocks() == self.plain.available_blocks(), "available_blocks() differs"
+
+    @invariant()
+    def same_state(self) -> None:
+        if hasattr(self, "fused"):
+            got, want = self.fused.snapshot(), self.plain.snapshot()
+            assert got == want, f"after the same calls the fused state is {got}, the array path's {want}"
+
+
+@pytest.mark.rule("ERR-511", "ERR-512", "ERR-513", "ERR-518", "ERR-519", "ERR-520")
+def test_the_fused_kernels_agree_with_the_array_path() -> None:
+    run_state_machine_as_test(
+        FusedBesideArrays, settings=settings(max_examples=60, stateful_step_count=30, deadline=None)
+    )
+
+
+@pytest.mark.rule("ERR-520")
+def test_a_call_of_4096_entries_is_one_program_and_a_larger_one_takes_the_array_path() -> None:
+    fused = DeviceBlockPool(8193, ops=TorchOps(DEVICE), kernels=TritonBlockKernels())
+    plain = DeviceBlockPool(8193, ops=TorchOps(DEVICE))
+    for n in (4096, 4097):
+        (a, _), (b, _) = fused.allocate([n], [1]), plain.allocate([n], [1])
+        assert a.tolist() == b.tolist(), f"allocate([{n}], [1]) differs between the fused and the array path"
+        fused.acquire(a, 2)
+        plain.acquire(b, 2)
+        for slot in (1, 2):
+            fused.free(a, slot)
+            plain.free(b, slot)
+        assert fused.snapshot() == plain.snapshot(), f"after acquiring and freeing {n} the fused state differs"
+
+
+class UncountedInterpreter(TritonBlockKernels):
+    """The kernels, with the torch operations Triton's interpreter makes to move tensors (which a
+    compiled kernel does not make) hidden from the launch counter; on CUDA, the kernels as they are."""
+
+    def allocate(self, **kwargs: Any) -> Any:
+        with _outside_the_counter():
+            return super().allocate(**kwargs)
+
+    def call(self, **kwargs: Any) -> Any:
+        with _outside_the_counter():
+            return super().call(**kwargs)
+
+
+def _outside_the_counter() -> Any:
+    import contextlib
+
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes() if DEVICE == "cpu" else contextlib.nullcontext()
+
+
+@pytest.mark.rule("ERR-513")
+@pytest.mark.parametrize("n", [1, 16, 256, 4096])
+def test_allocate_acquire_and_free_are_one_launch_each_and_wait_for_nothing(n: int) -> None:
+    from kvref_torch.counting import CountLaunches
+
+    kernels = UncountedInterpreter()
+    pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(DEVICE), kernels=kernels)
+    with CountLaunches(pool.ops) as counter:
+        ids, _ = pool.allocate([n], [5])
+        pool.acquire(ids, 6)
+        pool.free(ids, 6)
+        pool.free(ids, 5)
+    cost = counter.cost
+    assert (kernels.launches, cost.launches, cost.syncs) == (4, 0, 0), (
+        f"allocate({n}), acquire, free, free: {kernels.launches} Triton launches, {cost.launches} torch launches "
+        f"({dict(cost.by_op)}) and {cost.syncs} syncs; the fused path promises 4, 0 and 0"
+    )
