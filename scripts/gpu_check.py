@@ -68,9 +68,9 @@ def main() -> int:
             "--results", RESULTS)  # fmt: skip
     run("-m", "pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
     if importlib.util.find_spec("triton") is not None:  # the fused kernels, compiled: beside the array path
-        run("-m", "pytest", "tests/test_slot_kernels.py", "-p", "no:cacheprovider")
+        run("-m", "pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", "-p", "no:cacheprovider")
         run("-m", "kvref", "conformance", "--backend", "torch-triton", "--device", "cuda:0", "--profile", "ci",
-            "--results", RESULTS, "--", "-k", "Slot")  # fmt: skip
+            "--results", RESULTS, "--", "-k", "Slot or BlockArrays")  # fmt: skip
     else:
         print("gpu_check: triton is not installed: the torch-triton kernels are not checked", file=sys.stderr)
     if not args.skip_bench:

@@ -8,6 +8,8 @@ purpose (``python -m kvref_torch.counting --write``), never by this test.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -72,3 +74,27 @@ def test_the_counter_sees_launches_and_the_syncs_a_gpu_would_make() -> None:
     assert cost.launches >= 2, f"a comparison and a masked index counted as {cost.launches} launches"
     assert cost.syncs == 3, f"a boolean mask, a scalar read and a host copy counted as {cost.syncs} syncs, not 3"
     assert cost.by_op["gt"] == 1, f"launches by operation: {dict(cost.by_op)}"
+
+
+@pytest.mark.rule("DATA-815")
+@pytest.mark.parametrize("batch", BATCHES)
+def test_kv_calls_with_device_slots_never_wait_for_the_device(batch: int) -> None:
+    from kvref_torch.backend import backend
+
+    kv = backend.data_plane("cpu").kv_buffers(2 * batch + 8, 2, 2, 8, dtype="float16", checks="device")
+    slots = torch.arange(1, batch + 1)
+    k, v = torch.ones(batch, 2, 8), torch.ones(batch, 2, 8)
+    calls: dict[str, Any] = {
+        "set_kv": lambda: kv.set_kv(1, slots, k, v),
+        "get_kv": lambda: kv.get_kv(1, slots),
+        "copy_kv": lambda: kv.copy_kv(slots, slots + batch),
+    }
+    for name, call in calls.items():
+        checks: Any = kv.device_checks
+        with CountLaunches(checks.ops) as counter:
+            call()
+        assert counter.cost.syncs == 0, (
+            f"{name} of {batch} device slots waited for the device {counter.cost.syncs} time(s) "
+            f"({dict(counter.cost.by_op)}); checked on the device it must not (DATA-815)"
+        )
+    kv.check()

@@ -44,3 +44,27 @@ def test_the_readme_data_plane_example_runs_on_every_backend(capsys: pytest.Capt
     printed = capsys.readouterr().out
     assert "(2, 16, 8, 64) (2, 16, 2, 64)" in printed.replace("torch.Size([", "(").replace("])", ")"), printed
     assert "2662400" in printed, f"mem_bytes of 2 layers of 65 blocks of 16 slots: {printed}"
+
+
+@pytest.mark.rule("ERR-517", "ERR-520", "POOL-108")
+def test_the_readme_block_arrays_example_reports_its_foreign_free(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    (block,) = python_blocks("create_block_arrays")
+    code = block.replace("max_requests=256)", "max_requests=256, device='cpu')")
+    exec(compile(code, "README.md (block arrays)", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[POOL-108]" in printed and "call 2" in printed and "1019" in printed, (
+        f"the README's block array-surface example printed {printed!r}; it promises the foreign free of call 2 "
+        "and 1019 free blocks"
+    )
+
+
+@pytest.mark.rule("DATA-815", "DATA-816")
+def test_the_readme_device_checks_example_reports_its_repeated_slot(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    (block,) = python_blocks('checks="device"')
+    exec(compile(block, "README.md (device checks)", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[DATA-807]" in printed and "call 1" in printed, (
+        f"the README's device-checks example printed {printed!r}; it promises DATA-807 for call 1"
+    )

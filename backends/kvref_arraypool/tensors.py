@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvref.contract.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvref_arraypool.data_checks import DeviceSlotChecks
 
 __all__ = ["LibraryTensors"]
 
@@ -42,6 +45,14 @@ class LibraryTensors:
     def to_host(self, a: Any) -> np.ndarray:
         """A NumPy copy."""
         return np.array(a.get() if hasattr(a, "get") else a, copy=True)
+
+    def device_checks(self, slots: int) -> DeviceSlotChecks:
+        """Checks of slot indices on this device (DATA-815), over the library's array operations."""
+        from kvref_arraypool.data_checks import DeviceSlotChecks
+        from kvref_arraypool.ops import NumpyLikeOps
+
+        ops = NumpyLikeOps(self.xp, device=self.device, is_device=self.xp.__name__ != "numpy")
+        return DeviceSlotChecks(ops, slots)
 
     def nbytes(self, a: Any) -> int:
         """``a.nbytes``."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from kvref.contract.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvref_arraypool.data_checks import DeviceSlotChecks
 
 __all__ = ["TorchTensors"]
 
@@ -52,6 +55,14 @@ class TorchTensors:
         if a.dtype in (torch.bfloat16, torch.float8_e4m3fn):
             a = a.float()
         return np.array(a.numpy(), copy=True)
+
+    def device_checks(self, slots: int) -> DeviceSlotChecks:
+        """Checks of slot indices on this device (DATA-815), over torch's array operations."""
+        from kvref_arraypool.data_checks import DeviceSlotChecks
+
+        from kvref_torch.ops import TorchOps
+
+        return DeviceSlotChecks(TorchOps(self.device), slots)
 
     def nbytes(self, a: torch.Tensor) -> int:
         """Elements times element size."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvref_conformance.suites.block_arrays import BlockArraysSuite
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
+from kvref_conformance.suites.data_device import DataDeviceChecksSuite
 from kvref_conformance.suites.data_integrity import DataIntegritySuite
 from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
@@ -92,6 +93,10 @@ class TestStateful(StatefulSuite):
 
 class TestDataPlane(DataPlaneSuite):
     """Chapter 08's data plane on the selected backend's tensor library, where it has one."""
+
+
+class TestDataDeviceChecks(DataDeviceChecksSuite):
+    """Chapter 08's checks on the device (DATA-815..DATA-817), where the selected backend makes them."""
 
 
 class TestDataIntegrity(DataIntegritySuite):

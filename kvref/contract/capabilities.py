@@ -35,6 +35,7 @@ CAPABILITIES: dict[str, str] = {
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",
     "fault-containment": "refuses every call after one interrupted from inside (ERR-515)",
     "data-plane": "offers chapter 08's data plane (data_plane: KV buffers, request table, states, routing)",
+    "data-device-checks": "its KV buffers check device slots on the device (checks='device', DATA-815..DATA-817)",
     "cuda-graph": "keeps the arrays of graph_arrays() at fixed addresses, read by captured CUDA graphs (CONF-908)",
     "replay": "replays a batch of requests against its own prefix cache in one call (replay_requests)",
     "policy-lru": "evicts by release order (lru)",
@@ -51,7 +52,7 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset(
 #: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
 ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays"})
 #: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
-DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane"})
+DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane", "data-device-checks"})
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
 #: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
 #: in CUDA memory can have (CONF-908). The oracle and the array backends share it.

@@ -38,7 +38,7 @@ class OracleBackend:
 
     def capabilities(self) -> frozenset[str]:
         """Everything the spec defines, chapter 06's token slots included."""
-        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES | DATA_CAPABILITIES
+        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES | (DATA_CAPABILITIES - {"data-device-checks"})
 
     def data_plane(self, device: str | None = None) -> Any:
         """Chapter 08's reference: kvref's data-plane classes on NumPy on the host (:mod:`kvref.oracle.data`)."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
-from kvref.oracle.data.tensors import NumpyTensors, Tensors, host_indices
+from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, host_indices
 
 __all__ = ["KVBuffers"]
 
@@ -35,6 +35,8 @@ class KVBuffers:
     token slots after the padding (one slot, or one block in the ``paged`` layout, DATA-801);
     ``row="flat"`` stores a token's heads as one row of ``heads * dim``. ``tensors`` picks the
     library and device (NumPy on the host by default). Every call takes token slots.
+    ``checks="device"`` checks slots given as arrays of that library on the device, never reading
+    them back (DATA-815..DATA-817; the default on a CUDA device); ``"host"`` checks every call at once.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class KVBuffers:
         block_size: int = 1,
         row: str = "heads",
         tensors: Tensors | None = None,
+        checks: str | None = None,
     ) -> None:
         self.tensors: Tensors = tensors or NumpyTensors()
         self.size = _positive(size, "size")
@@ -74,6 +77,7 @@ class KVBuffers:
         self.layout, self.row, self.dtype = layout, row, dtype
         self.padding = block_size if layout == "paged" else 1  # slots [0, padding) absorb padded writes
         self.slots = size + self.padding
+        self._checks = self._device_checks(checks)
         self.k_buffer = [self.tensors.zeros(self._shape(self.k_shape), dtype) for _ in range(layer_num)]
         self.v_buffer = [self.tensors.zeros(self._shape(self.v_shape), dtype) for _ in range(layer_num)]
 
@@ -83,6 +87,28 @@ class KVBuffers:
         return (self.slots, heads_dim[0] * heads_dim[1]) if self.row == "flat" else (self.slots, *heads_dim)
 
     # ------------------------------------------------------------------ checks
+
+    def _device_checks(self, checks: str | None) -> DeviceSlotChecks | None:
+        if checks is None:
+            checks = "device" if str(self.tensors.device).startswith("cuda") else "host"
+        if checks not in ("host", "device"):
+            raise ConfigError("DATA-815", f"KVBuffers: checks must be 'host' or 'device', got {checks!r}")
+        if checks == "host":
+            return None
+        made = self.tensors.device_checks(self.slots)
+        if made is None:
+            raise ConfigError("DATA-815", f"KVBuffers: {self.tensors.name} checks slots on the host only")
+        return made
+
+    @property
+    def device_checks(self) -> DeviceSlotChecks | None:
+        """The checks made on the device (DATA-815), or None when every call is checked on the host."""
+        return self._checks
+
+    def check(self) -> None:
+        """Raise the first error the device checks recorded since the last report, once (DATA-816)."""
+        if self._checks is not None:
+            self._checks.check()
 
     def _layer(self, layer: object, op: str) -> int:
         if type(layer) is not int or not 0 <= layer < self.layer_num:
@@ -123,6 +149,16 @@ class KVBuffers:
         """Write ``k`` and ``v`` at token slots ``indices`` of ``layer`` (DATA-802..DATA-807)."""
         op = "set_kv"
         layer = self._layer(layer, op)
+        checks = self._checks
+        taken = None if checks is None else checks.take(indices)
+        if checks is not None and taken is not None:  # checked on the device: no host read (DATA-815)
+            flat, shape = taken
+            ks = self._shaped(k, shape, self.k_shape, op, "k")
+            vs = self._shaped(v, shape, self.v_shape, op, "v")
+            rows_at = checks.writes(flat, op=op, padding=self.padding)
+            self._rows(self.k_buffer[layer])[rows_at] = self.tensors.values(ks, self.dtype)
+            self._rows(self.v_buffer[layer])[rows_at] = self.tensors.values(vs, self.dtype)
+            return
         host = self._slots(indices, op)
         batch = tuple(host.shape)
         ks = self._shaped(k, batch, self.k_shape, op, "k")
@@ -149,6 +185,14 @@ class KVBuffers:
         """Fresh copies of K and V at ``indices``: ``[*indices.shape, heads, dim]`` (DATA-806)."""
         op = "get_kv"
         layer = self._layer(layer, op)
+        checks = self._checks
+        taken = None if checks is None else checks.take(indices)
+        if checks is not None and taken is not None:  # on the device: a refused call reads the padding (DATA-817)
+            flat, shape = taken
+            rows_at = checks.reads(flat, op=op, padding=self.padding)
+            k = self._rows(self.k_buffer[layer])[rows_at].reshape(*shape, *self.k_shape)
+            v = self._rows(self.v_buffer[layer])[rows_at].reshape(*shape, *self.v_shape)
+            return k, v
         host = self._slots(indices, op)
         self._no_padding(host, op, "source")
         where = self.tensors.index(host.reshape(-1))
@@ -159,6 +203,8 @@ class KVBuffers:
     def copy_kv(self, src: object, dst: object) -> None:
         """Copy every layer's K and V rows of ``src`` slots into ``dst`` slots (DATA-809)."""
         op = "copy_kv"
+        if self._copied_on_device(src, dst, op):
+            return
         s = self._slots(src, op, "src").reshape(-1)
         d = self._slots(dst, op, "dst").reshape(-1)
         if len(s) != len(d):
@@ -176,6 +222,25 @@ class KVBuffers:
             for layer_buffer in buffers:
                 rows = self._rows(layer_buffer)
                 rows[di] = rows[si]
+
+    def _copied_on_device(self, src: object, dst: object, op: str) -> bool:
+        """``copy_kv`` of slots given as device arrays, checked on the device (DATA-815); False otherwise."""
+        checks = self._checks
+        if checks is None:
+            return False
+        src_taken, dst_taken = checks.take(src), checks.take(dst)
+        if src_taken is None or dst_taken is None:
+            return False
+        s, d = src_taken[0], dst_taken[0]
+        if len(s) != len(d):
+            raise InvalidValueError("DATA-809", f"{op}: {len(s)} src slots and {len(d)} dst slots")
+        if len(s):
+            si, di = checks.copies(s, d, op=op, padding=self.padding)
+            for buffers in (self.k_buffer, self.v_buffer):
+                for layer_buffer in buffers:
+                    rows = self._rows(layer_buffer)
+                    rows[di] = rows[si]
+        return True
 
     def mem_bytes(self) -> int:
         """Bytes of every K and V buffer (DATA-808)."""

@@ -16,7 +16,36 @@ import numpy as np
 
 from kvref.contract.errors import ConfigError, InvalidTypeError
 
-__all__ = ["NumpyTensors", "Tensors", "host_indices"]
+__all__ = ["DeviceSlotChecks", "NumpyTensors", "Tensors", "host_indices"]
+
+
+class DeviceSlotChecks(Protocol):
+    """The checks of slot indices a library makes on its device (DATA-815..DATA-817).
+
+    Given the slots of a call as an array of the library (:meth:`take`), each method checks them
+    with array operations, records the first refused call's error, and returns where the call
+    reads or writes each entry: its slot, or slot 0 (padding) for every entry of a refused call.
+    """
+
+    def take(self, values: object) -> tuple[Any, tuple[int, ...]] | None:
+        """The values flattened on the device and their shape, or None for the host path."""
+        ...
+
+    def writes(self, flat: Any, *, op: str, padding: int) -> Any:
+        """Where ``set_kv`` writes each entry (DATA-804, DATA-807); padded entries to slot 0."""
+        ...
+
+    def reads(self, flat: Any, *, op: str, padding: int) -> Any:
+        """Where ``get_kv`` reads each entry (DATA-802, DATA-804)."""
+        ...
+
+    def copies(self, src: Any, dst: Any, *, op: str, padding: int) -> tuple[Any, Any]:
+        """Where ``copy_kv`` reads and writes each entry (DATA-802, DATA-804, DATA-809)."""
+        ...
+
+    def check(self) -> None:
+        """Raise the first recorded error not yet raised, once (DATA-816)."""
+        ...
 
 
 class Tensors(Protocol):
@@ -47,6 +76,10 @@ class Tensors(Protocol):
 
     def supports(self, dtype: str) -> bool:
         """Whether arrays of ``dtype`` can be made here (DATA-805)."""
+        ...
+
+    def device_checks(self, slots: int) -> DeviceSlotChecks | None:
+        """Checks of indices into ``slots`` rows made on the device, or None where the library has none."""
         ...
 
 
@@ -84,6 +117,10 @@ class NumpyTensors:
     def supports(self, dtype: str) -> bool:
         """NumPy's own dtypes: no bfloat16, no 8-bit floats."""
         return dtype in _NUMPY_DTYPES
+
+    def device_checks(self, slots: int) -> None:
+        """None: the reference checks every index on the host, at once."""
+        return None
 
 
 def host_indices(values: object, *, op: str, arg: str = "indices") -> np.ndarray:
