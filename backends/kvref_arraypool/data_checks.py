@@ -52,8 +52,11 @@ class DeviceSlotChecks:
 
     def writes(self, flat: Array, *, op: str, padding: int) -> Array:
         """Where a ``set_kv`` writes each entry (DATA-804, DATA-807): its slot, or slot 0 (padding,
-        which absorbs writes) for padded entries and for every entry of a refused call."""
+        which absorbs writes) for padded entries and for every entry of a refused call. An empty
+        call is no call: it is neither checked nor counted."""
         ops = self.ops
+        if len(flat) == 0:
+            return flat
         out, safe = self._range(flat)
         usable = safe >= padding
         twice = usable & ~self._first_occurrence(safe)
@@ -63,8 +66,10 @@ class DeviceSlotChecks:
 
     def reads(self, flat: Array, *, op: str, padding: int) -> Array:
         """Where a ``get_kv`` reads each entry (DATA-802, DATA-804): its slot, or slot 0 for every
-        entry of a refused call."""
+        entry of a refused call; an empty call is no call."""
         ops = self.ops
+        if len(flat) == 0:
+            return flat
         out, safe = self._range(flat)
         codes = ops.where(out, _RANGE, ops.where(safe < padding, _PADDING, 0))
         accepted = self._note(codes, flat, op)

@@ -161,3 +161,17 @@ class DataDeviceChecksSuite(ConformanceSuite):
         kind = BlockIdError if bad == "dst out of range" else InvalidValueError
         rule_id = {"dst out of range": "DATA-804", "src is padding": "DATA-802"}.get(bad, "DATA-809")
         reported(mine, kind, rule_id, 0, f"a copy_kv whose {bad}")
+
+    @rule("DATA-815", "DATA-816")
+    def test_an_empty_call_of_device_slots_is_no_call(self, impl: Target) -> None:
+        mine, theirs = twins(impl, LAYOUTS[0])
+        none = device(mine, [])
+        mine.set_kv(0, none, np.zeros((0, 2, 3)), np.zeros((0, 1, 6)))
+        k, v = mine.get_kv(1, none)
+        mine.copy_kv(none, none)
+        assert tuple(k.shape) == (0, 2, 3) and tuple(v.shape) == (0, 1, 6), (
+            f"[DATA-815] get_kv of no device slots gave shapes {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+        mine.get_kv(0, device(mine, [0]))  # the first call that counts: refused
+        reported(mine, InvalidValueError, "DATA-802", 0, "empty calls and then a get_kv of the padding slot")
+        same_data(mine, theirs, "empty calls", "DATA-815")

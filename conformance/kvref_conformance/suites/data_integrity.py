@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, run_state_machine_as_test
 from hypothesis.stateful import rule as step
 
 from kvref.contract.hashing import hash_token_blocks
 from kvref_conformance.suites.base import ConformanceSuite, first_policy, requires, rule
-from kvref_conformance.suites.data_plane import check_tokens, write_tokens
+from kvref_conformance.suites.data_plane import as_slots, check_tokens, write_tokens
 from kvref_conformance.suites.data_values import expected_routing, expected_states, first_mismatch
 from kvref_conformance.target import Target
 
@@ -38,6 +38,8 @@ class IntegrityMachine(RuleBasedStateMachine):
     """Requests through the target's pool and data plane, beside what every value must be."""
 
     target: Target
+    #: ``"device"``: the KV buffers check slots on the device and get them as device arrays (DATA-815).
+    checks = "host"
 
     @initialize(dtype=st.sampled_from(["float32", "float16", "int8"]))
     def create(self, dtype: str) -> None:
@@ -45,7 +47,16 @@ class IntegrityMachine(RuleBasedStateMachine):
         plane = impl.data_plane()
         self.pool = impl.create(BLOCKS + 1, policy=first_policy(impl))
         self.kv = plane.kv_buffers(
-            BLOCKS * B, LAYERS, 2, 2, v_head_num=1, v_head_dim=3, dtype=dtype, layout="paged", block_size=B
+            BLOCKS * B,
+            LAYERS,
+            2,
+            2,
+            v_head_num=1,
+            v_head_dim=3,
+            dtype=dtype,
+            layout="paged",
+            block_size=B,
+            checks=self.checks,
         )
         self.table = plane.req_to_token(ROWS, BLOCKS * B)
         self.routing = plane.routing(BLOCKS + 1, B, LAYERS, TOPK)
@@ -140,7 +151,7 @@ class IntegrityMachine(RuleBasedStateMachine):
         (spare,) = self.pool.allocate(1, holder=-rid)
         src = [blocks[-1] * B + i for i in range(used)]
         dst = [spare * B + i for i in range(used)]
-        self.kv.copy_kv(src, dst)
+        self.kv.copy_kv(as_slots(self.kv, src), as_slots(self.kv, dst))
         positions = list(range(n - used, n))
         check_tokens(self.kv, dst, prompt[n - used :], positions, "DATA-809")
         check_tokens(self.kv, src, prompt[n - used :], positions, "DATA-809")
@@ -174,3 +185,21 @@ class DataIntegritySuite(ConformanceSuite):
     def test_every_hit_copy_row_routing_and_state_reads_back_what_was_written(self, impl: Target) -> None:
         machine: Any = type("IntegrityMachine", (IntegrityMachine,), {"target": impl})
         run_state_machine_as_test(machine)
+
+    @requires("data-device-checks")
+    @rule("DATA-815", "DATA-816")
+    def test_the_same_with_every_kv_slot_on_the_device_and_checked_there(self, impl: Target) -> None:
+        machine: Any = type("DeviceIntegrityMachine", (DeviceIntegrityMachine,), {"target": impl})
+        run_state_machine_as_test(machine)
+
+
+class DeviceIntegrityMachine(IntegrityMachine):
+    """The integrity machine with the KV buffers' slots as device arrays, checked on the device:
+    every call is good, so ``check()`` after each step must raise nothing (DATA-816)."""
+
+    checks = "device"
+
+    @invariant()
+    def nothing_was_refused(self) -> None:
+        if hasattr(self, "kv"):
+            self.kv.check()

@@ -29,6 +29,12 @@ def kv(impl: Target, layout: tuple[str, str, int] = LAYOUTS[0], **kwargs: Any) -
     return impl.data_plane().kv_buffers(16, 2, 2, 3, layout=name, row=row, block_size=block, **options)
 
 
+def as_slots(buffers: KVBuffers, slots: list[int]) -> Any:
+    """``slots`` as the buffers take them: a device array where they check on the device (DATA-815), else NumPy."""
+    host = np.array(slots, dtype=np.int64)
+    return buffers.tensors.index(host) if getattr(buffers, "device_checks", None) is not None else host
+
+
 def write_tokens(buffers: KVBuffers, slots: list[int], tokens: list[int], positions: list[int]) -> None:
     """Write the derived rows of ``tokens`` at ``positions`` into ``slots``, every layer."""
     kh, kd = buffers.k_shape
@@ -46,14 +52,14 @@ def write_tokens(buffers: KVBuffers, slots: list[int], tokens: list[int], positi
                 for t, p in zip(tokens, positions, strict=True)
             ]
         )
-        buffers.set_kv(layer, np.array(slots), k, v)
+        buffers.set_kv(layer, as_slots(buffers, slots), k, v)
 
 
 def check_tokens(buffers: KVBuffers, slots: list[int], tokens: list[int], positions: list[int], rule_id: str) -> None:
     """Every layer's K and V at ``slots`` hold the rows of ``tokens`` at ``positions``."""
     t = buffers.tensors
     for layer in range(buffers.layer_num):
-        k, v = buffers.get_kv(layer, np.array(slots))
+        k, v = buffers.get_kv(layer, as_slots(buffers, slots))
         k, v = t.to_host(k), t.to_host(v)
         for i, (slot, token, position) in enumerate(zip(slots, tokens, positions, strict=True)):
             for name, seen, shape, value in (("K", k[i], buffers.k_shape, False), ("V", v[i], buffers.v_shape, True)):
