@@ -345,6 +345,13 @@ class DeviceSlotAllocator:
         """Pages freed in the open free group; a host read (for explaining a refused free)."""
         return {int(p) for p in np.flatnonzero(self.ops.to_host(self._state) == _PENDING)}
 
+    def pages_held(self, slots: list[int]) -> list[bool]:
+        """Whether each slot's page is allocated (slots out of range: False); one host read."""
+        top = (self.num_pages + 1) * self.page_size
+        pages = np.array([s // self.page_size if 0 <= s < top else 0 for s in slots], dtype=np.int64)
+        held = self.ops.to_host(self._state[self.ops.asarray(pages)]) != _FREE
+        return [bool(h) and p > 0 for h, p in zip(held.tolist(), pages.tolist(), strict=True)]
+
     def allocated_pages(self) -> np.ndarray:
         """A host copy of the per-page allocated flags (index 0 is the padding page)."""
         held: np.ndarray = self.ops.to_host(self._state) != _FREE

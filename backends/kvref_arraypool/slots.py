@@ -19,6 +19,8 @@ from itertools import pairwise
 from typing import Any, SupportsIndex
 
 from kvref.contract.checks import pages_to_free
+from kvref.contract.errors import InvalidValueError
+from kvref.contract.extend import decode_prefixes, plan_extend
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -76,6 +78,26 @@ class ArraySlotAllocator:
         slots, offsets = got
         flat = self.ops.tolist(slots)
         return [flat[start:end] for start, end in pairwise(offsets)]
+
+    def alloc_extend(self, prefix_lens: object, seq_lens: object, last_locs: object) -> list[int] | None:
+        """A step's slots for tokens ``[prefix_len, seq_len)`` of each request, or None (RADIX-613, RADIX-614)."""
+        return self._extend(prefix_lens, seq_lens, last_locs, "alloc_extend")
+
+    def alloc_decode(self, seq_lens: object, last_locs: object) -> list[int] | None:
+        """One slot per request for its token ``seq_len - 1`` (RADIX-615)."""
+        prefixes, seq = decode_prefixes(seq_lens)
+        return self._extend(prefixes, seq, last_locs, "alloc_decode")
+
+    def _extend(self, prefix_lens: object, seq_lens: object, last_locs: object, op: str) -> list[int] | None:
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.arrays.page_size, op)
+        partial = plan.partial_last_locs()
+        for loc, held in zip(partial, self.arrays.pages_held(partial) if partial else [], strict=True):
+            if not held:
+                raise InvalidValueError(
+                    "RADIX-614", f"{op}: last_loc {loc} is in a page that is not allocated; its request holds none"
+                )
+        fresh = self.alloc(plan.new_pages * self.arrays.page_size)
+        return None if fresh is None else plan.compose(fresh)
 
     def free(self, indices: Iterable[SupportsIndex] | Array) -> None:
         """Return the pages ``indices`` fall in, each once; the oracle's errors, at once (RADIX-602, RADIX-606)."""

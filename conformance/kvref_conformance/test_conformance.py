@@ -23,6 +23,7 @@ from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
 from kvref_conformance.suites.replay import ReplaySuite
 from kvref_conformance.suites.slot_arrays import SlotArraysSuite
+from kvref_conformance.suites.slot_extend import SlotExtendSuite
 from kvref_conformance.suites.slots import SlotAllocatorSuite
 from kvref_conformance.suites.stateful import StatefulSuite
 
@@ -57,6 +58,10 @@ class TestCudaGraph(CudaGraphSuite):
 
 class TestSlots(SlotAllocatorSuite):
     """Chapter 06's token-slot allocator, where the selected backend has one."""
+
+
+class TestSlotExtend(SlotExtendSuite):
+    """Chapter 06's step allocations that continue prefixes (alloc_extend, alloc_decode), where offered."""
 
 
 class TestRadix(RadixCacheSuite):

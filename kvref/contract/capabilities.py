@@ -23,6 +23,7 @@ CAPABILITIES: dict[str, str] = {
     "slot-versions": "its token slots carry versions that detect a stale (slot, version) pair (RADIX-608)",
     "slot-order": "hands out token slots in chapter 06's order (RADIX-610)",
     "slot-batches": "allocates token slots for a whole scheduler step in one call (alloc_many, RADIX-612)",
+    "slot-extend": "extends requests' prefixes by a step's tokens (alloc_extend, alloc_decode: RADIX-613..615)",
     "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
@@ -46,7 +47,7 @@ CAPABILITIES: dict[str, str] = {
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
 SLOT_CAPABILITIES: frozenset[str] = frozenset(
-    {"token-slots", "slot-versions", "slot-order", "slot-batches", "radix-cache", "radix-receipts"}
+    {"token-slots", "slot-versions", "slot-order", "slot-batches", "slot-extend", "radix-cache", "radix-receipts"}
 )
 
 #: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvref.contract.extend import plan_extend
 from kvref.oracle.backend import OracleBackend
 from kvref.oracle.radix import OracleRadixCache, OracleSlotAllocator
 from kvref.oracle.radix.nodes import Node
@@ -77,6 +78,26 @@ class MergeBeforeRefusing(OracleSlotAllocator):
         return super().alloc(need_size)
 
 
+class ExtendSkipsOwnPage(OracleSlotAllocator):
+    """``alloc_extend`` takes new pages for every token: a request's partly filled last page is left
+    with holes, and its tokens are no longer page-contiguous (a slip of the phase-1 count)."""
+
+    def alloc_extend(self, prefix_lens: Any, seq_lens: Any, last_locs: Any) -> list[int] | None:
+        pre, seq = list(prefix_lens), list(seq_lens)
+        aligned = [(p // self.page_size) * self.page_size for p in pre]
+        return super().alloc_extend(aligned, [s - p + a for s, p, a in zip(seq, pre, aligned, strict=True)], last_locs)
+
+
+class ExtendTrustsLastLoc(OracleSlotAllocator):
+    """``alloc_extend`` never looks at ``last_loc``'s page: a stale one hands out slots of a page another
+    request holds, or a free one (SGLang checks only its alignment, and only in debug mode)."""
+
+    def _extend(self, prefix_lens: Any, seq_lens: Any, last_locs: Any, op: str) -> list[int] | None:
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.page_size, op)
+        fresh = self.alloc(plan.new_pages * self.page_size)
+        return None if fresh is None else plan.compose(fresh)
+
+
 def _backend(allocator: type[OracleSlotAllocator]) -> type[OracleBackend]:
     class PlantedSlotsBackend(OracleBackend):
         name = allocator.__name__
@@ -92,6 +113,8 @@ def _backend(allocator: type[OracleSlotAllocator]) -> type[OracleBackend]:
 
 #: Each planted allocator bug and the rule the suite must name.
 SLOT_BUGS: dict[str, str] = {
+    "ExtendSkipsOwnPage": "RADIX-613",
+    "ExtendTrustsLastLoc": "RADIX-614",
     "SlotDoubleFree": "RADIX-606",
     "PaddingSlotFreed": "RADIX-602",
     "ShortMisalignedAlloc": "RADIX-604",

@@ -20,6 +20,7 @@ from typing import Any, SupportsIndex
 
 from kvref.contract.checks import page_counts, pages_to_free, split_by
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, InvariantViolation
+from kvref.contract.extend import decode_prefixes, plan_extend
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 
 __all__ = ["OracleSlotAllocator"]
@@ -126,6 +127,32 @@ class OracleSlotAllocator:
         counts = page_counts(need_sizes, self._page)
         got = self.alloc(sum(counts))
         return None if got is None else split_by(got, counts)
+
+    def alloc_extend(self, prefix_lens: object, seq_lens: object, last_locs: object) -> list[int] | None:
+        """A step's slots for tokens ``[prefix_len, seq_len)`` of each request, or None (RADIX-613, RADIX-614).
+
+        Each request first fills its partly filled last page after ``last_loc`` (a page it must
+        hold), then takes new pages; the step's new pages are those one ``alloc`` of them hands
+        out, taken in request order. None, changing nothing, when they do not fit.
+        """
+        return self._extend(prefix_lens, seq_lens, last_locs, "alloc_extend")
+
+    def _extend(self, prefix_lens: object, seq_lens: object, last_locs: object, op: str) -> list[int] | None:
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self._page, op)
+        top = (self._pages + 1) * self._page
+        for loc in plan.partial_last_locs():
+            if not (loc < top and self._allocated[loc // self._page]):
+                raise InvalidValueError(
+                    "RADIX-614", f"{op}: last_loc {loc} is in a page that is not allocated; its request holds none"
+                )
+        fresh = self.alloc(plan.new_pages * self._page)
+        return None if fresh is None else plan.compose(fresh)
+
+    def alloc_decode(self, seq_lens: object, last_locs: object) -> list[int] | None:
+        """One slot per request, for its token ``seq_len - 1``: ``alloc_extend(seq_lens - 1, seq_lens,
+        last_locs)`` (RADIX-615)."""
+        prefixes, seq = decode_prefixes(seq_lens)
+        return self._extend(prefixes, seq, last_locs, "alloc_decode")
 
     def _merge(self) -> None:
         """Move the release list onto the free list; sorted ascending when ``sort`` is on (RADIX-610)."""
