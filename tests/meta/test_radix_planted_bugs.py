@@ -27,7 +27,8 @@ from tests.test_radix_machine import SchedulerMachine
 @pytest.mark.rule("ERR-502")
 @pytest.mark.parametrize(("bug", "rule_id"), sorted(SLOT_BUGS.items()))
 def test_the_slot_suite_catches_the_planted_allocator_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
-    code, output, results = run_suite(f"tests.meta.radix_bugs:{bug}", tmp_path, "--no-shrink", "--", "-k", "Slots or SlotExtend")
+    target = f"tests.meta.radix_bugs:{bug}"
+    code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "Slots or SlotExtend")
     assert code != 0, f"the token-slot suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"

@@ -106,6 +106,33 @@ class SglangSlots:
         got = self.allocator.alloc(need_size)
         return None if got is None else [int(s) for s in got.tolist()]
 
+    def alloc_extend(self, prefix_lens: Sequence[int], seq_lens: Sequence[int], last_locs: Sequence[int]) -> Any:
+        """A prefill step as SGLang's scheduler allocates it (``alloc_for_extend``): ``alloc`` of the step's
+        tokens on pages of one slot (``alloc_token_slots``), else the paged allocator's ``alloc_extend``
+        with the lengths on the host and on the device (both the CPU here) and each request's
+        ``last_loc`` (``-1`` for an empty prefix, as the scheduler passes it)."""
+        torch = self._torch
+        pre = torch.tensor(list(prefix_lens), dtype=torch.int64)
+        seq = torch.tensor(list(seq_lens), dtype=torch.int64)
+        tokens = int((seq - pre).sum())
+        if self.page_size == 1:
+            got = self.allocator.alloc(tokens)
+        else:
+            last = torch.tensor(list(last_locs), dtype=torch.int64)
+            got = self.allocator.alloc_extend(pre, pre.clone(), seq, seq.clone(), last, tokens)
+        return None if got is None else [int(s) for s in got.tolist()]
+
+    def alloc_decode(self, seq_lens: Sequence[int], last_locs: Sequence[int]) -> Any:
+        """A decode step as SGLang's scheduler allocates it (``alloc_for_decode``): ``alloc`` of one slot per
+        request on pages of one slot, else the paged allocator's ``alloc_decode`` of the new lengths."""
+        torch = self._torch
+        if self.page_size == 1:
+            got = self.allocator.alloc(len(seq_lens))
+        else:
+            seq = torch.tensor(list(seq_lens), dtype=torch.int64)
+            got = self.allocator.alloc_decode(seq, seq.clone(), torch.tensor(list(last_locs), dtype=torch.int64))
+        return None if got is None else [int(s) for s in got.tolist()]
+
     def free(self, indices: Sequence[int]) -> None:
         """``allocator.free`` of the indices as an int64 tensor."""
         self.allocator.free(self._torch.tensor(list(indices), dtype=self._torch.int64))
@@ -191,7 +218,7 @@ class SglangBackend:
         """
         order = {"slot-order"} if self.page_size == 1 else set()
         radix = {"radix-cache"} if _radix_cache_imports() else set()
-        return frozenset({"pause", "policy-lru", "token-slots", *order, *radix})
+        return frozenset({"pause", "policy-lru", "token-slots", "slot-extend", *order, *radix})
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None

@@ -102,6 +102,11 @@ class SlotExtendSuite(ConformanceSuite):
         want = o.alloc_decode([page + 1, 2], [rows[1][page - 1], rows[1][page]])
         free_before = (free_pages(rows[0], page, 8), free_pages(rows[1], page, 8))
         check_layout(got, want, page, free_before, "alloc_decode after a full and a one-token page")
+
+    @rule("RADIX-615")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_decode_of_a_request_with_no_token_is_refused(self, impl: Target, page: int) -> None:
+        a = slots(impl, 8 * page, page_size=page, sort=False)
         refused(a, lambda: a.alloc_decode([0], [-1]), "RADIX-615", "a decode of a request with no token")
 
     @rule("RADIX-613", "RADIX-614", "RADIX-615", "RADIX-611")
