@@ -76,8 +76,8 @@ class FusedBesideArrays(RuleBasedStateMachine):
         named, slot = self.given[i % len(self.given)]
         named = list(named)
         slot = slot if op == "free" and other % 3 else other % SLOTS
-        if extra == "repeat" and named:
-            named.append(named[0])
+        if extra == "repeat":
+            named += named[:1]
         elif extra is not None:
             named.insert(len(named) // 2, extra)
         ids = torch.tensor(named, dtype=torch.int32, device=DEVICE)

@@ -223,6 +223,34 @@ class StaleCheckedLast(_Buggy):
             self._check_generations(ids, gens, op)
 
 
+class AllocateHandsOutAView(_Buggy):
+    """``allocate`` returns one list the pool keeps and refills on its next allocation: ids the caller
+    holds change under it (Megatron-Core's ``allocate_memory_blocks`` returns a view of its stack)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._out: list[int] = []
+
+    def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
+        self._out[:] = super().allocate(count, holder=holder)
+        return self._out
+
+
+class ScatterPinInMatchMany(_Buggy):
+    """``match_many`` pins its hits as one scatter, ``ref[ids] += 1``: a block two holders hit in one call
+    gets one reference, though both are told they hold it."""
+
+    def match_many(self, hash_lists: Any, *, holders: Any) -> list[list[int]]:
+        got = super().match_many(hash_lists, holders=holders)
+        seen: set[int] = set()
+        for hits, holder in zip(got, holders, strict=True):
+            lost = [b for b in hits if b in seen]
+            seen.update(hits)
+            if lost:
+                self._release(lost, holder)
+        return got
+
+
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
     class PlantedBackend(OracleBackend):
         name = pool_cls.__name__
@@ -256,6 +284,8 @@ EXPECTED: dict[str, str] = {
     "EagerEviction": "EVICT-408",
     "FifoRefreshedByHits": "EVICT-406",
     "StaleCheckedLast": "ERR-509",
+    "AllocateHandsOutAView": "POOL-123",
+    "ScatterPinInMatchMany": "PFX-320",
 }
 
 for _name in EXPECTED:

@@ -7,6 +7,7 @@ the requested tokens fails in the step it happens.
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from kvref_conformance.machines.core import MachineCore, chain_hashes, chains_st, holders_st, outcome
@@ -52,6 +53,7 @@ class CacheSteps(MachineCore):
             f"of {hashes[: len(hit)]} the spec holds ({hit_o})"
         )
         self.refs[holder].extend(hit)
+        self.keep(hit, f"match({list(chain)}, holder={holder!r})")
         need = len(hashes) - len(hit)
         if need > self.oracle.num_available:
             return
@@ -99,6 +101,52 @@ class CacheSteps(MachineCore):
             lambda: self.oracle.register(want, hashes[-1:], parent_hash=parent),
         )
         assert kind == "ok", "the oracle refused a second copy"
+
+    @rule(chain=chains_st, data=st.data())
+    def match_batch(self, chain: tuple[int, ...], data: st.DataObject) -> None:
+        """Several holders match one chain in one ``match_many``: each hit block gets one reference per
+        holder (PFX-320), where a pin written as a scatter (``ref[ids] += 1``) gives it one in all."""
+        self.tick()
+        holders = data.draw(st.lists(holders_st, min_size=2, max_size=3, unique=True))
+        hashes = chain_hashes(chain)
+        lists = [hashes[: data.draw(st.integers(1, len(hashes)))] for _ in holders]
+        what = f"match_many({lists}, holders={holders})"
+        if any(h in self.paused and hl for h, hl in zip(holders, lists, strict=True)):
+            self.both(what, lambda: self.impl.match_many(lists, holders=holders),
+                      lambda: self.oracle.match_many(lists, holders=holders))  # fmt: skip
+            return
+        kind, got = outcome(lambda: self.impl.match_many(lists, holders=holders))
+        assert kind == "ok", f"[PFX-320] {what} raised {got!r}; matching in order as match does succeeds"
+        for hl, h, hit in zip(lists, holders, got, strict=True):
+            want = self.oracle.lookup(hl)
+            assert len(hit) == len(want), f"[PFX-320] {what}: holder {h!r} hit {len(hit)}, the spec hits {len(want)}"
+            for i, a in enumerate(hit):
+                assert self.shadow.get(a) == chain[: i + 1] and a in self.i2o, (
+                    f"[PFX-307] {what} returned block {a} for prefix {list(chain[: i + 1])}, but it holds "
+                    f"{self.shadow.get(a)}"
+                )
+            prefer = self.rename(hit)
+            hit_o = self.oracle.match(hl, holder=h, prefer=prefer)
+            assert hit_o == prefer, f"[PFX-307] {what}: holder {h!r} got {hit}, not the cached copies {hit_o}"
+            self.refs[h].extend(hit)
+            self.keep(hit, what)
+
+    @rule(holder=holders_st)
+    def reoffer_a_hit_for_registration(self, holder: object) -> None:
+        """Offer a block the holder got from a hit for registration again under its own hash, as an engine
+        that caches every full block of a request would: it carries a hash already (PFX-303)."""
+        self.tick()
+        hit = [a for a in self.refs[holder] if self.impl.block_hash(a) is not None]
+        if not hit:
+            return
+        a = hit[-1]
+        h = self.impl.block_hash(a)
+        parent = self.parent_of.get(h)
+        self.both(
+            f"register([{a}], [{h}], parent_hash={parent}) of a block registered under {h} already",
+            lambda: self.impl.register([a], [h], parent_hash=parent),
+            lambda: self.oracle.register(self.rename([a]), [h], parent_hash=parent),
+        )
 
     @rule()
     def reset(self) -> None:

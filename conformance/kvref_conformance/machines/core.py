@@ -43,6 +43,7 @@ holders_st = st.sampled_from(HOLDERS)
 chains_st = st.lists(st.integers(0, 2), min_size=1, max_size=5).map(tuple)
 
 _HASHES: dict[tuple[int, ...], int] = {}
+_KEPT = 8  # returned lists watched at once (POOL-123)
 
 
 def chain_hash(prefix: tuple[int, ...]) -> int:
@@ -94,6 +95,8 @@ class MachineCore(RuleBasedStateMachine):
         self.last_gen: dict[int, int] = {}
         self.view: set[int] = set()
         self.paused: set[object] = set()
+        #: Lists the implementation returned, with their contents then (POOL-123), the newest last.
+        self.handed: list[tuple[Any, list[int], str]] = []
         self.started = time.perf_counter()
 
     # ------------------------------------------------------------- helpers
@@ -135,6 +138,7 @@ class MachineCore(RuleBasedStateMachine):
         assert not reserved, f"[POOL-102] {what} handed out reserved block(s) {sorted(reserved)}"
         if self.exact and got != want:
             raise AssertionError(f"[POOL-115] {what}: exact-order profile: got {got}, the oracle gives {want}")
+        self.keep(got, what)
         for a, b in zip(got, want, strict=True):
             gen = self.impl.generation(a)
             before = self.last_gen.get(a)
@@ -149,6 +153,11 @@ class MachineCore(RuleBasedStateMachine):
             self.shadow[a] = None
             self.i2o[a] = b
         self.refs[holder].extend(got)
+
+    def keep(self, returned: Any, what: str) -> None:
+        """Remember a list the implementation returned and what it held: it must stay so (POOL-123)."""
+        self.handed.append((returned, [int(x) for x in returned], what))
+        del self.handed[:-_KEPT]
 
     def rename(self, ids: list[int]) -> list[int]:
         return [self.i2o[a] for a in ids]

@@ -19,7 +19,16 @@ __all__ = ["Observations"]
 
 
 class Observations(MachineCore):
-    """The invariants checked after every step (STATE-001..STATE-006, POOL-106, POOL-113, PFX-316..318)."""
+    """The invariants checked after every step (STATE-001..STATE-006, POOL-106, POOL-113, POOL-123, PFX-316..318)."""
+
+    @invariant()
+    def returned_lists_are_the_callers_own(self) -> None:
+        for returned, then, what in self.handed:
+            now = [int(x) for x in returned]
+            assert now == then, (
+                f"[POOL-123] {what} returned {then}; after later calls that list reads {now}: it is a view of the "
+                "pool's state, not the caller's own"
+            )
 
     @invariant()
     def counts_agree_and_are_conserved(self) -> None:

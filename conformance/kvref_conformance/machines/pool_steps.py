@@ -141,6 +141,18 @@ class PoolSteps(MachineCore):
             self.both(f"pause({holder!r})", lambda: self.impl.pause(holder), lambda: self.oracle.pause(holder))
             self.paused.add(holder)
 
+    @rule(data=st.data())
+    def scribble_on_a_returned_list(self, data: st.DataObject) -> None:
+        """Write over a list the implementation returned, as a caller may: the pool must not see it (POOL-123)."""
+        self.tick()
+        if not self.handed:
+            return
+        returned, _, what = self.handed.pop(data.draw(st.integers(0, len(self.handed) - 1)))
+        if isinstance(returned, list) and returned:
+            returned[:] = [-1] * len(returned)
+            note_what = f"the caller wrote -1 over the list {what} returned"
+            self.both(note_what, lambda: self.impl.num_free, lambda: self.oracle.num_free)
+
     @rule(counts=st.lists(st.integers(0, 4), max_size=4), data=st.data())
     def allocate_batch(self, counts: list[int], data: st.DataObject) -> None:
         self.tick()

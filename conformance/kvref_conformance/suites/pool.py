@@ -215,6 +215,35 @@ class PoolSuite(ConformanceSuite):
         assert pool.block_state(cached) is BlockState.IN_USE
         assert pool.num_cached == 0
 
+    @rule("POOL-123")
+    def test_a_returned_list_is_the_callers_own(self, impl: Target) -> None:
+        pool = self.pool(impl, 16)
+        first = pool.allocate(2, holder="a")
+        kept = [int(b) for b in first]
+        pool.free(kept, holder="a")
+        again = pool.allocate(3, holder="b")
+        assert [int(b) for b in first] == kept, (
+            f"[POOL-123] allocate(2) returned {kept}; after a free and allocate(3) that list reads "
+            f"{[int(b) for b in first]}: it is a view of the pool's state, not the caller's own"
+        )
+        taken = [int(b) for b in again]
+        again[0] = taken[1]  # the caller writes into its list: the pool must not see it
+        more = [int(b) for b in pool.allocate(4, holder="c")]
+        assert not set(more) & set(taken), (
+            f"[POOL-123] after the caller wrote into the list allocate(3) returned, allocate(4) handed out "
+            f"{more}, which overlaps {taken}, still held"
+        )
+        if impl.has("prefix-cache"):
+            chain = cache_chain(pool, [11, 12], holder="d")
+            hit = pool.match([11, 12], holder="e")
+            seen = [int(b) for b in hit]
+            pool.free(seen[::-1], holder="e")
+            pool.match([11], holder="f")
+            assert [int(b) for b in hit] == seen == chain, (
+                f"[POOL-123] match returned {seen}; after a free and another match that list reads "
+                f"{[int(b) for b in hit]}"
+            )
+
     @rule("POOL-119")
     def test_acquiring_a_free_block_raises_block_state_error(self, impl: Target) -> None:
         pool = self.pool(impl)

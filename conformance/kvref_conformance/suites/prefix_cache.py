@@ -285,3 +285,9 @@ class PrefixCacheSuite(ConformanceSuite):
         assert [len(g) for g in got] == [len(w) for w in want], f"batched {got} vs one by one {want}"
         assert counts(batched) == counts(single)
         assert batched.stats == single.stats
+        for g, w in zip(got, want, strict=True):  # a and b hit blocks 1 and 2 in the same call
+            for mine, theirs in zip(g, w, strict=True):
+                assert batched.holders(mine) == single.holders(theirs), (
+                    f"[PFX-320] after match_many({lists}), block {mine} is held by {batched.holders(mine)}; matched "
+                    f"one by one it is held by {single.holders(theirs)} (two holders hit it in one call)"
+                )
