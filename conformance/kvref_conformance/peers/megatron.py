@@ -184,7 +184,7 @@ class MegatronBlockAllocator(HeldReferences):
 
     # ------------------------------------------------------------ allocation and release
 
-    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
+    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> Sequence[int]:
         """``allocate_memory_blocks(count)`` (evicting leaf-first under lru-leaf); None is OutOfBlocksError."""
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
