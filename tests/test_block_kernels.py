@@ -26,21 +26,12 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
 
 from kvref_arraypool.block_arrays import DeviceBlockPool  # noqa: E402
 
-from kvref.contract.errors import KVRefError  # noqa: E402
 from kvref_torch.block_kernels import TritonBlockKernels  # noqa: E402
 from kvref_torch.ops import TorchOps  # noqa: E402
+from tests.kernel_support import outcome, outside_the_counter  # noqa: E402
 
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
 BLOCKS, SLOTS = 12, 40
-
-
-def outcome(call: Any) -> tuple[str, str, Any] | None:
-    """What a call raised (class, rule, call index), or None."""
-    try:
-        call()
-    except KVRefError as exc:
-        return type(exc).__name__, exc.rule, getattr(exc, "call_index", None)
-    return None
 
 
 class FusedBesideArrays(RuleBasedStateMachine):
@@ -125,20 +116,12 @@ class UncountedInterpreter(TritonBlockKernels):
     compiled kernel does not make) hidden from the launch counter; on CUDA, the kernels as they are."""
 
     def allocate(self, **kwargs: Any) -> Any:
-        with _outside_the_counter():
+        with outside_the_counter(DEVICE):
             return super().allocate(**kwargs)
 
     def call(self, **kwargs: Any) -> Any:
-        with _outside_the_counter():
+        with outside_the_counter(DEVICE):
             return super().call(**kwargs)
-
-
-def _outside_the_counter() -> Any:
-    import contextlib
-
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    return _disable_current_modes() if DEVICE == "cpu" else contextlib.nullcontext()
 
 
 @pytest.mark.rule("ERR-513")

@@ -25,20 +25,11 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
 
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator  # noqa: E402
 
-from kvref.contract.errors import KVRefError  # noqa: E402
 from kvref_torch.ops import TorchOps  # noqa: E402
 from kvref_torch.slot_kernels import TritonSlotKernels  # noqa: E402
+from tests.kernel_support import outcome, outside_the_counter  # noqa: E402
 
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
-
-
-def outcome(call: Any) -> tuple[str, str, Any] | None:
-    """What a call raised (class, rule, call index), or None."""
-    try:
-        call()
-    except KVRefError as exc:
-        return type(exc).__name__, exc.rule, getattr(exc, "call_index", None)
-    return None
 
 
 class FusedBesideArrays(RuleBasedStateMachine):
@@ -140,20 +131,12 @@ class UncountedInterpreter(TritonSlotKernels):
     compiled kernel does not make) hidden from the launch counter; on CUDA, the kernels as they are."""
 
     def alloc(self, **kwargs: Any) -> Any:
-        with _outside_the_counter():
+        with outside_the_counter(DEVICE):
             return super().alloc(**kwargs)
 
     def free(self, **kwargs: Any) -> Any:
-        with _outside_the_counter():
+        with outside_the_counter(DEVICE):
             return super().free(**kwargs)
-
-
-def _outside_the_counter() -> Any:
-    import contextlib
-
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    return _disable_current_modes() if DEVICE == "cpu" else contextlib.nullcontext()
 
 
 @pytest.mark.rule("ERR-513")

@@ -44,7 +44,7 @@ from kvref_arraypool.block_errors import (
     TWICE,
     BlockKernels,
 )
-from kvref_arraypool.deferred import CALLS, DeviceErrorRecord
+from kvref_arraypool.deferred import CallNames, DeviceErrorRecord
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
 
@@ -53,7 +53,6 @@ __all__ = ["DeviceBlockPool"]
 _DTYPES = ("int32", "int64")
 _BITS = 32  # request slots per int64 word of the holding bitmap
 _STACK = 0  # the record's counter: the free stack's length
-_NAMED_CALLS = 1 << 16  # checked calls between two reads whose names a report can give
 
 
 class DeviceBlockPool:
@@ -108,8 +107,7 @@ class DeviceBlockPool:
         self.record.counter(_STACK)[:] = ops.asarray(np.array([len(free)], dtype=np.int64))
         self._floor = len(free)
         self._unconfirmed = False
-        self._first_call = 0  # the index of the first checked call since the last read
-        self._call_ops: list[str] = []  # the name of each checked call since then, for the report
+        self._names = CallNames("free or acquire")  # each checked call's operation, for the report
 
     # ------------------------------------------------------------------ sizes
 
@@ -134,13 +132,7 @@ class DeviceBlockPool:
         host = self.record.read()
         self._floor = int(host[-1])
         self._unconfirmed = False
-        error = self.record.first_error(host)
-        names, first = self._call_ops, self._first_call
-        self._call_ops, self._first_call = [], int(host[CALLS])
-        if error is not None:
-            self.record.clear()
-            at = error.call - first
-            self.record.raise_error(error, names[at] if 0 <= at < len(names) else "free or acquire")
+        self.record.report(host, self._names)
 
     # ------------------------------------------------------------- allocation
 
@@ -264,8 +256,7 @@ class DeviceBlockPool:
         if not 0 < len(ids) <= kernels.max_call:
             return False
         slot = self._slot(slots, op)
-        if len(self._call_ops) < _NAMED_CALLS:
-            self._call_ops.append(op)
+        self._names.add(op)
         kernels.call(
             ids=ids, ref=self._ref, bits=self._bits, reserved=self._reserved, first=self._last, stack=self._stack,
             record=self.record.array, num_blocks=self.num_blocks, words=self._words, slot=slot, free=op == "free",
@@ -289,8 +280,7 @@ class DeviceBlockPool:
             raise InvalidValueError("ERR-506", f"{op}: {m} block ids for {len(slot)} request slots")
         if m == 0:
             return None
-        if len(self._call_ops) < _NAMED_CALLS:
-            self._call_ops.append(op)
+        self._names.add(op)
         out = (ids < 0) | (ids >= n)
         safe = ops.where(out, n, ids)
         codes = ops.where(out, RANGE, ops.where(self._reserved[safe], RESERVED, 0))

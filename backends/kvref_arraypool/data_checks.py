@@ -12,7 +12,7 @@ first refused call's error waits in a :class:`~kvref_arraypool.deferred.DeviceEr
 from __future__ import annotations
 
 from kvref.contract.errors import BlockIdError, InvalidValueError
-from kvref_arraypool.deferred import CALLS, DeviceErrorRecord, ErrorKind
+from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["DATA_ERRORS", "DeviceSlotChecks"]
@@ -37,8 +37,7 @@ class DeviceSlotChecks:
         self.record = DeviceErrorRecord(ops, DATA_ERRORS)
         self._first = ops.zeros(slots + 1)  # scratch: the first position naming each slot (index slots: dump)
         self._iota = ops.arange(slots + 1)
-        self._first_call = 0
-        self._names: list[str] = []
+        self._names = CallNames("a data-plane call")
 
     def take(self, values: object) -> tuple[Array, tuple[int, ...]] | None:
         """``values`` flattened as an int64 array of this library and device, and their shape; None when
@@ -107,17 +106,9 @@ class DeviceSlotChecks:
         return self._first[safe] == at
 
     def _note(self, codes: Array, values: Array, op: str) -> Array:
-        if len(self._names) < 1 << 16:
-            self._names.append(op)
+        self._names.add(op)
         return self.record.note(codes, values)
 
     def check(self) -> None:
         """Raise the first error a device check recorded since the last report, once (DATA-816)."""
-        host = self.record.read()
-        error = self.record.first_error(host)
-        names, first = self._names, self._first_call
-        self._names, self._first_call = [], int(host[CALLS])
-        if error is not None:
-            self.record.clear()
-            at = error.call - first
-            self.record.raise_error(error, names[at] if 0 <= at < len(names) else "a data-plane call")
+        self.record.report(self.record.read(), self._names)

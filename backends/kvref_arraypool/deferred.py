@@ -31,7 +31,7 @@ import numpy as np
 from kvref.contract.errors import KVRefError
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["CALLS", "CODE", "DeviceError", "DeviceErrorRecord", "ErrorKind", "REFUSED"]
+__all__ = ["CALLS", "CODE", "CallNames", "DeviceError", "DeviceErrorRecord", "ErrorKind", "REFUSED"]
 
 #: Slots of the record (see the module).
 CODE, CALL, POSITION, VALUE, REFUSED, CALLS = 0, 1, 2, 3, 4, 5
@@ -111,6 +111,15 @@ class DeviceErrorRecord:
         """Forget the reported error (the counters and the call count stay)."""
         self.array[CODE : REFUSED + 1] = 0
 
+    def report(self, host: np.ndarray, names: CallNames) -> None:
+        """Raise the first error in ``host`` (a read of the record) once, naming its call's operation;
+        ``names`` starts counting afresh from this read."""
+        error = self.first_error(host)
+        op = names.after_read(int(host[CALLS]), None if error is None else error.call)
+        if error is not None:
+            self.clear()
+            self.raise_error(error, op)
+
     def raise_error(self, error: DeviceError, op: str, explain: Callable[[], None] | None = None) -> None:
         """Raise ``error`` as its rule's exception (ERR-511); ``explain`` may raise the immediate check's own."""
         if explain is not None:
@@ -123,3 +132,29 @@ class DeviceErrorRecord:
         )
         exc.call_index = error.call  # type: ignore[attr-defined]
         raise exc
+
+
+class CallNames:
+    """The operation of each checked call since the last read of a record, so that a report names it.
+
+    Kept for the first :attr:`LIMIT` calls after a read; a report of a later call says ``fallback``.
+    """
+
+    LIMIT = 1 << 16
+
+    def __init__(self, fallback: str) -> None:
+        self.fallback = fallback
+        self._first = 0
+        self._names: list[str] = []
+
+    def add(self, op: str) -> None:
+        """Name the next checked call."""
+        if len(self._names) < self.LIMIT:
+            self._names.append(op)
+
+    def after_read(self, calls: int, call: int | None) -> str:
+        """The name of checked call ``call`` (or the fallback); the names start again at ``calls``."""
+        names, first = self._names, self._first
+        self._names, self._first = [], calls
+        at = -1 if call is None else call - first
+        return names[at] if 0 <= at < len(names) else self.fallback

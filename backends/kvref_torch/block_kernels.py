@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kvref_torch.record_kernels import note_first_error
+
 __all__ = ["MAX_CALL", "TritonBlockKernels"]
 
 #: The largest ``free`` or ``acquire`` done in one program; larger ones take the array path.
@@ -92,19 +94,7 @@ def _call_kernel(
         code = tl.where(out, 1, tl.where(reserved, 2, tl.where(ref == 0, 6, tl.where(held | (first == 0), 7, 0))))
     code = tl.where(live, code, 0)
     # The record: the first offending entry of the first refused call (ERR-511, ERR-512).
-    pos = tl.min(tl.where(code != 0, i, BLOCK), axis=0)
-    refused = pos < BLOCK
-    code_at = tl.sum(tl.where(i == pos, code, 0), axis=0).to(tl.int64)
-    value_at = tl.sum(tl.where(i == pos, b, 0), axis=0)
-    old_code = tl.load(rec_ptr + 0)
-    calls = tl.load(rec_ptr + 5)
-    fresh = refused & (old_code == 0)
-    tl.store(rec_ptr + 0, tl.where(fresh, code_at, old_code))
-    tl.store(rec_ptr + 1, tl.where(fresh, calls, tl.load(rec_ptr + 1)))
-    tl.store(rec_ptr + 2, tl.where(fresh, pos.to(tl.int64), tl.load(rec_ptr + 2)))
-    tl.store(rec_ptr + 3, tl.where(fresh, value_at, tl.load(rec_ptr + 3)))
-    tl.store(rec_ptr + 4, tl.load(rec_ptr + 4) + refused.to(tl.int64))
-    tl.store(rec_ptr + 5, calls + 1)
+    pos = note_first_error(rec_ptr, code, b, i, BLOCK)
     accepted = (tl.zeros([BLOCK], dtype=tl.int32) + pos) == BLOCK  # a vector: scalar & vector loses the bool type
     keep = live & accepted
     if FREE:  # an accepted call names each block once: plain stores

@@ -30,6 +30,7 @@ from kvref.contract.errors import (
 )
 from kvref.oracle import OracleBlockPool
 from kvref_conformance.suites.base import ConformanceSuite, rule, skip_without
+from kvref_conformance.suites.slot_arrays import host, raised
 from kvref_conformance.target import Target
 
 __all__ = ["BlockArraysSuite"]
@@ -39,19 +40,6 @@ def blocks(impl: Target, num_blocks: int, **kwargs: Any) -> Any:
     """A new array-surface block pool of ``impl``, or a skip saying it has none."""
     skip_without(impl, "block-arrays")
     return impl.create_block_arrays(num_blocks, **kwargs)
-
-
-def host(ids: Any) -> list[int]:
-    """Device ids as Python ints (a host read: for checking, never on an engine's path)."""
-    return [int(x) for x in ids.tolist()]
-
-
-def raised(call: Any) -> KVRefError | None:
-    try:
-        call()
-    except KVRefError as exc:
-        return exc
-    return None
 
 
 def reported(pool: Any, kind: type[KVRefError], rule_id: str, call: int, what: str) -> None:
