@@ -78,6 +78,7 @@ class KVBuffers:
         self.padding = block_size if layout == "paged" else 1  # slots [0, padding) absorb padded writes
         self.slots = size + self.padding
         self._checks = self._device_checks(checks)
+        self._mark: np.ndarray | None = None  # the host check of repeated slots, made when first needed
         self.k_buffer = [self.tensors.zeros(self._shape(self.k_shape), dtype) for _ in range(layer_num)]
         self.v_buffer = [self.tensors.zeros(self._shape(self.v_shape), dtype) for _ in range(layer_num)]
 
@@ -122,6 +123,17 @@ class KVBuffers:
             raise BlockIdError("DATA-804", f"{op}: slot {bad} outside [0, {self.slots})")
         return host
 
+    def _repeats(self, slots: np.ndarray) -> bool:
+        """Whether host ``slots`` (all in range) name one slot twice: a scatter and a gather, no sort."""
+        n = len(slots)
+        if n < 2:
+            return False
+        if self._mark is None:
+            self._mark = np.zeros(self.slots, dtype=np.int64)
+        at = np.arange(n)
+        self._mark[slots] = at
+        return bool((self._mark[slots] != at).any())
+
     def _no_padding(self, host: np.ndarray, op: str, arg: str) -> None:
         flat = host.reshape(-1)
         if flat.size and int(flat.min()) < self.padding:
@@ -165,7 +177,7 @@ class KVBuffers:
         vs = self._shaped(v, batch, self.v_shape, op, "v")
         flat = host.reshape(-1)
         usable = flat[flat >= self.padding]
-        if len(np.unique(usable)) != len(usable):
+        if self._repeats(usable):
             raise InvalidValueError("DATA-807", f"{op}: a usable slot appears twice in one call")
         t = self.tensors
         k_rows, v_rows = self._rows(self.k_buffer[layer]), self._rows(self.v_buffer[layer])
