@@ -118,7 +118,7 @@ class DeviceBlockPool:
         check recorded before answering (ERR-512).
         """
         if self._unconfirmed:
-            self._confirm("available_blocks")
+            self._confirm()
         return self._floor
 
     def check(self) -> None:
@@ -126,9 +126,9 @@ class DeviceBlockPool:
 
         One host read (a sync on a GPU), which also confirms the free count.
         """
-        self._confirm("check")
+        self._confirm()
 
-    def _confirm(self, op: str) -> None:
+    def _confirm(self) -> None:
         host = self.record.read()
         self._floor = int(host[-1])
         self._unconfirmed = False
@@ -155,7 +155,7 @@ class DeviceBlockPool:
             offsets.append(offsets[-1] + c)
         total = offsets[-1]
         if total > self._floor:
-            self._confirm(op)
+            self._confirm()
             if total > self._floor:
                 raise OutOfBlocksError(
                     "POOL-105",
@@ -206,9 +206,8 @@ class DeviceBlockPool:
         ids, safe, slot, word, bit, held, twice, codes = pairs
         codes = ops.where(codes != 0, codes, ops.where(~held, NOT_HELD, ops.where(twice, TWICE, 0)))
         one = isinstance(slot, int)
-        accepted = self.record.note(codes, ids if one else ops.where(codes == BAD_SLOT, slot, ids))
+        accepted, taken = self._verdict(ids, slot, codes)
         m = len(safe)
-        taken = ops.where(accepted, self._ones[:m] if m <= len(self._ones) else ops.full(m, 1), 0)
         ops.scatter_add(self._bits, word, -bit * taken)
         ops.scatter_add(self._ref, safe, -taken)
         if one or m == 1:  # an accepted call names each block once: every entry is its block's last
@@ -239,11 +238,18 @@ class DeviceBlockPool:
         ids, safe, slot, word, bit, held, twice, codes = pairs
         unused = self._ref[safe] == 0
         codes = ops.where(codes != 0, codes, ops.where(unused, FREE_BLOCK, ops.where(held | twice, HELD_ALREADY, 0)))
-        accepted = self.record.note(codes, ids if isinstance(slot, int) else ops.where(codes == BAD_SLOT, slot, ids))
-        m = len(safe)
-        taken = ops.where(accepted, self._ones[:m] if m <= len(self._ones) else ops.full(m, 1), 0)
+        _, taken = self._verdict(ids, slot, codes)
         ops.scatter_add(self._bits, word, bit * taken)
         ops.scatter_add(self._ref, safe, taken)
+
+    def _verdict(self, ids: Array, slot: Any, codes: Array) -> tuple[Array, Array]:
+        """Record the call's first error, if any (ERR-511): its verdict (0-d) and each entry's reference
+        change, 1 when accepted and 0 when refused, so every write can be predicated on it."""
+        ops, m = self.ops, len(ids)
+        values = ids if isinstance(slot, int) else ops.where(codes == BAD_SLOT, slot, ids)
+        accepted = self.record.note(codes, values)
+        ones = self._ones[:m] if m <= len(self._ones) else ops.full(m, 1)
+        return accepted, ops.where(accepted, ones, 0)
 
     def _fused(self, block_ids: Any, slots: Any, op: str) -> bool:
         """Run a call of one request slot (one host int) in one kernel launch, where there are kernels."""

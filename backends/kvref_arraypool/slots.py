@@ -19,7 +19,6 @@ from itertools import pairwise
 from typing import Any, SupportsIndex
 
 from kvref.contract.checks import pages_to_free
-from kvref.contract.errors import InvalidValueError
 from kvref.contract.extend import decode_prefixes, plan_extend
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
@@ -89,13 +88,7 @@ class ArraySlotAllocator:
         return self._extend(prefixes, seq, last_locs, "alloc_decode")
 
     def _extend(self, prefix_lens: object, seq_lens: object, last_locs: object, op: str) -> list[int] | None:
-        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.arrays.page_size, op)
-        partial = plan.partial_last_locs()
-        for loc, held in zip(partial, self.arrays.pages_held(partial) if partial else [], strict=True):
-            if not held:
-                raise InvalidValueError(
-                    "RADIX-614", f"{op}: last_loc {loc} is in a page that is not allocated; its request holds none"
-                )
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.arrays.page_size, op, held=self.arrays.pages_held)
         fresh = self.alloc(plan.new_pages * self.arrays.page_size)
         return None if fresh is None else plan.compose(fresh)
 

@@ -11,7 +11,7 @@ slots, in request order, as SGLang's paged ``alloc_extend`` returns them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,13 +69,22 @@ class ExtendPlan:
         return out
 
 
-def plan_extend(prefix_lens: object, seq_lens: object, last_locs: object, page_size: int, op: str) -> ExtendPlan:
+def plan_extend(
+    prefix_lens: object,
+    seq_lens: object,
+    last_locs: object,
+    page_size: int,
+    op: str,
+    *,
+    held: Callable[[list[int]], Sequence[bool]],
+) -> ExtendPlan:
     """Check a step's ``alloc_extend`` arguments (ERR-503, ERR-504, ERR-506, RADIX-614) and plan it.
 
     A request's ``prefix_len`` must not exceed its ``seq_len``; when the prefix ends inside a page,
     ``last_loc`` must be the slot before its next token (``(last_loc + 1) % page_size ==
-    prefix_len % page_size``) and not in the padding page. Whether that page is allocated is the
-    allocator's to check. A prefix on a page boundary leaves ``last_loc`` unread.
+    prefix_len % page_size``), outside the padding page, and in a page the allocator has handed
+    out: ``held(last_locs)`` says so for those ``last_loc`` (the allocator's one look at its state).
+    A prefix on a page boundary leaves ``last_loc`` unread.
     """
     pre = _ints(prefix_lens, op, "prefix_lens", count=True)
     seq = _ints(seq_lens, op, "seq_lens", count=True)
@@ -99,7 +108,14 @@ def plan_extend(prefix_lens: object, seq_lens: object, last_locs: object, page_s
         head = min(s - p, page_size - into) if into else 0
         tail = s - p - head
         rows.append(ExtendRow(p, s, loc, head, tail, -(-tail // page_size)))
-    return ExtendPlan(tuple(rows), page_size)
+    plan = ExtendPlan(tuple(rows), page_size)
+    partial = plan.partial_last_locs()
+    for loc, ok in zip(partial, held(partial) if partial else [], strict=True):
+        if not ok:
+            raise InvalidValueError(
+                "RADIX-614", f"{op}: last_loc {loc} is in a page that is not allocated; its request holds none"
+            )
+    return plan
 
 
 def decode_prefixes(seq_lens: object, op: str = "alloc_decode") -> tuple[list[int], list[int]]:

@@ -93,7 +93,7 @@ class ExtendTrustsLastLoc(OracleSlotAllocator):
     request holds, or a free one (SGLang checks only its alignment, and only in debug mode)."""
 
     def _extend(self, prefix_lens: Any, seq_lens: Any, last_locs: Any, op: str) -> list[int] | None:
-        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.page_size, op)
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self.page_size, op, held=lambda locs: [True] * len(locs))
         fresh = self.alloc(plan.new_pages * self.page_size)
         return None if fresh is None else plan.compose(fresh)
 

@@ -138,15 +138,13 @@ class OracleSlotAllocator:
         return self._extend(prefix_lens, seq_lens, last_locs, "alloc_extend")
 
     def _extend(self, prefix_lens: object, seq_lens: object, last_locs: object, op: str) -> list[int] | None:
-        plan = plan_extend(prefix_lens, seq_lens, last_locs, self._page, op)
-        top = (self._pages + 1) * self._page
-        for loc in plan.partial_last_locs():
-            if not (loc < top and self._allocated[loc // self._page]):
-                raise InvalidValueError(
-                    "RADIX-614", f"{op}: last_loc {loc} is in a page that is not allocated; its request holds none"
-                )
+        plan = plan_extend(prefix_lens, seq_lens, last_locs, self._page, op, held=self._pages_held)
         fresh = self.alloc(plan.new_pages * self._page)
         return None if fresh is None else plan.compose(fresh)
+
+    def _pages_held(self, slots: list[int]) -> list[bool]:
+        top = (self._pages + 1) * self._page
+        return [0 <= s < top and bool(self._allocated[s // self._page]) for s in slots]
 
     def alloc_decode(self, seq_lens: object, last_locs: object) -> list[int] | None:
         """One slot per request, for its token ``seq_len - 1``: ``alloc_extend(seq_lens - 1, seq_lens,
