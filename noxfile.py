@@ -5,7 +5,8 @@ Megatron-Core, the fused kernels under Triton's interpreter, lint, typecheck, sp
 command of README.md.
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
-measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths.
+measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
+``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
 """
 
@@ -266,3 +267,16 @@ def kernels(session: nox.Session) -> None:
         "kvref", "conformance", "--backend", "torch-triton", "--profile", "ci", "--", "-k", "Slot or BlockArrays",
         env=env,
     )  # fmt: skip
+
+
+@nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing with mutmut of the oracle and the array core (not a default session).
+
+    The test of each target (``scripts/mutation.toml``) is the conformance suite under the ``ci``
+    profile plus the target's unit tests; the table per module and every survivor's diff go to
+    ``results/mutation/``. One target: ``nox -s mutation -- --target oracle-blockpool``.
+    """
+    install(session, "test", "cupy", torch=True)
+    session.install("-c", CONSTRAINTS, "mutmut")
+    session.run("python", "scripts/mutation.py", *session.posargs, env={"CI": "1"})

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kvref.contract.errors import InvariantViolation
+from kvref.contract.errors import InvalidTypeError, InvariantViolation
 from kvref.contract.protocol import BlockState
 from kvref.oracle import OracleBlockPool
 from kvref_conformance.suites.base import cache_chain
@@ -121,3 +121,13 @@ def test_check_invariants_catches_a_parent_evicted_before_its_child() -> None:
     with pytest.raises(InvariantViolation) as info:
         pool.check_invariants()
     assert info.value.rule == "EVICT-404"
+
+
+@rule("POOL-107", "POOL-110")
+def test_holder_references_counts_what_a_holder_holds_and_zero_for_a_stranger() -> None:
+    pool = lived_in()
+    assert pool.holder_references("a") == 3, "holder a allocated 3 blocks and freed none"
+    assert pool.holder_references("b") == 1, "holder b acquired 1 block"
+    assert pool.holder_references("nobody") == 0, "a holder that never held anything holds 0 references"
+    with pytest.raises(InvalidTypeError, match="holder_references"):
+        pool.holder_references([])  # type: ignore[arg-type]

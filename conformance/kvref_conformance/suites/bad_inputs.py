@@ -154,6 +154,25 @@ CASES: list[Case] = [
         "ERR-503",
     ),
     ("free: float array", lambda w: w.pool.free(np.array([1.0]), holder="r"), InvalidTypeError, "ERR-503"),
+    # a generation beside an id that is out of range or reserved: the id's own error comes first
+    (
+        "free: id = num_blocks with a generation",
+        lambda w: w.pool.free([16], holder="r", generations=[1]),
+        BlockIdError,
+        "POOL-103",
+    ),
+    (
+        "free: huge id with a generation",
+        lambda w: w.pool.free([2**70], holder="r", generations=[1]),
+        BlockIdError,
+        "POOL-103",
+    ),
+    (
+        "acquire: reserved id with a generation",
+        lambda w: w.pool.acquire([0], generations=[5]),
+        ReservedBlockError,
+        "POOL-118",
+    ),
     *[
         (
             f"free: element {v!r}",

@@ -47,10 +47,39 @@ class HashesOnce:
         return other is self
 
 
+#: Cases whose fault lies in one argument, by the start of their name: the argument the message names.
+ARGUMENTS_AT_FAULT = {
+    "allocate_many: negative": "counts[1]",
+    "allocate_many: float": "counts[1]",
+    "allocate_many: counts a str": "counts",
+    "allocate_many: holders a str": "holders",
+    "free_many: not a list": "block_lists",
+    "free_many: entry wrong type": "block_lists[1]",
+    "match_many: bad hash": "hash_lists[1]",
+    "free: generation of wrong type": "generations",
+    "free: generations too short": "generations",
+    "free: element": "block_ids[1]",
+    "free: ids": "block_ids",
+    "acquire: element": "block_ids[0]",
+    "acquire: ids": "block_ids",
+    "register: float hash": "block_hashes[0]",
+    "register: second block bad": "block_hashes[1]",
+    "register: parent of wrong type": "parent_hash",
+    "lookup: bad parent": "parent_hash",
+    "match: unhashable holder": "holder",
+    "allocate: unhashable holder": "holder",
+}
+
+
+def argument_at_fault(case: str) -> str | None:
+    """The argument a bad-input case's message must name (ERR-521), where one argument is at fault."""
+    return next((arg for start, arg in ARGUMENTS_AT_FAULT.items() if case.startswith(start)), None)
+
+
 class ErrorSuite(ConformanceSuite):
     """Rules of chapter 05 (errors and atomicity), for any implementation."""
 
-    @rule("ERR-501", "ERR-502", "ERR-503", "ERR-504", "ERR-506")
+    @rule("ERR-501", "ERR-502", "ERR-503", "ERR-504", "ERR-506", "ERR-521")
     @pytest.mark.parametrize(("name", "call", "error", "rule_id"), CASES, ids=[c[0] for c in CASES])
     def test_bad_input_raises_its_specific_error_and_changes_nothing(
         self, impl: Target, name: str, call: Callable[[World], Any], error: type[KVRefError], rule_id: str
@@ -58,7 +87,12 @@ class ErrorSuite(ConformanceSuite):
         for capability in needs(name):
             skip_without(impl, capability)
         world = make_world(impl)
-        fails_unchanged(world.pool, lambda: call(world), error, rule_id)
+        exc = fails_unchanged(world.pool, lambda: call(world), error, rule_id)
+        operation, argument = name.split(":")[0], argument_at_fault(name)
+        assert operation in str(exc), f"[ERR-521] the message {str(exc)!r} of {name!r} does not name {operation!r}"
+        assert argument is None or argument in str(exc), (
+            f"[ERR-521] the message {str(exc)!r} of {name!r} does not name the argument at fault, {argument!r}"
+        )
 
     @rule("ERR-515")
     @requires("fault-containment")

@@ -94,6 +94,44 @@ class EvictionSuite(ConformanceSuite):
         assert pool.take_events() == [], "evicting a spare copy removes no hash"
         assert pool.resident_hashes() == {1, 2}
 
+    @requires("events")
+    @rule("EVICT-403")
+    @pytest.mark.parametrize("k", range(1, 8))
+    def test_lru_leaf_evicting_k_blocks_in_one_call_equals_k_calls_of_one(self, impl: Target, k: int) -> None:
+        """A forest with a spare copy in its middle, released head first: the order is pinned by hand."""
+        at_once, one_by_one = self._leaf_forest(impl), self._leaf_forest(impl)
+        at_once.allocate(at_once.num_free + k)
+        one_by_one.allocate(one_by_one.num_free)
+        for _ in range(k):
+            one_by_one.allocate(1)
+        # the spare copy of 2 goes first and removes no hash; then 3, 4, the last 2, 1, 12, 11
+        expected = [3, 4, 2, 1, 12, 11][: k - 1]
+        for name, pool in (("one call", at_once), (f"{k} calls", one_by_one)):
+            removed = [e.block_hash for e in pool.take_events() if isinstance(e, BlockRemoved)]
+            assert removed == expected, f"lru-leaf in {name} of {k} evictions removed hashes {removed}, not {expected}"
+        cached = {b: at_once.block_hash(b) for b in range(at_once.num_blocks)}
+        assert cached == {b: one_by_one.block_hash(b) for b in range(one_by_one.num_blocks)}, (
+            f"evicting {k} blocks in one call left other blocks cached than {k} calls of one"
+        )
+
+    def _leaf_forest(self, impl: Target) -> Any:
+        """Chain 1-2-3 released head first, a spare copy of 2, hash 4 under 2, chain 11-12 tail first."""
+        pool = self.pool(impl, 10, policy="lru-leaf", enable_events=True)
+        chain = pool.allocate(3, holder="a")
+        pool.register(chain, [1, 2, 3])
+        [spare] = pool.allocate(1, holder="c")
+        pool.register([spare], [2], parent_hash=1)
+        [branch] = pool.allocate(1, holder="b")
+        pool.register([branch], [4], parent_hash=2)
+        other = pool.allocate(2, holder="d")
+        pool.register(other, [11, 12])
+        pool.free(chain, holder="a")
+        pool.free([spare], holder="c")
+        pool.free([branch], holder="b")
+        pool.free(other[::-1], holder="d")
+        pool.take_events()
+        return pool
+
     @rule("EVICT-404")
     def test_lru_leaf_keeps_the_resident_hashes_prefix_closed(self, impl: Target) -> None:
         pool = self.pool(impl, 9, policy="lru-leaf")
