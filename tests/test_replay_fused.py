@@ -106,9 +106,29 @@ def _release_a_chain_head_first(pool: OracleBlockPool) -> None:
     pool.free(ids, holder="x")
 
 
+def _hold_a_long_chain(pool: OracleBlockPool) -> None:
+    """Holder x keeps 40 hashed blocks in use: more resident hashes than a small batch has blocks."""
+    pool.register(pool.allocate(40, holder="x"), list(range(9_000, 9_040)))
+
+
+@rule("TRACE-1019", "EVICT-405")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_small_batch_beside_a_long_held_chain_keeps_the_tree_step_by_step(policy: str) -> None:
+    replay_both(policy, 60, [[[1, 2, 3], [1, 2, 4], [5]], [[1, 2, 3, 6]]], prepare=_hold_a_long_chain)
+
+
+def _hold_the_tail_of_a_cached_chain(pool: OracleBlockPool) -> None:
+    """Holder x keeps the tail of a chain whose head is cached: under lru-leaf the head cannot go."""
+    ids = pool.allocate(3, holder="x")
+    pool.register(ids, [8_001, 8_002, 8_003])
+    pool.free(ids[:2][::-1], holder="x")
+
+
 @rule("TRACE-1019")
 @pytest.mark.parametrize(
-    "prepare", [_hold_a_chain_and_a_second_copy, _release_a_chain_head_first], ids=["held-and-copied", "head-first"]
+    "prepare",
+    [_hold_a_chain_and_a_second_copy, _release_a_chain_head_first, _hold_the_tail_of_a_cached_chain],
+    ids=["held-and-copied", "head-first", "tail-held"],
 )
 @pytest.mark.parametrize("policy", POLICIES)
 def test_replay_requests_agrees_beside_blocks_other_holders_hold(policy: str, prepare: Prepare) -> None:

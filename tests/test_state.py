@@ -89,6 +89,43 @@ def _orphan_under_lru_leaf(p: OracleBlockPool) -> None:
     p._free.append(b)
 
 
+def _out_of_range_free(p: OracleBlockPool) -> None:
+    p._free.append(p.num_blocks)
+
+
+def _free_block_with_a_hash(p: OracleBlockPool) -> None:
+    p._hash[p._free[-1]] = 77
+
+
+def _free_block_with_a_reference(p: OracleBlockPool) -> None:
+    p._ref[p._free[-1]] = 1
+
+
+def _negative_generation(p: OracleBlockPool) -> None:
+    p._gen[p._free[-1]] = -1
+
+
+def _hashed_in_use_untracked(p: OracleBlockPool) -> None:
+    p._hashed_in_use.clear()
+
+
+def _in_use_in_eviction_order(p: OracleBlockPool) -> None:
+    b = next(b for b in range(1, 12) if p.block_state(b) is BlockState.IN_USE)
+    p._evictable[b] = None
+
+
+def _a_copy_listed_twice(p: OracleBlockPool) -> None:
+    p._copies[1].append(p._copies[1][0])
+
+
+def _a_parent_link_of_no_resident_hash(p: OracleBlockPool) -> None:
+    p._parent[999] = None
+
+
+def _a_resident_hash_without_parent(p: OracleBlockPool) -> None:
+    del p._parent[1]
+
+
 CORRUPTIONS: list[tuple[str, Callable[[OracleBlockPool], None], str]] = [
     ("a block twice on the free list", _dup_free, "STATE-005"),
     ("a reference with no holder", _ref_without_holder, "STATE-002"),
@@ -98,10 +135,19 @@ CORRUPTIONS: list[tuple[str, Callable[[OracleBlockPool], None], str]] = [
     ("a wrong child count", _child_count_off, "STATE-007"),
     ("a holder total that disagrees", _holder_total_off, "STATE-002"),
     ("the reserved block on the free list", _reserved_handed_out, "POOL-102"),
+    ("a block id past the pool on the free list", _out_of_range_free, "POOL-102"),
+    ("a free block with a hash", _free_block_with_a_hash, "STATE-005"),
+    ("a free block with a reference", _free_block_with_a_reference, "STATE-005"),
+    ("a negative generation", _negative_generation, "POOL-111"),
+    ("an in-use hashed block left untracked", _hashed_in_use_untracked, "STATE-004"),
+    ("an in-use block in the eviction order", _in_use_in_eviction_order, "PFX-310"),
+    ("a copy listed twice under its hash", _a_copy_listed_twice, "STATE-006"),
+    ("a parent link of a hash not resident", _a_parent_link_of_no_resident_hash, "STATE-006"),
+    ("a resident hash without a parent link", _a_resident_hash_without_parent, "STATE-006"),
 ]
 
 
-@rule("ERR-508", "STATE-002", "STATE-003", "STATE-004", "STATE-005", "STATE-006", "STATE-007", "POOL-102")
+@rule("ERR-508", "STATE-002", "STATE-003", "STATE-004", "STATE-005", "STATE-006", "STATE-007", "POOL-102", "PFX-310")
 @pytest.mark.parametrize(("what", "corrupt", "rule_id"), CORRUPTIONS, ids=[c[0] for c in CORRUPTIONS])
 def test_check_invariants_names_the_rule_each_corruption_breaks(
     what: str, corrupt: Callable[[OracleBlockPool], None], rule_id: str
@@ -111,6 +157,8 @@ def test_check_invariants_names_the_rule_each_corruption_breaks(
     with pytest.raises(InvariantViolation) as info:
         pool.check_invariants()
     assert info.value.rule == rule_id, f"{what}: check_invariants cited {info.value.rule}, expected {rule_id}"
+    said = str(info.value).removeprefix(f"[{rule_id}] check_invariants: ")
+    assert said != str(info.value) and len(said) > 10, f"{what}: the violation {str(info.value)!r} does not say what broke"
 
 
 @rule("EVICT-404", "ERR-508")

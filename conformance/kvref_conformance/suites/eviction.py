@@ -96,7 +96,7 @@ class EvictionSuite(ConformanceSuite):
 
     @requires("events")
     @rule("EVICT-403")
-    @pytest.mark.parametrize("k", range(1, 8))
+    @pytest.mark.parametrize("k", range(1, 9))
     def test_lru_leaf_evicting_k_blocks_in_one_call_equals_k_calls_of_one(self, impl: Target, k: int) -> None:
         """A forest with a spare copy in its middle, released head first: the order is pinned by hand."""
         at_once, one_by_one = self._leaf_forest(impl), self._leaf_forest(impl)
@@ -104,8 +104,8 @@ class EvictionSuite(ConformanceSuite):
         one_by_one.allocate(one_by_one.num_free)
         for _ in range(k):
             one_by_one.allocate(1)
-        # the spare copy of 2 goes first and removes no hash; then 3, 4, the last 2, 1, 12, 11
-        expected = [3, 4, 2, 1, 12, 11][: k - 1]
+        # the spare copy of 2 goes first and removes no hash; then 3, 4, the last 2, 1, 12, 11, 21
+        expected = [3, 4, 2, 1, 12, 11, 21][: k - 1]
         for name, pool in (("one call", at_once), (f"{k} calls", one_by_one)):
             removed = [e.block_hash for e in pool.take_events() if isinstance(e, BlockRemoved)]
             assert removed == expected, f"lru-leaf in {name} of {k} evictions removed hashes {removed}, not {expected}"
@@ -115,8 +115,9 @@ class EvictionSuite(ConformanceSuite):
         )
 
     def _leaf_forest(self, impl: Target) -> Any:
-        """Chain 1-2-3 released head first, a spare copy of 2, hash 4 under 2, chain 11-12 tail first."""
-        pool = self.pool(impl, 10, policy="lru-leaf", enable_events=True)
+        """Chain 1-2-3 released head first, a spare copy of 2, hash 4 under 2, chain 11-12 tail first,
+        then a lone 21: its parent 11 becomes a leaf within the pass that evicts 12, before 21."""
+        pool = self.pool(impl, 11, policy="lru-leaf", enable_events=True)
         chain = pool.allocate(3, holder="a")
         pool.register(chain, [1, 2, 3])
         [spare] = pool.allocate(1, holder="c")
@@ -129,8 +130,44 @@ class EvictionSuite(ConformanceSuite):
         pool.free([spare], holder="c")
         pool.free([branch], holder="b")
         pool.free(other[::-1], holder="d")
+        cache_chain(pool, [21])
         pool.take_events()
         return pool
+
+    @requires("events")
+    @rule("EVICT-403", "EVICT-404")
+    @pytest.mark.parametrize("copies", [2, 3])
+    def test_lru_leaf_keeps_one_copy_of_a_hash_whose_child_is_in_use(self, impl: Target, copies: int) -> None:
+        """Copies of hash 2 released one after another while its child 3 is in use: all but one may go."""
+
+        def build() -> Any:
+            pool = self.pool(impl, 10, policy="lru-leaf", enable_events=True)
+            chain = pool.allocate(3, holder="a")
+            pool.register(chain, [1, 2, 3])
+            spares = pool.allocate(copies - 1, holder="s")
+            for spare in spares:
+                pool.register([spare], [2], parent_hash=1)
+            pool.free([chain[1]], holder="a")
+            pool.free(spares, holder="s")
+            cache_chain(pool, [11])
+            pool.take_events()
+            return pool
+
+        reclaimable = copies  # every copy of 2 but one, and 11
+        for k in range(1, reclaimable + 1):
+            at_once, one_by_one = build(), build()
+            at_once.allocate(at_once.num_free + k)
+            one_by_one.allocate(one_by_one.num_free)
+            for _ in range(k):
+                one_by_one.allocate(1)
+            for name, pool in (("one call", at_once), (f"{k} calls", one_by_one)):
+                assert 2 in pool.resident_hashes(), (
+                    f"lru-leaf in {name} of {k} evictions removed hash 2, whose child 3 is in use"
+                )
+                removed = [e.block_hash for e in pool.take_events() if isinstance(e, BlockRemoved)]
+                assert removed == ([11] if k == reclaimable else []), f"{name} of {k} evictions removed {removed}"
+            assert {b: at_once.block_hash(b) for b in range(10)} == {b: one_by_one.block_hash(b) for b in range(10)}
+        assert at_once.num_available == at_once.num_free, "every reclaimable block was taken"
 
     @rule("EVICT-404")
     def test_lru_leaf_keeps_the_resident_hashes_prefix_closed(self, impl: Target) -> None:

@@ -200,6 +200,9 @@ class PrefixCacheSuite(ConformanceSuite):
         assert [pool.generation(b) for b in ids] == gens
         assert pool.take_events() == [AllBlocksCleared()]
         assert pool.stats.resets == 1
+        cache_chain(pool, [4])
+        pool.reset()
+        assert pool.stats.resets == 2, f"[PFX-318] two successful resets counted as {pool.stats.resets}"
 
     @requires("events")
     @rule("PFX-315")

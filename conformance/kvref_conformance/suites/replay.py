@@ -105,7 +105,7 @@ class ReplaySuite(ConformanceSuite):
         pool.free(kept[::-1], holder="keeper")
         self.check(pool)
 
-    @rule("TRACE-1020", "ERR-501")
+    @rule("TRACE-1020", "ERR-501", "ERR-521")
     @pytest.mark.parametrize(
         ("batch", "rule_id"),
         [([[1, 2], [3, 2]], "TRACE-1006"), ([[5, 6, 5]], "TRACE-1006"), ([[4, 2]], "PFX-306")],
@@ -116,9 +116,14 @@ class ReplaySuite(ConformanceSuite):
     ) -> None:
         pool = self.pool(impl, 8)
         pool.register(pool.allocate(2, holder="keeper"), [1, 2])
-        fails_unchanged(pool, lambda: pool.replay_requests(batch), HashConflictError, rule_id)
+        exc = fails_unchanged(pool, lambda: pool.replay_requests(batch), HashConflictError, rule_id)
+        assert "replay_requests: block_lists[" in str(exc), f"[ERR-521] {str(exc)!r} names no call and entry"
 
-    @rule("TRACE-1020", "ERR-503")
-    def test_a_batch_of_non_integers_is_refused_whole(self, impl: Target) -> None:
+    @rule("TRACE-1020", "ERR-503", "ERR-521")
+    @pytest.mark.parametrize(
+        ("batch", "argument"), [([[1, 2], [3, "4"]], "block_lists[1]"), (7, "block_lists"), ("12", "block_lists")]
+    )
+    def test_a_batch_of_non_integers_is_refused_whole(self, impl: Target, batch: Any, argument: str) -> None:
         pool = self.pool(impl, 8)
-        fails_unchanged(pool, lambda: pool.replay_requests([[1, 2], [3, "4"]]), InvalidTypeError, "ERR-503")
+        exc = fails_unchanged(pool, lambda: pool.replay_requests(batch), InvalidTypeError, "ERR-503")
+        assert f"replay_requests: {argument}" in str(exc), f"[ERR-521] {str(exc)!r} does not name {argument}"
