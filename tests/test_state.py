@@ -158,7 +158,7 @@ def test_check_invariants_names_the_rule_each_corruption_breaks(
         pool.check_invariants()
     assert info.value.rule == rule_id, f"{what}: check_invariants cited {info.value.rule}, expected {rule_id}"
     said = str(info.value).removeprefix(f"[{rule_id}] check_invariants: ")
-    assert said != str(info.value) and len(said) > 10, f"{what}: the violation {str(info.value)!r} does not say what broke"
+    assert said != str(info.value) and len(said) > 10, f"{what}: {str(info.value)!r} does not say what broke"
 
 
 @rule("EVICT-404", "ERR-508")

@@ -155,24 +155,9 @@ CASES: list[Case] = [
     ),
     ("free: float array", lambda w: w.pool.free(np.array([1.0]), holder="r"), InvalidTypeError, "ERR-503"),
     # a generation beside an id that is out of range or reserved: the id's own error comes first
-    (
-        "free: id = num_blocks with a generation",
-        lambda w: w.pool.free([16], holder="r", generations=[1]),
-        BlockIdError,
-        "POOL-103",
-    ),
-    (
-        "free: huge id with a generation",
-        lambda w: w.pool.free([2**70], holder="r", generations=[1]),
-        BlockIdError,
-        "POOL-103",
-    ),
-    (
-        "acquire: reserved id with a generation",
-        lambda w: w.pool.acquire([0], generations=[5]),
-        ReservedBlockError,
-        "POOL-118",
-    ),
+    ("free: id 16, a generation", lambda w: w.pool.free([16], holder="r", generations=[1]), BlockIdError, "POOL-103"),
+    ("free: id 2**70, a generation", lambda w: w.pool.free([2**70], generations=[1]), BlockIdError, "POOL-103"),
+    ("acquire: id 0, a generation", lambda w: w.pool.acquire([0], generations=[5]), ReservedBlockError, "POOL-118"),
     *[
         (
             f"free: element {v!r}",

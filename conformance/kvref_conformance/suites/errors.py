@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.contract.errors import KVRefError, PoolUnusableError
+from kvref.contract.errors import ConfigError, KVRefError, PoolUnusableError, StaleBlockError
 from kvref_conformance.observe import observe
 from kvref_conformance.suites.bad_inputs import CASES, World, int_kinds, make_world, needs
 from kvref_conformance.suites.base import ConformanceSuite, fails_unchanged, requires, rule, skip_without
@@ -92,6 +92,19 @@ class ErrorSuite(ConformanceSuite):
         assert operation in str(exc), f"[ERR-521] the message {str(exc)!r} of {name!r} does not name {operation!r}"
         assert argument is None or argument in str(exc), (
             f"[ERR-521] the message {str(exc)!r} of {name!r} does not name the argument at fault, {argument!r}"
+        )
+
+    @rule("POOL-112")
+    @pytest.mark.parametrize("op", ["free", "acquire"])
+    def test_block_0_when_usable_has_its_generation_checked_like_any_other(self, impl: Target, op: str) -> None:
+        try:
+            pool = self.pool(impl, 6, reserved_ids=(5, 2))
+        except ConfigError as refused:  # an engine whose block 0 is its null block: nothing to check
+            pytest.skip(f"the target keeps block 0 reserved: {refused}")
+        pool.allocate(4, holder="h")
+        stale = [pool.generation(0) + 1]
+        fails_unchanged(
+            pool, lambda: getattr(pool, op)([0], holder="h", generations=stale), StaleBlockError, "POOL-112"
         )
 
     @rule("ERR-515")

@@ -9,7 +9,6 @@ import pytest
 from kvref.contract.errors import (
     BlockIdError,
     BlockStateError,
-    ConfigError,
     InvalidValueError,
     NotHeldError,
     OutOfBlocksError,
@@ -51,19 +50,6 @@ class PoolSuite(ConformanceSuite):
         ids = pool.allocate(4)
         assert sorted(ids) == [0, 1, 3, 4], f"allocate handed out {ids}; reserved 2 and 5 must never appear"
         assert pool.block_state(5) is BlockState.RESERVED
-
-    @rule("POOL-112")
-    @pytest.mark.parametrize("op", ["free", "acquire"])
-    def test_block_0_when_usable_has_its_generation_checked_like_any_other(self, impl: Target, op: str) -> None:
-        try:
-            pool = self.pool(impl, 6, reserved_ids=(5, 2))
-        except ConfigError as refused:  # an engine whose block 0 is its null block: nothing to check
-            pytest.skip(f"the target keeps block 0 reserved: {refused}")
-        pool.allocate(4, holder="h")
-        stale = [pool.generation(0) + 1]
-        fails_unchanged(
-            pool, lambda: getattr(pool, op)([0], holder="h", generations=stale), StaleBlockError, "POOL-112"
-        )
 
     @rule("POOL-102")
     def test_the_null_block_is_never_handed_out_even_when_everything_else_is_taken(self, impl: Target) -> None:
