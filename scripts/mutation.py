@@ -51,6 +51,7 @@ class Target:
     mutate: str
     backend: str
     tests: tuple[str, ...]
+    only: tuple[str, ...] = ()  # files under ``mutate`` to mutate, all of them when empty
 
     @property
     def module_prefix(self) -> str:
@@ -107,7 +108,8 @@ def load_config(path: Path = CONFIG) -> Config:
     """The targets, the equivalent-line patterns and the equivalent mutants of ``scripts/mutation.toml``."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     targets = {
-        name: Target(name, t["mutate"], t["backend"], tuple(t.get("tests", ()))) for name, t in data["target"].items()
+        name: Target(name, t["mutate"], t["backend"], tuple(t.get("tests", ())), tuple(t.get("only", ())))
+        for name, t in data["target"].items()
     }
     equivalents = [Equivalent(e["pattern"], e["reason"]) for e in data.get("equivalent", [])]
     listed = data.get("equivalent_mutant", [])
@@ -122,7 +124,7 @@ def workspace_pyproject(target: Target, equivalents: list[Equivalent], results_d
                    "--kvref-results", str(results_dir), "-p", "no:cacheprovider"]  # fmt: skip
     mutmut = {
         "source_paths": [target.mutate.split("/")[0] + "/"],
-        "only_mutate": [target.mutate.rstrip("/") + "/*"],
+        "only_mutate": [f"{target.mutate.rstrip('/')}/{only}" for only in target.only or ("*",)],
         "also_copy": [p for p in PACKAGES if p != target.mutate.split("/")[0]],
         "pytest_add_cli_args_test_selection": suite,
         "pytest_add_cli_args": pytest_args,
