@@ -64,3 +64,22 @@ def test_report_with_out_plots_each_benchmark_run_and_renders_replay_files(tmp_p
         assert (out.parent / png).stat().st_size > 1000, f"kvref report --out did not draw {png}"
         assert f"({png})" in text, f"the report does not link {png}"
     assert "# kvref replays" in text and "| oracle | fused | lru | 32 |" in text, "the replay file is not in the report"
+
+
+@pytest.mark.rule("ERR-502")
+def test_a_long_state_machine_failure_keeps_the_assertion_that_names_the_rule(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from kvref_conformance.results import ResultsRecorder
+    from kvref_conformance.target import Target
+
+    program = "\n".join(f"E       state.step_{i}()" for i in range(2000))  # an unshrunk replay, far over the limit
+    longrepr = f"    assert evicted == spec\nE       AssertionError: [EVICT-408] evicted 0, the spec evicts 1\n\n" \
+               f"Failing test case: <state machine>\n{program}\n"  # fmt: skip
+    report = SimpleNamespace(when="call", skipped=False, outcome="failed", failed=True, longrepr=longrepr)
+    recorder = ResultsRecorder(tmp_path, "ci")
+    recorder.record(Target.from_backend("oracle"), "t::test", ("EVICT-408",), report)
+    [failure] = recorder.summarize("oracle")["failures"]
+    replay = failure["replay"]
+    assert "[EVICT-408] evicted 0" in replay, f"the clipped report lost the assertion message:\n{replay[:500]}"
+    assert "Failing test case" in replay and len(replay) <= 6000, f"replay of {len(replay)} chars:\n{replay[:500]}"

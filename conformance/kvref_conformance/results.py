@@ -172,10 +172,13 @@ def _count(tests: Any) -> dict[str, int]:
 
 
 def _clip(text: str, limit: int = 6000) -> str:
-    """Keep the end of a long report: that is where the assertion and the replay program are."""
+    """A long report cut to ``limit`` characters: the exception's own lines (what was seen, the rule
+    it breaks) first, then the replay program from its start, or else the report's end."""
     if len(text) <= limit:
         return text
     marker = max(text.find("Falsifying example"), text.find("Failing test case"))
-    if marker != -1:
-        return text[marker : marker + limit]
-    return "..." + text[-limit:]
+    if marker == -1:
+        return "..." + text[-limit:]
+    error = [line for line in text[:marker].splitlines() if re.match(r"E\s+\w*(Error|Exception)\b", line)]
+    head = "\n".join(error)[: limit // 4] + "\n...\n" if error else ""
+    return head + text[marker : marker + limit - len(head)]

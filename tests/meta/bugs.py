@@ -251,6 +251,77 @@ class ScatterPinInMatchMany(_Buggy):
         return got
 
 
+class AdmissionSkipsWhatDoesNotFit(_Buggy):
+    """``allocate_many`` skips an entry that does not fit and goes on with the later ones, as a
+    scheduler's admission loop with ``continue`` for ``break`` does: a later, smaller request
+    overtakes the one that waits."""
+
+    def allocate_many(self, counts: Any, *, holders: Any) -> list[list[int]]:
+        cs, hs = list(counts), list(holders)
+        if any(type(c) is not int or c < 0 for c in cs) or len(cs) != len(hs):
+            return super().allocate_many(counts, holders=holders)
+        if any(c and h in self._paused for c, h in zip(cs, hs, strict=True)):
+            return super().allocate_many(counts, holders=holders)
+        out: list[list[int]] = []
+        for c, h in zip(cs, hs, strict=True):
+            out.append(self.allocate(c, holder=h) if c <= self.num_available else [])
+        return out
+
+
+class PausedCountMissedByFreeMany(_Buggy):
+    """``paused_used`` is a counter the single ``free`` lowers and ``free_many`` forgets: a paused
+    request that gives blocks back in a batch still counts them against the paused limit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._missed: dict[Hashable, int] = {}
+
+    def free_many(self, block_lists: Any, *, holders: Any) -> None:
+        super().free_many(block_lists, holders=holders)
+        for ids, h in zip(block_lists, holders, strict=True):
+            if h in self._paused:
+                self._missed[h] = self._missed.get(h, 0) + len(list(ids))
+
+    def resume(self, holder: Hashable) -> None:
+        super().resume(holder)
+        self._missed.pop(holder, None)
+
+    @property
+    def paused_used(self) -> int:
+        return super().paused_used + sum(self._missed.get(h, 0) for h in self._paused)
+
+    @property
+    def paused_excess(self) -> int:
+        return max(0, self.paused_used - self.paused_limit)
+
+
+class OneQueueInReleaseOrder(_Buggy):
+    """Free and cached blocks wait in one queue in release order and ``allocate`` takes its head:
+    cached blocks released before a never-hashed block are evicted while that block is still free
+    (one free queue for both kinds of block; vLLM's keeps them at its two ends instead)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._queue: dict[int, None] = {}  # blocks whose last reference went, in release order
+
+    def _release(self, ids: list[int], holder: Hashable) -> None:
+        super()._release(ids, holder)
+        for b in ids:
+            if self._ref[b] == 0:
+                self._queue.pop(b, None)
+                self._queue[b] = None
+
+    def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
+        n = count if type(count) is int and isinstance(holder, str | None) else 0
+        if 0 < n <= self.num_available and holder not in self._paused:
+            idle = [b for b in self._queue if self._ref[b] == 0 and (b in self._evictable or b in self._free)]
+            head = ([b for b in self._free if b not in self._queue] + idle)[:n]
+            extra = sum(b in self._evictable for b in head) - max(0, n - len(self._free))
+            if extra > 0:
+                self._free.extend(reversed(self._evict(min(extra, self._reclaimable()))))
+        return super().allocate(count, holder=holder)
+
+
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
     class PlantedBackend(OracleBackend):
         name = pool_cls.__name__
@@ -286,6 +357,9 @@ EXPECTED: dict[str, str] = {
     "StaleCheckedLast": "ERR-509",
     "AllocateHandsOutAView": "POOL-123",
     "ScatterPinInMatchMany": "PFX-320",
+    "AdmissionSkipsWhatDoesNotFit": "POOL-116",
+    "PausedCountMissedByFreeMany": "POOL-113",
+    "OneQueueInReleaseOrder": "EVICT-408",
 }
 
 for _name in EXPECTED:

@@ -14,17 +14,17 @@ requested prefix, so a stale or wrong hit fails the step it happens in. Every as
 starts with the id of the rule it checks.
 
 The machine is assembled from one module per concern: :mod:`.core` (side-by-side calls, renaming,
-shadow store), :mod:`.pool_steps`, :mod:`.cache_steps` and :mod:`.observations`.
+shadow store), :mod:`.pool_steps`, :mod:`.cache_steps`, :mod:`.targeted_steps` and
+:mod:`.observations`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvref_conformance.machines.cache_steps import CacheSteps
 from kvref_conformance.machines.core import STEP_COUNTS, STEP_SECONDS, chain_hash, chain_hashes
 from kvref_conformance.machines.observations import Observations
-from kvref_conformance.machines.pool_steps import PoolSteps
+from kvref_conformance.machines.targeted_steps import TARGETED_RULES, TargetedSteps
 from kvref_conformance.target import Target
 
 __all__ = ["STEP_COUNTS", "STEP_SECONDS", "DifferentialMachine", "chain_hash", "chain_hashes", "make_machine"]
@@ -42,19 +42,21 @@ BATCH_RULES = ("allocate_batch", "free_batch", "match_batch", "scribble_on_a_ret
                "reoffer_a_hit_for_registration")  # fmt: skip
 
 
-class DifferentialMachine(PoolSteps, CacheSteps, Observations):
+class DifferentialMachine(TargetedSteps, Observations):
     """The machine; :func:`make_machine` binds ``target``, ``policy`` and the features in play."""
 
 
 def make_machine(
-    target: Target, policy: str, *, cache: bool = True, batches: bool = False
+    target: Target, policy: str, *, cache: bool = True, batches: bool = False, targeted: bool = False
 ) -> type[DifferentialMachine]:
     """A machine class driving ``target`` under ``policy`` beside the oracle.
 
     ``cache=False`` leaves the prefix cache out (the pool alone); ``batches=True`` adds the
-    batched forms to the steps.
+    batched forms to the steps; ``targeted=True`` adds the steps that make issue 16's blind spots
+    on purpose (:mod:`.targeted_steps`), with the batched forms where the target has them.
     """
-    kind = "batch" if batches else "cache" if cache else "pool"
+    batches = batches or targeted
+    kind = "targeted" if targeted else "batch" if batches else "cache" if cache else "pool"
     name = f"{target.name}:{kind}[{policy}]"
     attrs: dict[str, Any] = {
         "target": target,
@@ -68,6 +70,9 @@ def make_machine(
         attrs.update(dict.fromkeys(CACHE_RULES))
     if not (batches and target.has("batching")):
         attrs.update(dict.fromkeys(BATCH_RULES))
+    if not targeted:
+        attrs.update(dict.fromkeys(TARGETED_RULES))
     if not target.has("pause"):
         attrs["toggle_pause"] = None
+        attrs["a_paused_holder_calls_each_operation"] = None
     return type(f"Differential_{kind}_{policy.replace('-', '_')}", (DifferentialMachine,), attrs)

@@ -7,6 +7,8 @@ the requested tokens fails in the step it happens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
@@ -109,7 +111,10 @@ class CacheSteps(MachineCore):
         self.tick()
         holders = data.draw(st.lists(holders_st, min_size=2, max_size=3, unique=True))
         hashes = chain_hashes(chain)
-        lists = [hashes[: data.draw(st.integers(1, len(hashes)))] for _ in holders]
+        self.match_together(chain, holders, [hashes[: data.draw(st.integers(1, len(hashes)))] for _ in holders])
+
+    def match_together(self, chain: tuple[int, ...], holders: Sequence[object], lists: list[list[int]]) -> None:
+        """``match_many(lists, holders)`` on both sides, each list a prefix of ``chain``'s hashes (PFX-320)."""
         what = f"match_many({lists}, holders={holders})"
         if any(h in self.paused and hl for h, hl in zip(holders, lists, strict=True)):
             self.both(what, lambda: self.impl.match_many(lists, holders=holders),

@@ -6,6 +6,8 @@ error, and what succeeds is checked against the references the machine handed ou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
@@ -156,7 +158,10 @@ class PoolSteps(MachineCore):
     @rule(counts=st.lists(st.integers(0, 4), max_size=4), data=st.data())
     def allocate_batch(self, counts: list[int], data: st.DataObject) -> None:
         self.tick()
-        holders = [data.draw(holders_st) for _ in counts]
+        self.admit(counts, [data.draw(holders_st) for _ in counts])
+
+    def admit(self, counts: list[int], holders: Sequence[object]) -> None:
+        """``allocate_many(counts, holders)`` on both sides: the same entries admitted (POOL-116), fresh blocks."""
         kind, got, want = self.both(
             f"allocate_many({counts}, holders={holders})",
             lambda: self.impl.allocate_many(counts, holders=holders),
@@ -182,6 +187,10 @@ class PoolSteps(MachineCore):
             if refs:
                 picked = data.draw(st.lists(st.sampled_from(range(len(refs))), unique=True, max_size=len(refs)))
                 entries.append((holder, picked))
+        self.release_together(entries)
+
+    def release_together(self, entries: Sequence[tuple[object, list[int]]]) -> None:
+        """``free_many`` of each holder's references at the positions picked, on both sides (POOL-117)."""
         lists = [[self.refs[h][i] for i in picked] for h, picked in entries]
         holders = [h for h, _ in entries]
         kind, _, _ = self.both(

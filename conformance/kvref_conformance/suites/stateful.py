@@ -33,3 +33,14 @@ class StatefulSuite(ConformanceSuite):
     @requires("batching")
     def test_the_batched_forms_behave_like_the_single_operations(self, impl: Target) -> None:
         run_state_machine_as_test(make_machine(impl, "lru", batches=True), settings=settings())
+
+    @rule("POOL-113", "POOL-114", "POOL-116", "POOL-121", "EVICT-401", "EVICT-403", "EVICT-406", "EVICT-408")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo"])
+    def test_the_blind_spots_made_on_purpose_behave_like_the_oracle(self, impl: Target, policy: str) -> None:
+        """The machine with the targeted steps: a paused holder in every operation, hashless blocks
+        released among cached ones before an evicting allocation, an admission that does not fit.
+        Without a prefix cache the policy does not matter, and only the first one offered runs."""
+        if not impl.has("prefix-cache") and policy != first_policy(impl):
+            pytest.skip(f"no prefix cache: the policy does not matter, {first_policy(impl)} runs")
+        self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
+        run_state_machine_as_test(make_machine(impl, policy, targeted=True), settings=settings())
