@@ -264,8 +264,10 @@ class OracleSlotAllocator:
             raise InvariantViolation("RADIX-602", f"check_invariants: page 0 or an unknown page among free {places}")
         if any(self._allocated[p] for p in places):
             raise InvariantViolation("RADIX-611", "check_invariants: an allocated page is also free")
+        if self._allocated[0]:
+            raise InvariantViolation("RADIX-602", "check_invariants: page 0, the padding page, is marked allocated")
         allocated = sum(self._allocated)
-        if allocated + len(places) != self._pages or self._allocated[0]:
+        if allocated + len(places) != self._pages:
             raise InvariantViolation(
                 "RADIX-611",
                 f"check_invariants: {allocated} allocated + {len(places)} free != {self._pages} pages",
