@@ -8,7 +8,7 @@ checks nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -96,6 +96,11 @@ def node(t: OracleRadixCache, tokens: list[int], namespace: object = None) -> An
     return t._nodes[t.match(tokens, namespace=namespace).node]
 
 
+def recut(n: Any, keep: int) -> None:
+    """Cut node ``n`` to its first ``keep`` tokens and slots, whole pages or not."""
+    n.tokens, n.slots = n.tokens[:keep], n.slots[:keep]
+
+
 def root(t: OracleRadixCache) -> Any:
     return t._roots[None]
 
@@ -110,6 +115,10 @@ TREE_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
      "holds 0 tokens and 2 slots"),
     ("a node with part of a page", lambda t: setattr(node(t, [1, 2, 5, 6]), "tokens", (5,)), "RADIX-621",
      "holds 1 tokens and 2 slots; both must be the same positive multiple of the page (2)"),
+    ("a node with part of a page and its slot", lambda t: recut(node(t, [1, 2, 5, 6]), 1), "RADIX-621",
+     "holds 1 tokens and 1 slots"),
+    ("a node with no tokens and no slots", lambda t: recut(node(t, [1, 2, 5, 6]), 0), "RADIX-621",
+     "holds 0 tokens and 0 slots"),
     ("a node with a slot too few", lambda t: node(t, [1, 2, 5, 6]).slots.pop(), "RADIX-621",
      "holds 2 tokens and 1 slots"),
     ("a child under a removed parent", lambda t: setattr(node(t, [1, 2]), "alive", False), "RADIX-627",
@@ -247,7 +256,7 @@ def test_lru_ignores_priority_lfu_counts_hits_and_priority_defaults_to_zero() ->
     assert t.evict(1) == 1 and t.match([2]).length == 0, "lfu evicts the leaf with the fewest hits first"
     t = tree(policy="priority")
     cache(t, [1], priority=1)
-    cache(t, [2])  # newer, default priority 0
+    t.insert([2], t.allocator.alloc(1) or [])  # newer, no priority given
     assert t.evict(1) == 1 and t.match([2]).length == 0, "an insert without a priority has priority 0"
     t = tree(policy="lru")
     cache(t, [1])
@@ -289,3 +298,42 @@ def test_released_pages_merge_only_when_the_free_list_runs_short() -> None:
     a.free([3])
     a.free([1])
     assert a.free_order() == [3, 1], "without sort pages come back in release order"
+
+
+class WithoutSelfCheck:
+    """An allocator of chapter 06's shape with no ``check_invariants`` of its own (a device one's may lack it)."""
+
+    def __init__(self, inner: OracleSlotAllocator) -> None:
+        self.inner = inner
+        self.page_size, self.num_pages, self.size = inner.page_size, inner.num_pages, inner.size
+
+    def is_allocated(self, slot: int) -> bool:
+        return self.inner.is_allocated(slot)
+
+    def alloc(self, need_size: int) -> list[int] | None:
+        return self.inner.alloc(need_size)
+
+    def free(self, indices: Sequence[int]) -> None:
+        self.inner.free(indices)
+
+    def available_size(self) -> int:
+        return self.inner.available_size()
+
+
+@rule("RADIX-620")
+def test_the_trees_self_check_runs_over_an_allocator_without_one() -> None:
+    t = OracleRadixCache(WithoutSelfCheck(OracleSlotAllocator(8)))
+    cache(t, [1, 2, 3])
+    t.check_invariants()  # the tree's own checks, and none of the allocator's
+
+
+@rule("RADIX-622", "RADIX-624")
+def test_a_lock_receipt_names_its_node_and_a_node_its_whole_key() -> None:
+    t = tree(16, page=2)
+    slots = cache(t, [1, 2, 3, 4])
+    cache(t, [1, 2, 5, 6])
+    m = t.match([1, 2, 3, 4])
+    receipt, nothing = t.lock(m.node), t.lock(0)
+    assert (receipt.node, nothing.node) == (m.node, 0), f"receipts {receipt}, {nothing} must name the node locked"
+    assert t.node_tokens(m.node) == (1, 2, 3, 4) and t.node_tokens(0) == (), "a node's tokens run from the root"
+    assert t.cached_slots() == frozenset(slots) | set(t.match([1, 2, 5, 6]).slots), "cached_slots is every slot held"

@@ -21,7 +21,7 @@ from typing import Any, SupportsIndex
 from kvref.contract.checks import page_counts, pages_to_free, split_by
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, InvariantViolation
 from kvref.contract.extend import decode_prefixes, plan_extend
-from kvref.contract.validate import IntsLike, as_block_id_list, as_count
+from kvref.contract.validate import IntsLike, as_block_id_list, as_count, as_int
 
 __all__ = ["OracleSlotAllocator"]
 
@@ -233,7 +233,7 @@ class OracleSlotAllocator:
         return bool(self._allocated[self._slot(slot, "is_allocated") // self._page])
 
     def _slot(self, value: object, op: str) -> int:
-        (s,) = as_block_id_list([value], op=op, arg="slot")
+        s = as_int(value, op=op, arg="slot")
         if not 0 <= s < len(self._version):
             raise BlockIdError("RADIX-606", f"{op}: slot {s} outside [0, {len(self._version)})")
         return s

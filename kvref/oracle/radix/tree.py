@@ -297,7 +297,7 @@ class OracleRadixCache:
 
     def _node(self, value: object, op: str) -> Node | None:
         """The node ``value`` names; None for 0, the empty prefix (a lock on it locks nothing)."""
-        (ident,) = as_block_id_list([value], op=op, arg="node")
+        ident = as_count(value, op=op, arg="node")
         if ident == 0:
             return None
         node = self._nodes.get(ident)
