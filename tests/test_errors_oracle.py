@@ -1,15 +1,25 @@
 """Chapter 05 on the oracle itself: validation survives ``python -O`` and uses no assert.
 
 The bad-input matrix over every operation lives in the conformance suite
-(``kvref_conformance.suites.errors``) and runs on the oracle through ``test_conformance_oracle``.
+(``kvref_conformance.suites.errors``) and runs on the oracle through ``test_conformance_oracle``;
+here the oracle's messages are held to their exact form.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+
+from kvref.contract.errors import KVRefError
+from kvref.oracle import OracleBlockPool
+from kvref_conformance.suites.bad_inputs import CASES, make_world
+from kvref_conformance.suites.errors import argument_at_fault
+from kvref_conformance.target import Target
 
 rule = pytest.mark.rule
 
@@ -43,3 +53,64 @@ def test_no_source_file_validates_with_assert() -> None:
         if isinstance(node, ast.Assert)
     ]
     assert not offenders, f"assert statements in kvref (stripped under -O): {offenders}"
+
+
+@rule("ERR-502", "ERR-521")
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_on_the_oracle_each_bad_input_message_starts_with_its_rule_and_call_and_names_the_argument(case: str) -> None:
+    """Stricter than the suite's ERR-521 check, which any wording passes: the oracle's messages all read
+    ``[RULE] operation: ...`` and name the argument at fault as a word of its own."""
+    name, call, _, rule_id = next(c for c in CASES if c[0] == case)
+    world = make_world(Target.from_backend("oracle"))
+    with pytest.raises(KVRefError) as raised:
+        call(world)
+    message, operation, argument = str(raised.value), name.split(":")[0], argument_at_fault(name)
+    assert message.startswith(f"[{rule_id}] {operation}: "), (
+        f"[ERR-521] {case}: {message!r} does not lead with its call"
+    )
+    assert argument is None or re.search(rf"(?<!\w){re.escape(argument)}(?!\w)", message), (
+        f"[ERR-521] {case}: {message!r} does not name the argument at fault, {argument!r}"
+    )
+
+
+def _in_use_reset(pool: OracleBlockPool) -> None:
+    pool.allocate(1, holder="r")
+    pool.reset()
+
+
+def _paused_admission(pool: OracleBlockPool, many: str) -> None:
+    pool.pause("p")
+    if many == "allocate_many":
+        pool.allocate_many([1], holders=["p"])
+    else:
+        pool.match_many([[1]], holders=["p"])
+
+
+#: The pool is typed ``Any`` in the calls: they pass what the signatures refuse, on purpose.
+OTHER_REFUSALS: list[tuple[str, Callable[[Any], object], str, str]] = [
+    ("reset while a block is in use", _in_use_reset, "PFX-313", "reset: 1 block(s) in use"),
+    ("allocate_many for a paused holder", lambda p: _paused_admission(p, "allocate_many"), "POOL-114",
+     "allocate_many: holder 'p' is paused"),
+    ("match_many for a paused holder", lambda p: _paused_admission(p, "match_many"), "POOL-114",
+     "match_many: holder 'p' is paused"),
+    ("replay_requests of a str", lambda p: p.replay_requests("ab"), "ERR-503",
+     "replay_requests: block_lists must be a sequence of hash lists, got str"),
+    ("replay_requests of an int", lambda p: p.replay_requests(5), "ERR-503",
+     "replay_requests: block_lists must be a sequence of hash lists, got int"),
+    ("replay_requests of a set", lambda p: p.replay_requests({(1,)}), "ERR-503",
+     "replay_requests: block_lists must be an ordered sequence"),
+    ("holder_references of an unhashable holder", lambda p: p.holder_references([]), "ERR-503",
+     "holder_references: holder"),
+]  # fmt: skip
+
+
+@rule("ERR-502", "ERR-521", "PFX-313", "POOL-114")
+@pytest.mark.parametrize(("case", "call", "rule_id", "says"), OTHER_REFUSALS, ids=[c[0] for c in OTHER_REFUSALS])
+def test_on_the_oracle_other_refusals_lead_with_their_rule_and_call(
+    case: str, call: Callable[[Any], object], rule_id: str, says: str
+) -> None:
+    pool = OracleBlockPool(8, policy="lru", paused_limit=2)
+    with pytest.raises(KVRefError) as raised:
+        call(pool)
+    message = str(raised.value)
+    assert message.startswith(f"[{rule_id}] {says}"), f"[ERR-521] {case}: {message!r} does not start {says!r}"
