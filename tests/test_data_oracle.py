@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError, KVRefError
+from kvref.contract.errors import BlockIdError, ConfigError, InvalidTypeError, InvalidValueError, KVRefError
+from kvref.oracle.data.plane import DataPlane
 from kvref.oracle.data.routing import RoutingStore
 from kvref.oracle.data.states import StatePool
 from kvref.oracle.data.table import ReqToTokenTable
+from tests.refusals import refused
 
 rule = pytest.mark.rule
 
@@ -55,10 +57,7 @@ CONSTRUCTION: list[tuple[str, Callable[[], object], str, str]] = [
 def test_a_refused_construction_names_its_rule_and_what_is_wrong(
     case: str, make: Callable[[], object], rule_id: str, says: str
 ) -> None:
-    with pytest.raises(ConfigError) as raised:
-        make()
-    message = str(raised.value)
-    assert raised.value.rule == rule_id and message.startswith(f"[{rule_id}] {says}"), f"{case}: {message!r}"
+    refused(case, make, ConfigError, rule_id, says)
 
 
 @rule("DATA-810", "DATA-820", "DATA-830")
@@ -162,11 +161,7 @@ def test_a_refused_call_names_its_rule_and_call_and_changes_nothing(
 ) -> None:
     obj = make()
     before = state_of(obj)
-    with pytest.raises(error) as raised:
-        call(obj)
-    message = str(raised.value)
-    assert raised.value.rule == rule_id, f"{case}: raised {message!r}; the rule it breaks is {rule_id}"
-    assert message.startswith(f"[{rule_id}] {says}"), f"[ERR-521] {case}: {message!r} does not start {says!r}"
+    refused(case, lambda: call(obj), error, rule_id, says)
     assert state_of(obj) == before, f"[ERR-501] {case}: the refused call changed the state"
 
 
@@ -218,3 +213,79 @@ def test_routing_is_stored_by_position_and_rebuilt_only_where_every_position_has
     r.store_flat(np.zeros((0, 1, 2)), [], [])  # nothing to store
     r.forget([2])
     assert r.reconstruct([2], 1) is None and r.reconstruct([1], 1).tolist() == [[[4, 5]]], "forget drops block 2 only"
+
+
+@rule("DATA-810", "DATA-811")
+def test_the_table_hands_out_one_row_by_default_and_its_last_rows_too() -> None:
+    t = ReqToTokenTable(3, 4)
+    assert t.alloc() == [1] and t.alloc(2) == [2, 3], "alloc() is one row; the last two free rows fit alloc(2)"
+    t.write(3, 0, np.array([[5, 6], [7, 8]]))
+    assert t.read(3, 0, 4).tolist() == [5, 6, 7, 8], "a batch of slots is written in order"
+    refused("write of floats", lambda: t.write(3, 0, [1.5]), InvalidTypeError, "ERR-503",
+            "write: slots must be integers, got float64")  # fmt: skip
+
+
+@rule("DATA-821", "DATA-823", "DATA-824")
+def test_state_slots_are_named_by_their_call_and_argument_and_layer_0_is_a_layer() -> None:
+    s = states()
+    for case, call, error, rule_id, says in [
+        ("reset of floats", lambda: s.reset_states([1.5]), InvalidTypeError, "ERR-503",
+         "reset_states: slots must be integers, got float64"),
+        ("copy from floats", lambda: s.copy_states([1.5], [2]), InvalidTypeError, "ERR-503",
+         "copy_states: src must be integers"),
+        ("copy into floats", lambda: s.copy_states([1], [2.5]), InvalidTypeError, "ERR-503",
+         "copy_states: dst must be integers"),
+        ("copy into past the end", lambda: s.copy_states([1], [3]), BlockIdError, "DATA-821",
+         "copy_states: dst [3] outside [0, 3)"),
+    ]:  # fmt: skip
+        refused(case, call, error, rule_id, says)
+    s.write_states(2, np.full((2, 1, 2, 3), 2.0), np.full((2, 4, 2), 3.0))
+    s.copy_states(np.array([[2]]), np.array([[1]]))
+    recurrent, conv = s.layer_state(0)
+    assert recurrent[1].sum() == 12 and conv[1].sum() == 24, "layer 0's view shows slot 1's copied states"
+
+
+@rule("DATA-830", "DATA-831")
+def test_routing_takes_block_0_and_names_at_most_eight_blocks_it_refuses() -> None:
+    r: Any = routing()
+    r.store_flat(np.ones((2, 1, 2)), np.array([[0, 0]]), np.array([[0, 1]]))
+    assert r.reconstruct([0], 2).tolist() == [[[1, 1]], [[1, 1]]], "block 0 is a block like any other"
+    for case, call, error, rule_id, says in [
+        ("forget of ten blocks", lambda: r.forget([9] * 10), BlockIdError, "DATA-830",
+         "forget: a block outside [0, 4) in [9, 9, 9, 9, 9, 9, 9, 9]"),
+        ("reconstruct past the end", lambda: r.reconstruct([9], 0), BlockIdError, "DATA-830",
+         "reconstruct: a block outside [0, 4) in [9]"),
+        ("blocks as floats", lambda: r.store_flat(np.ones((1, 1, 2)), [1.0], [0]), InvalidTypeError, "ERR-503",
+         "store_flat: blocks must be integers"),
+        ("offsets as floats", lambda: r.store_flat(np.ones((1, 1, 2)), [1], [0.0]), InvalidTypeError, "ERR-503",
+         "store_flat: offsets must be integers"),
+    ]:  # fmt: skip
+        message = str(refused(case, call, error, rule_id, says))
+        assert not says.endswith("]") or message == f"[{rule_id}] {says}", f"{case}: {message!r} names more blocks"
+
+
+@rule("DATA-801", "DATA-810", "DATA-820", "DATA-830")
+def test_every_part_a_data_plane_builds_keeps_its_arrays_in_that_plane_s_library() -> None:
+    torch = pytest.importorskip("torch")
+    from kvref_torch.tensors import TorchTensors
+
+    plane = DataPlane(TorchTensors("cpu"))
+    kv = plane.kv_buffers(size=4, layer_num=1, k_head_num=1, k_head_dim=2, dtype="float32")
+    table = plane.req_to_token(max_reqs=2, max_context_len=4)
+    pool = plane.state_pool(**STATE_SIZES)
+    store = plane.routing(num_blocks=4, block_size=2, num_layers=1, topk=2)
+    held = {"kv": kv.k_buffer[0], "table": table.req_to_token, "states": pool.conv_state, "routing": store.routing}
+    assert all(isinstance(a, torch.Tensor) for a in held.values()), {k: type(a) for k, a in held.items()}
+    k = np.arange(6, dtype=np.float64).reshape(3, 1, 2)
+    kv.set_kv(0, [3, 1, 2], k, -k)  # float64 given, float32 held
+    kv.set_kv(0, [0, 4], k[:2] + 10, k[:2] + 10)  # a padded token among them
+    got = kv.get_kv(0, [3, 1, 2, 4])[0]
+    assert got.dtype == torch.float32 and got.reshape(-1).tolist() == [0, 1, 2, 3, 4, 5, 12, 13], got
+    table.alloc(1)
+    table.write(1, 0, [7, 8])
+    assert table.read(1, 0, 2).tolist() == [7, 8] and table.req_to_token.dtype == torch.int32
+    pool.write_states(1, np.ones((2, 1, 2, 3)), np.ones((2, 4, 2)))
+    assert pool.recurrent_state.dtype == torch.float32 and float(pool.read_states(1)[0].sum()) == 12.0
+    store.store_flat(np.full((1, 1, 2), 3), [1], [1])
+    assert store.routing.dtype == torch.int32 and store.reconstruct([0, 1], 4) is None
+    assert store.routing[1, 1].tolist() == [[3, 3]], "routing stored at block 1, offset 1"

@@ -15,6 +15,7 @@ from kvref.contract.manager import FULL_ATTENTION, CacheGroup, KVCacheBlocks
 from kvref.contract.requests import Request
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
+from tests.refusals import refused
 
 rule = pytest.mark.rule
 
@@ -108,11 +109,7 @@ def test_a_refused_manager_call_names_its_rule_call_and_argument_and_changes_not
 ) -> None:
     m, req = admitted()
     before = m.snapshot()
-    with pytest.raises(error) as raised:
-        call(m, req)
-    message = str(raised.value)
-    assert raised.value.rule == rule_id, f"{case}: raised {message!r}; the rule it breaks is {rule_id}"
-    assert message.startswith(f"[{rule_id}] {says}"), f"[ERR-521] {case}: {message!r} does not start {says!r}"
+    refused(case, lambda: call(m, req), error, rule_id, says)
     assert m.snapshot() == before, f"[ERR-501] {case}: the refused call changed the manager"
 
 
@@ -209,11 +206,7 @@ CONSTRUCTION: list[tuple[str, Callable[[], object], type[KVRefError], str, str]]
 def test_a_refused_manager_names_its_rule_and_what_is_wrong(
     case: str, make: Callable[[], object], error: type[KVRefError], rule_id: str, says: str
 ) -> None:
-    with pytest.raises(error) as raised:
-        make()
-    message = str(raised.value)
-    assert raised.value.rule == rule_id, f"{case}: raised {message!r}; the rule it breaks is {rule_id}"
-    assert message.startswith(f"[{rule_id}] {says}"), f"[ERR-521] {case}: {message!r} does not start {says!r}"
+    refused(case, make, error, rule_id, says)
 
 
 @rule("REQ-708", "REQ-717")

@@ -27,6 +27,7 @@ from kvref.contract.errors import (
 )
 from kvref.oracle.radix import OracleRadixCache, OracleSlotAllocator
 from kvref.oracle.radix.records import LockReceipt
+from tests.refusals import refused
 
 rule = pytest.mark.rule
 Allocator: Any = OracleSlotAllocator  # called with what its signature refuses, on purpose
@@ -179,11 +180,7 @@ CONSTRUCTION: list[tuple[str, Callable[[], Any], type[KVRefError], str, str]] = 
 def test_a_refused_construction_names_its_rule_and_what_is_wrong(
     case: str, make: Callable[[], Any], error: type[KVRefError], rule_id: str, names: str
 ) -> None:
-    with pytest.raises(error) as raised:
-        make()
-    message = str(raised.value)
-    assert raised.value.rule == rule_id, f"{case}: raised {message!r}; the rule it breaks is {rule_id}"
-    assert message.startswith(f"[{rule_id}] {names}"), f"[ERR-521] {case}: {message!r} does not say {names!r}"
+    refused(case, make, error, rule_id, names)
 
 
 @rule("RADIX-606", "RADIX-608")

@@ -21,9 +21,8 @@ def _positive(value: object, name: str) -> int:
 
 def _span(host: np.ndarray) -> slice | None:
     """``host`` as a slice when it is a run of consecutive slots (a contiguous span: one copy, no gather)."""
-    n = len(host)
-    if n > 1 and int(host[-1]) - int(host[0]) == n - 1 and bool((np.diff(host) == 1).all()):
-        return slice(int(host[0]), int(host[0]) + n)
+    if len(host) > 1 and bool((np.diff(host) == 1).all()):
+        return slice(int(host[0]), int(host[-1]) + 1)
     return None
 
 
@@ -119,7 +118,8 @@ class KVBuffers:
     def _slots(self, indices: object, op: str, arg: str = "indices") -> np.ndarray:
         host = host_indices(indices, op=op, arg=arg)
         if host.size and (int(host.min()) < 0 or int(host.max()) >= self.slots):
-            bad = int(host.reshape(-1)[(host.reshape(-1) < 0) | (host.reshape(-1) >= self.slots)][0])
+            flat = host.ravel()
+            bad = int(flat[(flat < 0) | (flat >= self.slots)][0])
             raise BlockIdError("DATA-804", f"{op}: slot {bad} outside [0, {self.slots})")
         return host
 
@@ -135,7 +135,7 @@ class KVBuffers:
         return bool((self._mark[slots] != at).any())
 
     def _no_padding(self, host: np.ndarray, op: str, arg: str) -> None:
-        flat = host.reshape(-1)
+        flat = host.ravel()
         if flat.size and int(flat.min()) < self.padding:
             bad = int(flat[flat < self.padding][0])
             raise InvalidValueError("DATA-802", f"{op}: {arg} slot {bad} is padding and holds no data")
@@ -175,7 +175,7 @@ class KVBuffers:
         batch = tuple(host.shape)
         ks = self._shaped(k, batch, self.k_shape, op, "k")
         vs = self._shaped(v, batch, self.v_shape, op, "v")
-        flat = host.reshape(-1)
+        flat = host.ravel()
         usable = flat[flat >= self.padding]
         if self._repeats(usable):
             raise InvalidValueError("DATA-807", f"{op}: a usable slot appears twice in one call")
@@ -207,7 +207,7 @@ class KVBuffers:
             return k, v
         host = self._slots(indices, op)
         self._no_padding(host, op, "source")
-        where = self.tensors.index(host.reshape(-1))
+        where = self.tensors.index(host.ravel())
         k = self._rows(self.k_buffer[layer])[where].reshape(*host.shape, *self.k_shape)
         v = self._rows(self.v_buffer[layer])[where].reshape(*host.shape, *self.v_shape)
         return k, v
@@ -217,8 +217,8 @@ class KVBuffers:
         op = "copy_kv"
         if self._copied_on_device(src, dst, op):
             return
-        s = self._slots(src, op, "src").reshape(-1)
-        d = self._slots(dst, op, "dst").reshape(-1)
+        s = self._slots(src, op, "src").ravel()
+        d = self._slots(dst, op, "dst").ravel()
         if len(s) != len(d):
             raise InvalidValueError("DATA-809", f"{op}: {len(s)} src slots and {len(d)} dst slots")
         self._no_padding(s, op, "src")

@@ -34,7 +34,7 @@ class RoutingStore:
         self.known = np.zeros((num_blocks, block_size), dtype=bool)  # host: which positions hold routing
 
     def _blocks(self, values: object, op: str) -> np.ndarray:
-        host = host_indices(values, op=op, arg="blocks").reshape(-1)
+        host = host_indices(values, op=op, arg="blocks").ravel()
         if host.size and (int(host.min()) < 0 or int(host.max()) >= self.num_blocks):
             raise BlockIdError("DATA-830", f"{op}: a block outside [0, {self.num_blocks}) in {host.tolist()[:8]}")
         return host
@@ -43,7 +43,7 @@ class RoutingStore:
         """Store each active token's routing at its offset in its block (DATA-830)."""
         op = "store_flat"
         b = self._blocks(blocks, op)
-        o = host_indices(offsets, op=op, arg="offsets").reshape(-1)
+        o = host_indices(offsets, op=op, arg="offsets").ravel()
         shape = tuple(routing.shape)
         if len(o) != len(b) or shape != (len(b), *self.shape):
             raise InvalidValueError(

@@ -50,7 +50,7 @@ class StatePool:
         self._track_held: set[int] = set()
 
     def _checked(self, slots: object, op: str, arg: str) -> Any:
-        host = host_indices(slots, op=op, arg=arg).reshape(-1)
+        host = host_indices(slots, op=op, arg=arg).ravel()
         if host.size and (int(host.min()) < 0 or int(host.max()) >= self.slots):
             raise BlockIdError("DATA-821", f"{op}: {arg} {host.tolist()} outside [0, {self.slots})")
         return host

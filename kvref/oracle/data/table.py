@@ -58,7 +58,7 @@ class ReqToTokenTable:
         """Write token ``slots`` at positions ``[start, start + len)`` of ``row`` (DATA-813)."""
         op = "write"
         self._held_row(row, op, "DATA-813")
-        values = host_indices(slots, op=op, arg="slots").reshape(-1)
+        values = host_indices(slots, op=op, arg="slots").ravel()
         if type(start) is not int or start < 0 or start + len(values) > self.max_context_len:
             raise InvalidValueError(
                 "DATA-813",
