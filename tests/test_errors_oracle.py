@@ -101,6 +101,10 @@ OTHER_REFUSALS: list[tuple[str, Callable[[Any], object], str, str]] = [
      "replay_requests: block_lists must be an ordered sequence"),
     ("holder_references of an unhashable holder", lambda p: p.holder_references([]), "ERR-503",
      "holder_references: holder"),
+    ("match_many of a str", lambda p: p.match_many("ab", holders=["a"]), "ERR-503",
+     "match_many: hash_lists must be a sequence of integers, got str"),
+    ("match_request of a str", lambda p: p.match_request("ab", num_tokens=4, block_size=2), "ERR-503",
+     "match_request: block_hashes must be a sequence of integers, got str"),
 ]  # fmt: skip
 
 
@@ -114,3 +118,14 @@ def test_on_the_oracle_other_refusals_lead_with_their_rule_and_call(
         call(pool)
     message = str(raised.value)
     assert message.startswith(f"[{rule_id}] {says}"), f"[ERR-521] {case}: {message!r} does not start {says!r}"
+
+
+@rule("PFX-308", "PFX-321")
+def test_a_lookup_follows_the_copy_it_is_told_to_prefer() -> None:
+    pool = OracleBlockPool(8)
+    older, newer = pool.allocate(2, holder="a")
+    pool.register([older], [7])
+    pool.register([newer], [7])  # a second copy of hash 7
+    assert pool.lookup([7]) == [older], "the oldest copy by default"
+    assert pool.lookup([7], prefer=[newer]) == [newer], "the copy named in prefer"
+    assert pool.lookup([7], prefer=[5]) == [older], "a preference for no copy of the hash is no preference"
