@@ -403,3 +403,20 @@ def test_numpy_tensors_copy_what_they_read_back_and_name_what_they_cannot_hold()
     assert t.values([1.7], "int32").dtype == np.int32 and t.nbytes(a) == 8 and t.index(np.array([1])).dtype == np.int64
     refused("bfloat16", lambda: t.zeros((1,), "bfloat16"), ConfigError, "DATA-805",
             "numpy cannot hold dtype 'bfloat16'; it holds ['float16', 'float32',")  # fmt: skip
+
+
+@rule("ERR-503", "DATA-815")
+def test_torch_tensors_are_read_back_detached_and_checked_on_their_device() -> None:
+    torch = pytest.importorskip("torch")
+    from kvref_torch.tensors import TorchTensors
+
+    assert host_indices(torch.tensor([[3, 1]]), op="x").tolist() == [[3, 1]], "a tensor's values, its shape kept"
+    refused("a tensor that requires grad", lambda: host_indices(torch.tensor([1.0], requires_grad=True), op="x"),
+            InvalidTypeError, "ERR-503", "x: indices must be integers, got float32")  # fmt: skip
+    kv = buffers(tensors=TorchTensors("cpu"), checks="device")
+    k, v = kv_for(2)
+    kv.set_kv(0, torch.tensor([2, 1]), torch.from_numpy(k).double(), torch.from_numpy(v).double())
+    got_k, got_v = kv.get_kv(0, torch.tensor([1, 2]))
+    kv.check()
+    assert got_k.dtype == torch.float32, f"values given as float64 are held as the buffers' float32: {got_k.dtype}"
+    assert got_k.tolist() == [k[1].tolist(), k[0].tolist()] and got_v.tolist() == [v[1].tolist(), v[0].tolist()]
