@@ -107,10 +107,6 @@ class ArrayOps(ABC):
         """Elementwise ``a if mask else b``."""
 
     @abstractmethod
-    def maximum(self, a: Array, b: Array) -> Array:
-        """Elementwise maximum."""
-
-    @abstractmethod
     def cumsum(self, a: Array) -> Array:
         """Inclusive prefix sum (int64)."""
 
@@ -136,9 +132,9 @@ class ArrayOps(ABC):
     def cast(self, a: Array, dtype: str) -> Array:
         """A fresh copy of ``a`` as ``"int32"`` or ``"int64"``: an output the caller owns."""
 
+    @abstractmethod
     def count(self, mask: Array) -> int:
         """How many entries of ``mask`` are True (a host int: one device sync)."""
-        return int(mask.sum())
 
     def any(self, mask: Array) -> bool:
         """Whether any entry is True (one device sync)."""
@@ -241,10 +237,6 @@ class NumpyLikeOps(ArrayOps):
     def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
         """``xp.where``."""
         return self.xp.where(mask, a, b)
-
-    def maximum(self, a: Array, b: Array) -> Array:
-        """``xp.maximum``."""
-        return self.xp.maximum(a, b)
 
     def cumsum(self, a: Array) -> Array:
         """``xp.cumsum`` as int64."""

@@ -113,10 +113,6 @@ class TorchOps(ArrayOps):
         """``torch.where``."""
         return torch.where(mask, a, b)
 
-    def maximum(self, a: Array, b: Array) -> Array:
-        """``torch.maximum``."""
-        return torch.maximum(a, b)
-
     def cumsum(self, a: Array) -> Array:
         """``torch.cumsum`` as int64."""
         return torch.cumsum(a, 0, dtype=torch.int64)

@@ -1,8 +1,10 @@
-"""Chapter 05 on the oracle itself: validation survives ``python -O`` and uses no assert.
+"""Chapter 05 on kvref's own pools: validation survives ``python -O`` and uses no assert, and every
+refusal's message has its exact form.
 
 The bad-input matrix over every operation lives in the conformance suite
-(``kvref_conformance.suites.errors``) and runs on the oracle through ``test_conformance_oracle``;
-here the oracle's messages are held to their exact form.
+(``kvref_conformance.suites.errors``), whose ERR-521 check passes any wording that names the rule;
+here the oracle's and the array core's messages (the CuPy backend, on NumPy where there is no
+CUDA, and torch) are held to the form ``[RULE] call: ...`` with the argument at fault named.
 """
 
 from __future__ import annotations
@@ -55,13 +57,27 @@ def test_no_source_file_validates_with_assert() -> None:
     assert not offenders, f"assert statements in kvref (stripped under -O): {offenders}"
 
 
+#: kvref's pools whose messages are held to the form: the oracle and the array core on two libraries.
+BACKENDS = ["oracle", "cupy", "torch"]
+
+
+def pool_on(backend: str, num_blocks: int, **settings: Any) -> Any:
+    """A pool of ``backend`` (torch skipped where it is not installed)."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    return Target.from_backend(backend).create(num_blocks, **settings)
+
+
 @rule("ERR-502", "ERR-521")
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
-def test_on_the_oracle_each_bad_input_message_starts_with_its_rule_and_call_and_names_the_argument(case: str) -> None:
-    """Stricter than the suite's ERR-521 check, which any wording passes: the oracle's messages all read
+def test_each_bad_input_message_starts_with_its_rule_and_call_and_names_the_argument(case: str, backend: str) -> None:
+    """Stricter than the suite's ERR-521 check, which any wording passes: kvref's messages all read
     ``[RULE] operation: ...`` and name the argument at fault as a word of its own."""
     name, call, _, rule_id = next(c for c in CASES if c[0] == case)
-    world = make_world(Target.from_backend("oracle"))
+    if backend == "torch":
+        pytest.importorskip("torch")
+    world = make_world(Target.from_backend(backend))
     with pytest.raises(KVRefError) as raised:
         call(world)
     message, operation, argument = str(raised.value), name.split(":")[0], argument_at_fault(name)
@@ -71,6 +87,26 @@ def test_on_the_oracle_each_bad_input_message_starts_with_its_rule_and_call_and_
     assert argument is None or re.search(rf"(?<!\w){re.escape(argument)}(?!\w)", message), (
         f"[ERR-521] {case}: {message!r} does not name the argument at fault, {argument!r}"
     )
+
+
+def _message(backend: str, call: Callable[[Any], object]) -> str:
+    """The message ``call`` raises on a fresh bad-input world of ``backend``, object addresses blotted out."""
+    with pytest.raises(KVRefError) as raised:
+        call(make_world(Target.from_backend(backend)))
+    return re.sub(r"0x[0-9a-f]+", "0x…", str(raised.value))
+
+
+@rule("ERR-502", "ERR-521")
+@pytest.mark.parametrize("backend", ["cupy", "torch"])
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_the_array_core_words_each_bad_input_as_the_oracle_does(case: str, backend: str) -> None:
+    """Word for word, numbers included: the oracle's message is the reference's, and the array core
+    (CuPy's and torch's pools) says the same of the same call."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    call = next(c[1] for c in CASES if c[0] == case)
+    said, expected = _message(backend, call), _message("oracle", call)
+    assert said == expected, f"[ERR-521] {case} on {backend}: {said!r}; the oracle says {expected!r}"
 
 
 def _in_use_reset(pool: OracleBlockPool) -> None:
@@ -109,11 +145,14 @@ OTHER_REFUSALS: list[tuple[str, Callable[[Any], object], str, str]] = [
 
 
 @rule("ERR-502", "ERR-521", "PFX-313", "POOL-114")
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("case", "call", "rule_id", "says"), OTHER_REFUSALS, ids=[c[0] for c in OTHER_REFUSALS])
-def test_on_the_oracle_other_refusals_lead_with_their_rule_and_call(
-    case: str, call: Callable[[Any], object], rule_id: str, says: str
+def test_other_refusals_lead_with_their_rule_and_call(
+    case: str, call: Callable[[Any], object], rule_id: str, says: str, backend: str
 ) -> None:
-    pool = OracleBlockPool(8, policy="lru", paused_limit=2)
+    pool = pool_on(backend, 8, policy="lru", paused_limit=2)
+    if case.startswith("replay_requests") and not hasattr(pool, "replay_requests"):
+        pytest.skip(f"the fused replay is the oracle's; {backend}'s pool replays through its calls")
     with pytest.raises(KVRefError) as raised:
         call(pool)
     message = str(raised.value)

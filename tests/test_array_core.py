@@ -1,0 +1,123 @@
+"""The array core's own views, held to exact values: what its prefix index says of a hash (the view
+error explainers read), the arrays a CUDA graph may capture, and its tensors for the data plane.
+
+The conformance suite compares what the pools return; these views are not returns of the protocol,
+so here they are compared with the oracle's, or with the numbers the spec gives, directly. The CuPy
+backend runs its NumPy host path where there is no CUDA device: the same array code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from kvref_arraypool.tensors import LibraryTensors
+
+from kvref.contract.checks import HashEntry
+from kvref.contract.errors import BlockIdError, ConfigError
+from kvref_conformance.target import Target
+from tests.refusals import refused
+
+rule = pytest.mark.rule
+
+BACKENDS = ["cupy", "torch"]
+
+
+def pool_of(backend: str, num_blocks: int, **settings: Any) -> Any:
+    if backend == "torch":
+        pytest.importorskip("torch")
+    return Target.from_backend(backend).create(num_blocks, **settings)
+
+
+def entries(pool: Any) -> list[HashEntry | None]:
+    return [pool.hash_entry(h) for h in range(10)]
+
+
+@rule("PFX-304", "EVICT-404")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo"])
+def test_the_array_index_knows_each_hash_as_the_oracle_does(backend: str, policy: str) -> None:
+    """Hash 0 (the index's first entry) heads the chain 0 -> 5 -> 6; the blocks are released root
+    first, so an evicting allocation under lru and fifo takes hash 0's block while its children
+    stay: hash 0 is then known, not resident, with children."""
+    pools = {"oracle": pool_of("oracle", 6, policy=policy), backend: pool_of(backend, 6, policy=policy)}
+    held: dict[tuple[int, str], list[int]] = {}  # (pool, holder) -> its blocks
+
+    def chain(p: Any) -> None:
+        held[id(p), "a"] = p.allocate(3, holder="a")
+        p.register(held[id(p), "a"], [0, 5, 6])
+
+    def evict_one(p: Any) -> None:
+        held[id(p), "b"] = p.allocate(3, holder="b")  # two free blocks and one cached
+
+    steps = [
+        ("register 0 -> 5 -> 6", chain),
+        ("free root first", lambda p: p.free(held[id(p), "a"], holder="a")),
+        ("evict one", evict_one),
+        ("free the evicting blocks", lambda p: p.free(held[id(p), "b"], holder="b")),
+        ("register 7 under 5", lambda p: p.register(p.allocate(1, holder="c"), [7], parent_hash=5)),
+    ]
+    for step, call in steps:
+        for pool in pools.values():
+            call(pool)
+        got, want = entries(pools[backend]), entries(pools["oracle"])
+        assert got == want, f"after {step} under {policy}: {backend} knows hashes 0..9 as {got}; the oracle as {want}"
+    if policy != "lru-leaf":
+        assert pools[backend].hash_entry(0) == HashEntry(resident=False, parent=None, has_children=True)
+    assert pools[backend].hash_entry(7) == HashEntry(resident=True, parent=5, has_children=False)
+
+
+@rule("CONF-908")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_graph_arrays_are_named_as_spec_09s_table_names_them(backend: str) -> None:
+    pool = pool_of(backend, 8)
+    arrays = pool.graph_arrays()
+    names = ["ref", "gen", "bhash", "stack", "index.keys", "index.values", "ehash", "ehead", "eparent"]
+    assert list(arrays) == names, f"graph_arrays names {list(arrays)}; spec 09's table names {names}"
+    held = pool.allocate(2, holder="a")
+    ref = pool.ops.to_host(arrays["ref"])
+    assert [int(ref[b]) for b in held] == [1, 1], f"'ref' is the reference counts: {ref.tolist()}"
+    gen = pool.ops.to_host(arrays["gen"])
+    assert [int(gen[b]) for b in held] == [pool.generation(b) for b in held], f"'gen' is the generations: {gen}"
+    stack = pool.ops.to_host(arrays["stack"])
+    assert len(stack) >= pool.num_free and held[0] not in stack[: pool.num_free].tolist(), "'stack' holds free ids"
+
+
+class _CupyLike:
+    """An array of a device library, read back with ``get()``."""
+
+    def get(self) -> np.ndarray:
+        return np.array([4, 5])
+
+
+@rule("DATA-805", "DATA-806", "DATA-815")
+def test_library_tensors_name_their_library_copy_what_they_read_and_check_on_their_device() -> None:
+    t = LibraryTensors(np, name="numpy", device="host")
+    assert (t.name, t.device) == ("numpy", "host"), f"{t.name!r} on {t.device!r}"
+    a = t.zeros((2,), "int32")
+    back = t.to_host(a)
+    a[0] = 9
+    assert back.tolist() == [0, 0], "to_host returned the array itself, not a copy"
+    assert t.to_host(_CupyLike()).tolist() == [4, 5], "a device array is read back with get()"
+    assert t.values([1.6, 2.2], "float16").dtype == np.float16 and t.nbytes(a) == 8
+    assert t.index(np.array([3], dtype=np.int32)).dtype == np.int64, "indices as int64"
+    checks = t.device_checks(4)
+    assert (checks.ops.device, checks.ops.is_device, checks.slots) == ("host", False, 4), "NumPy is no device"
+    refused("bfloat16", lambda: t.zeros((1,), "bfloat16"), ConfigError, "DATA-805",
+            "numpy cannot hold dtype 'bfloat16'; it holds ['float32', 'float16',")  # fmt: skip
+
+
+@rule("POOL-103", "POOL-112")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("num_blocks", [1, 4])
+def test_an_id_outside_the_pool_is_refused_as_such_before_its_generation_is_read(backend: str, num_blocks: int) -> None:
+    """No block reserved, so block 0 is a block like the others: an id outside the pool given with a
+    generation must be refused for its range (POOL-103), never compared with block 0's generation."""
+    pool = pool_of(backend, num_blocks, reserved_ids=())
+    for op, call in [
+        ("free", lambda: pool.free([5], holder="x", generations=[0])),
+        ("free", lambda: pool.free([-1], holder="x", generations=[1])),
+        ("acquire", lambda: pool.acquire([7], holder="x", generations=[2])),
+    ]:
+        refused(f"{op} outside {num_blocks} blocks", call, BlockIdError, "POOL-103", f"{op}: block id ")
