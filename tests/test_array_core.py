@@ -15,7 +15,7 @@ import pytest
 from kvref_arraypool.tensors import LibraryTensors
 
 from kvref.contract.checks import HashEntry
-from kvref.contract.errors import BlockIdError, ConfigError
+from kvref.contract.errors import BlockIdError, ConfigError, OutOfBlocksError
 from kvref_conformance.target import Target
 from tests.refusals import refused
 
@@ -121,3 +121,97 @@ def test_an_id_outside_the_pool_is_refused_as_such_before_its_generation_is_read
         ("acquire", lambda: pool.acquire([7], holder="x", generations=[2])),
     ]:
         refused(f"{op} outside {num_blocks} blocks", call, BlockIdError, "POOL-103", f"{op}: block id ")
+
+
+@rule("PFX-320")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_match_many_of_no_chain_of_empty_chains_and_of_one_hash(backend: str) -> None:
+    pool = pool_of(backend, 8)
+    cached = pool.allocate(1, holder="c")
+    pool.register(cached, [7])
+    pool.free(cached, holder="c")
+    assert pool.match_many([], holders=[]) == [], "no chain, no hit"
+    assert pool.match_many([[], []], holders=["x", "y"]) == [[], []], "empty chains hit nothing"
+    assert pool.match_many([[7]], holders=["x"]) == [cached], "one cached hash is a hit of one block"
+
+
+@rule("PFX-308", "PFX-309")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_when_the_oldest_copy_leaves_the_next_oldest_is_the_one_found(backend: str) -> None:
+    """Three copies of hash 7, registered in the order of their ids; the oldest is evicted: a lookup
+    finds the second, as the oracle's does."""
+    for name in ("oracle", backend):
+        pool = pool_of(name, 5)
+        copies = pool.allocate(3, holder="a")
+        for b in copies:
+            pool.register([b], [7])
+        pool.free(copies[:1], holder="a")
+        pool.allocate(2, holder="b")  # one free block and the one cached copy
+        got = pool.lookup([7])
+        assert got == [copies[1]], f"{name} finds {got} after the oldest copy left; the next oldest is {copies[1]}"
+
+
+@rule("EVICT-404")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_under_lru_leaf_a_root_released_first_still_leaves_after_its_child(backend: str) -> None:
+    """Chain 1 -> 2 released root first; the pool is asked how much it could reclaim (one pass of
+    the leaf order), then an allocation evicts one block: the leaf, hash 2, as the oracle evicts."""
+    resident = {}
+    for name in ("oracle", backend):
+        pool = pool_of(name, 4, policy="lru-leaf")
+        chain = pool.allocate(2, holder="a")
+        pool.register(chain, [1, 2])
+        pool.free(chain, holder="a")  # root first
+        assert pool.num_available == 3, f"{name}: one free block and two reclaimable"
+        pool.allocate(2, holder="b")
+        resident[name] = [h for h in (1, 2) if (entry := pool.hash_entry(h)) is not None and entry.resident]
+    assert resident[backend] == resident["oracle"] == [1], f"resident after one eviction: {resident}"
+
+
+@rule("POOL-101", "CONF-908")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pool_on_the_host_claims_no_cuda_graph_and_an_unknown_holder_holds_nothing(backend: str) -> None:
+    pool = pool_of(backend, 4)
+    if pool.ops.is_device:
+        pytest.skip("on a CUDA device the pool does offer cuda-graph")
+    assert "cuda-graph" not in pool.capabilities(), f"{pool.capabilities()}: no graph without a CUDA device"
+    assert pool.holder_references("nobody") == 0, "a holder never seen holds no reference"
+
+
+@rule("ERR-517")
+def test_device_ints_take_only_1d_integer_arrays_of_the_library_and_never_uint64() -> None:
+    from kvref_arraypool.ops import NumpyLikeOps
+
+    ops = NumpyLikeOps(np, device="host", is_device=False)
+    narrow = np.array([3, 1], dtype=np.int32)
+    assert ops.device_ints(narrow).dtype == np.int64, "int32 ids become int64"
+    assert ops.device_ints(narrow, any_width=True) is narrow, "a kernel reads the ids as they are"
+    assert ops.device_ints(np.array([1], dtype=np.uint32)).tolist() == [1], "uint32 fits int64"
+    assert ops.device_ints(np.array([1], dtype=np.uint64)) is None, "uint64 goes to the host path, which names it"
+    for other in ([1, 2], np.array([1.0]), np.array([[1]]), np.array([True])):
+        assert ops.device_ints(other) is None, f"{other!r} is not a 1-d integer array: the host path"
+    assert ops.cumsum(np.array([True, True])).tolist() == [1, 2] and ops.count(np.array([True, False])) == 1
+    a = np.array([1, 2], dtype=np.int64)
+    copy = ops.cast(a, "int64")
+    a[0] = 9
+    assert copy.tolist() == [1, 2], "cast returns a copy the caller owns"
+
+
+@rule("POOL-105", "ERR-521")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "ref-zero"])
+@pytest.mark.parametrize("cached", [0, 2])
+def test_an_allocation_beyond_what_is_available_is_refused_in_the_oracles_words(
+    backend: str, policy: str, cached: int
+) -> None:
+    said = {}
+    for name in ("oracle", backend):
+        pool = pool_of(name, 6, policy=policy)
+        if cached:
+            blocks = pool.allocate(cached, holder="c")
+            pool.register(blocks, list(range(1, cached + 1)))
+            pool.free(blocks, holder="c")
+        with pytest.raises(OutOfBlocksError) as raised:
+            pool.allocate(6, holder="x")
+        said[name] = str(raised.value)
+    assert said[backend] == said["oracle"], f"[ERR-521] {backend} says {said[backend]!r}; the oracle {said['oracle']!r}"
