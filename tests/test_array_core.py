@@ -8,6 +8,7 @@ backend runs its NumPy host path where there is no CUDA device: the same array c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from kvref_arraypool.tensors import LibraryTensors
 
 from kvref.contract.checks import HashEntry
-from kvref.contract.errors import BlockIdError, ConfigError, OutOfBlocksError
+from kvref.contract.errors import BlockIdError, ConfigError, KVRefError, OutOfBlocksError
 from kvref_conformance.target import Target
 from tests.refusals import refused
 
@@ -215,3 +216,46 @@ def test_an_allocation_beyond_what_is_available_is_refused_in_the_oracles_words(
             pool.allocate(6, holder="x")
         said[name] = str(raised.value)
     assert said[backend] == said["oracle"], f"[ERR-521] {backend} says {said[backend]!r}; the oracle {said['oracle']!r}"
+
+
+def _held_world(p: Any) -> dict[str, list[int]]:
+    """Blocks of "a" (two), of "b" (two), the first of "b"'s also held by "c"."""
+    x, y = p.allocate(2, holder="a"), p.allocate(2, holder="b")
+    p.acquire(y[:1], holder="c")
+    return {"a": x, "b": y}
+
+
+def _view(p: Any) -> tuple[int, int, list[dict[Any, int]]]:
+    return p.num_free, p.num_in_use, [p.holders(b) for b in range(1, p.num_blocks)]
+
+
+BATCHES: list[tuple[str, Callable[[Any, dict[str, list[int]]], object]]] = [
+    ("free_many of an id beyond int64", lambda p, w: p.free_many([[2**70]], holders=["a"])),
+    ("free_many by a stranger of a block held alone", lambda p, w: p.free_many([[w["b"][1]]], holders=["zed"])),
+    ("free_many by a stranger of a shared block", lambda p, w: p.free_many([[w["b"][0]]], holders=["zed"])),
+    ("free_many of numpy arrays", lambda p, w: p.free_many([np.array(w["a"][:1])], holders=["a"])),
+    ("free_many of one holder's block twice across entries",
+     lambda p, w: p.free_many([w["a"][:1], w["a"][:1]], holders=["a", "a"])),
+    ("allocate_many of numpy counts", lambda p, w: p.allocate_many(np.array([1, 0]), holders=["q", "r"])),
+    ("allocate_many beyond what is available", lambda p, w: p.allocate_many([3, 9], holders=["q", "r"])),
+    ("allocate_many of a count beyond int64", lambda p, w: p.allocate_many([1, 2**70], holders=["q", "r"])),
+]  # fmt: skip
+
+
+@rule("POOL-103", "POOL-108", "POOL-109", "POOL-116", "POOL-117", "ERR-501", "ERR-521")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("case", "call"), BATCHES, ids=[b[0] for b in BATCHES])
+def test_a_batched_call_returns_or_refuses_as_the_oracle_does_word_for_word(
+    case: str, call: Callable[[Any, dict[str, list[int]]], object], backend: str
+) -> None:
+    outcome = {}
+    for name in ("oracle", backend):
+        pool = pool_of(name, 8)
+        world = _held_world(pool)
+        before = _view(pool)
+        try:
+            outcome[name] = ("returned", call(pool, world), _view(pool))
+        except KVRefError as e:
+            outcome[name] = ("refused", str(e), _view(pool))
+            assert _view(pool) == before, f"[ERR-501] {case} on {name}: the refused call changed the pool"
+    assert outcome[backend] == outcome["oracle"], f"{case}: {backend} {outcome[backend]}; oracle {outcome['oracle']}"

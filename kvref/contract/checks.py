@@ -183,9 +183,8 @@ def explain_unheld(view: BlockView, b: int, holder: Hashable, op: str, *, rule: 
         raise ReservedBlockError("POOL-118", f"{op}: block {b} is reserved and never held")
     if state is not BlockState.IN_USE:
         raise NotHeldError(rule, f"{op}: block {b} is {state.value}; holder {holder!r} holds no reference to it")
-    raise NotHeldError(
-        rule, f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {view.holders(b)!r})"
-    )
+    held = ", ".join(f"{h!r}: {n}" for h, n in sorted(view.holders(b).items(), key=lambda item: repr(item[0])))
+    raise NotHeldError(rule, f"{op}: holder {holder!r} holds no reference to block {b} (its holders: {{{held}}})")
 
 
 def explain_release(view: BlockView, ids: Sequence[int], holder: Hashable, op: str) -> None:
