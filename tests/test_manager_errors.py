@@ -23,7 +23,8 @@ rule = pytest.mark.rule
 def admitted(*, events: bool = False) -> tuple[Any, Request]:
     """Request "a" of 10 tokens admitted and computed (blocks of 4). Typed ``Any``: the cases pass
     what the signatures refuse, on purpose."""
-    m = RequestManager(OracleBlockPool(24), block_size=4, max_model_len=64, enable_kv_cache_events=events)
+    m = RequestManager(OracleBlockPool(24, enable_events=events), block_size=4, max_model_len=64,
+                       enable_kv_cache_events=events)  # fmt: skip
     req = Request("a", list(range(10)), block_size=4)
     assert m.allocate_slots(req, 10) is not None
     req.num_computed_tokens = 10
@@ -186,6 +187,9 @@ CONSTRUCTION: list[tuple[str, Callable[[], object], type[KVRefError], str, str]]
     ("events without the pool's", lambda: Manager(Offering(OracleBlockPool(8), "prefix-cache"), block_size=4,
      max_model_len=64, enable_kv_cache_events=True), ConfigError, "REQ-717",
      "RequestManager: events need caching and a pool"),
+    ("events over a pool that records none", lambda: Manager(OracleBlockPool(8), block_size=4, max_model_len=64,
+     enable_kv_cache_events=True), ConfigError, "REQ-717",
+     "RequestManager: events are asked for but the pool records none; make it with enable_events=True"),
     ("a pool in use", lambda: Manager(in_use(OracleBlockPool(8)), block_size=4, max_model_len=64), ConfigError,
      "REQ-721", "RequestManager: the pool already has 1 blocks in use"),
     ("no group", lambda: Manager(OracleBlockPool(8), block_size=4, max_model_len=64, groups=()), ConfigError,

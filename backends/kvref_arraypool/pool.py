@@ -54,6 +54,11 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
         """
         return STANDARD_CAPABILITIES | {"cuda-graph"} if self.ops.is_device else STANDARD_CAPABILITIES
 
+    @property
+    def events_enabled(self) -> bool:
+        """Whether this pool records KV events (``enable_events``, PFX-315); the capability says it can."""
+        return self._events_on
+
     def graph_arrays(self) -> dict[str, Any]:
         """The arrays a captured CUDA graph may read, by the names of spec 09's table (CONF-908).
 

@@ -46,6 +46,11 @@ class OracleBlockPool(ReferenceCounting, PrefixIndex, Eviction, BatchedCalls, Fu
         """Every capability of the protocol: the whole spec, and the fused replay (TRACE-1019)."""
         return STANDARD_CAPABILITIES | {"replay"}
 
+    @property
+    def events_enabled(self) -> bool:
+        """Whether this pool records KV events (``enable_events``, PFX-315); the capability says it can."""
+        return self._events_on
+
     def snapshot(self) -> dict[str, Any]:
         """A deep, comparable copy of the whole state, eviction order included (ERR-501)."""
         return {

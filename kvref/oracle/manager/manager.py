@@ -74,6 +74,11 @@ class RequestManager:
             raise ConfigError("REQ-704", "RequestManager: caching needs a pool with the prefix-cache capability")
         if enable_kv_cache_events and not (enable_caching and "events" in pool.capabilities()):
             raise ConfigError("REQ-717", "RequestManager: events need caching and a pool with events on")
+        if enable_kv_cache_events and getattr(pool, "events_enabled", True) is False:
+            raise ConfigError(
+                "REQ-717",
+                "RequestManager: events are asked for but the pool records none; make it with enable_events=True",
+            )
         if pool.num_in_use:
             raise ConfigError("REQ-721", f"RequestManager: the pool already has {pool.num_in_use} blocks in use")
         specs = tuple(groups)
