@@ -51,6 +51,12 @@ def a_shared_count_of_zero(p: Any) -> None:
     p._shared.values[int(np.flatnonzero(p._shared.keys >= 0)[0])] = 0
 
 
+def a_holder_counted_zero_times_another_twice(p: Any) -> None:
+    """Block 4's two holders: counts 0 and 2, which still add up to its reference count."""
+    live = np.flatnonzero(p._shared.keys >= 0)
+    p._shared.values[live[0]], p._shared.values[live[1]] = 0, 2
+
+
 def one_count_off(name: str, by: int) -> Callable[[Any], None]:
     return lambda p: setattr(p, name, getattr(p, name) + by)
 
@@ -99,7 +105,10 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
      "free block 11 has 1 reference(s) and hash -1"),
     ("a hash on a free block", "lru", set_to(bhash, top_of_stack, 9), "STATE-005",
      "free block 11 has 0 reference(s) and hash 9"),
+    ("hash 0 on a free block", "lru", set_to(bhash, top_of_stack, 0), "STATE-005",
+     "free block 11 has 0 reference(s) and hash 0"),
     ("a reference on the reserved block", "lru", set_to(ref, 0, 1), "POOL-102", "a reserved block is held or hashed"),
+    ("hash 0 on the reserved block", "lru", set_to(bhash, 0, 0), "POOL-102", "a reserved block is held or hashed"),
     ("a hash on the reserved block", "lru", set_to(bhash, 0, 9), "POOL-102", "a reserved block is held or hashed"),
     ("an owner of the reserved block", "lru", set_to(owner, 0, 0), "POOL-102", "a reserved block is held or hashed"),
     ("a negative generation", "lru", set_to(gen, 3, -1), "POOL-111", "negative generation on block(s) [3]"),
@@ -112,6 +121,8 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     ("a solely held block marked shared", "lru", set_to(owner, 5, -2), "STATE-002",
      "per-holder counts of shared blocks do not add up to their reference counts"),
     ("a shared count of zero", "lru", a_shared_count_of_zero, "STATE-002",
+     "per-holder counts of shared blocks do not add up to their reference counts"),
+    ("a holder counted zero times, another twice", "lru", a_holder_counted_zero_times_another_twice, "STATE-002",
      "per-holder counts of shared blocks do not add up to their reference counts"),
     ("a shared block counted more than its holders", "lru", set_to(ref, 4, 3), "STATE-002",
      "per-holder counts of shared blocks do not add up to their reference counts"),
@@ -126,6 +137,8 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     ("a cached block out of the release order", "lru", set_to(evstamp, 1, -1), "STATE-004",
      "eviction order [3, 2] != cached blocks [1, 2, 3]"),
     ("a release stamp on a block in use", "lru", set_to(evstamp, 5, 9), "PFX-310",
+     "a block in use (or unhashed) has a release stamp, or a cached one lacks it"),
+    ("release stamp 0 on a block in use", "lru", set_to(evstamp, 5, 0), "PFX-310",
      "a block in use (or unhashed) has a release stamp, or a cached one lacks it"),
     ("an index entry holding another hash", "lru", lambda p: p._ehash.__setitem__(entry_of(p, 5), 77), "STATE-006",
      "the hash index points at entries holding other hashes"),
@@ -170,10 +183,14 @@ def test_each_branch_of_the_array_self_check_reports_what_it_saw(
     assert message == f"[{rule_id}] check_invariants: {says}", f"{case}: {message!r} does not say {says!r}"
 
 
-@rule("ERR-508", "STATE-003")
+@rule("ERR-508", "STATE-003", "POOL-102")
 @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "ref-zero"])
-def test_a_pool_in_every_state_checks_clean_and_so_does_one_with_block_0_usable(policy: str) -> None:
+def test_a_pool_in_every_state_checks_clean_and_so_do_block_0_and_hash_0_in_use(policy: str) -> None:
     lived_in(policy).check_invariants()
     pool = Target.from_backend("cupy").create(4, policy=policy, reserved_ids=())
-    pool.register(pool.allocate(4, holder="a"), [1, 2, 3, 4])
+    pool.check_invariants()  # block 0 on the free stack, a block like any other
+    held = pool.allocate(4, holder="a")
+    pool.register(held, [0, 1, 2, 3])  # hash 0 is a hash like any other
+    pool.check_invariants()
+    pool.free(held, holder="a")  # cached (or dropped under ref-zero), hash 0 among them
     pool.check_invariants()
