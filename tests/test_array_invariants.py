@@ -194,3 +194,6 @@ def test_a_pool_in_every_state_checks_clean_and_so_do_block_0_and_hash_0_in_use(
     pool.check_invariants()
     pool.free(held, holder="a")  # cached (or dropped under ref-zero), hash 0 among them
     pool.check_invariants()
+    pool.reset()  # hash 0's block too goes back to the free stack unhashed
+    pool.check_invariants()
+    assert pool.hash_entry(0) is None and pool.num_free == 4, f"after reset: {pool!r}, hash 0 {pool.hash_entry(0)}"
