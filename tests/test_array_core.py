@@ -183,7 +183,7 @@ def test_a_pool_on_the_host_claims_no_cuda_graph_and_an_unknown_holder_holds_not
 def test_device_ints_take_only_1d_integer_arrays_of_the_library_and_never_uint64() -> None:
     from kvref_arraypool.ops import NumpyLikeOps
 
-    ops = NumpyLikeOps(np, device="host", is_device=False)
+    ops: Any = NumpyLikeOps(np, device="host", is_device=False)
     narrow = np.array([3, 1], dtype=np.int32)
     assert ops.device_ints(narrow).dtype == np.int64, "int32 ids become int64"
     assert ops.device_ints(narrow, any_width=True) is narrow, "a kernel reads the ids as they are"

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from kvref.contract.errors import InvariantViolation
+from kvref_conformance.suites.base import cache_chain
 from kvref_conformance.target import Target
-from tests.test_state import cache_chain
 
 rule = pytest.mark.rule
 

@@ -71,7 +71,7 @@ IMMEDIATE: list[tuple[str, Callable[[], object], type[KVRefError], str, str]] = 
      "DeviceSlotAllocator: size 8 must be a positive multiple of page_size 0 (at least 1)"),
     ("part of a page", lambda: CUPY.create_slot_arrays(10, page_size=4), InvalidValueError, "RADIX-601",
      "DeviceSlotAllocator: size 10 must be a positive multiple of page_size 4 (at least 1)"),
-    ("sort not a bool", lambda: CUPY.create_slot_arrays(8, sort=1), InvalidValueError, "RADIX-601",
+    ("sort not a bool", lambda: CUPY.create_slot_arrays(8, sort=1), InvalidValueError, "RADIX-601",  # type: ignore[arg-type]
      "DeviceSlotAllocator: sort must be a bool, got 1"),
     ("slots of int8", lambda: CUPY.create_slot_arrays(8, dtype="int8"), InvalidValueError, "ERR-510",
      "DeviceSlotAllocator: dtype must be one of ('int32', 'int64'), got 'int8'"),

@@ -9,6 +9,8 @@ cannot hide behind itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvref.contract.errors import InvalidValueError
@@ -28,6 +30,7 @@ rule = pytest.mark.rule
 )
 def test_a_window_hit_needs_the_blocks_its_last_token_looks_over(window: int, block_size: int, blocks: int) -> None:
     g = GroupTables(1, CacheGroup.window(window), OracleBlockPool(4), block_size)
+    assert g.spec == CacheGroup.window(window), f"the group keeps the spec it was made from: {g.spec}"
     got = g.run_length()
     assert got == blocks, f"a window of {window} tokens in blocks of {block_size}: run_length {got}, expected {blocks}"
 
@@ -159,7 +162,8 @@ def test_stored_events_name_their_group_and_the_ledger_keeps_only_resident_conte
 def test_a_managers_snapshot_holds_its_pools_own_snapshot() -> None:
     m = RequestManager(OracleBlockPool(8), block_size=4, max_model_len=64)
     assert m.allocate_slots(Request("a", list(range(5)), block_size=4), 5) is not None
-    assert m.snapshot()["pool"] == m.pool.snapshot(), "a pool with a snapshot is compared by it"
+    pool: Any = m.pool
+    assert m.snapshot()["pool"] == pool.snapshot(), "a pool with a snapshot is compared by it"
 
 
 @rule("REQ-708", "REQ-709", "REQ-718", "REQ-719")

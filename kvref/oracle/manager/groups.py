@@ -25,6 +25,7 @@ class GroupTables:
 
     def __init__(self, index: int, spec: CacheGroup, pool: PrefixCache, block_size: int) -> None:
         self.index = index
+        self.spec = spec
         self.pool = pool
         self.block_size = block_size
         self.window = spec.sliding_window
