@@ -176,6 +176,15 @@ def survivors(workspace: Path, target: Target) -> list[str]:
     return sorted(n for codes in by_module.values() for n, c in codes.items() if c == 0)
 
 
+def earlier_wall_time(report: Path) -> float | None:
+    """The wall time a target's last report recorded, or None when there is none."""
+    try:
+        wall = json.loads(report.read_text(encoding="utf-8")).get("wall_s")
+    except (OSError, ValueError):
+        return None
+    return float(wall) if isinstance(wall, (int, float)) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build, run and report the targets named on the command line (all by default)."""
     config = load_config()
@@ -200,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             if again:
                 print(f"{len(again)} mutants that survived an earlier run, again against today's tests", flush=True)
                 wall_s += run_mutmut(workspace, args.max_children, again)
+        if wall_s is None:  # a report of an earlier run keeps that run's wall time
+            wall_s = earlier_wall_time(args.out / f"{name}.json")
         source = PACKAGES[target.mutate.split("/")[0]].joinpath(*Path(target.mutate).parts[1:])
         info = {"name": name, "mutated": target.mutate, "backend": target.backend,
                 "unit_tests": list(target.tests), "wall_s": wall_s}  # fmt: skip
