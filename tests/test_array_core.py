@@ -17,18 +17,12 @@ from kvref_arraypool.tensors import LibraryTensors
 
 from kvref.contract.checks import HashEntry
 from kvref.contract.errors import BlockIdError, ConfigError, KVRefError, OutOfBlocksError
-from kvref_conformance.target import Target
 from tests.refusals import refused
+from tests.test_error_messages import pool_on
 
 rule = pytest.mark.rule
 
 BACKENDS = ["cupy", "torch"]
-
-
-def pool_of(backend: str, num_blocks: int, **settings: Any) -> Any:
-    if backend == "torch":
-        pytest.importorskip("torch")
-    return Target.from_backend(backend).create(num_blocks, **settings)
 
 
 def entries(pool: Any) -> list[HashEntry | None]:
@@ -42,7 +36,7 @@ def test_the_array_index_knows_each_hash_as_the_oracle_does(backend: str, policy
     """Hash 0 (the index's first entry) heads the chain 0 -> 5 -> 6; the blocks are released root
     first, so an evicting allocation under lru and fifo takes hash 0's block while its children
     stay: hash 0 is then known, not resident, with children."""
-    pools = {"oracle": pool_of("oracle", 6, policy=policy), backend: pool_of(backend, 6, policy=policy)}
+    pools = {"oracle": pool_on("oracle", 6, policy=policy), backend: pool_on(backend, 6, policy=policy)}
     held: dict[tuple[int, str], list[int]] = {}  # (pool, holder) -> its blocks
 
     def chain(p: Any) -> None:
@@ -72,7 +66,7 @@ def test_the_array_index_knows_each_hash_as_the_oracle_does(backend: str, policy
 @rule("CONF-908")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_graph_arrays_are_named_as_spec_09s_table_names_them(backend: str) -> None:
-    pool = pool_of(backend, 8)
+    pool = pool_on(backend, 8)
     arrays = pool.graph_arrays()
     names = ["ref", "gen", "bhash", "stack", "index.keys", "index.values", "ehash", "ehead", "eparent"]
     assert list(arrays) == names, f"graph_arrays names {list(arrays)}; spec 09's table names {names}"
@@ -115,7 +109,7 @@ def test_library_tensors_name_their_library_copy_what_they_read_and_check_on_the
 def test_an_id_outside_the_pool_is_refused_as_such_before_its_generation_is_read(backend: str, num_blocks: int) -> None:
     """No block reserved, so block 0 is a block like the others: an id outside the pool given with a
     generation must be refused for its range (POOL-103), never compared with block 0's generation."""
-    pool = pool_of(backend, num_blocks, reserved_ids=())
+    pool = pool_on(backend, num_blocks, reserved_ids=())
     for op, call in [
         ("free", lambda: pool.free([5], holder="x", generations=[0])),
         ("free", lambda: pool.free([-1], holder="x", generations=[1])),
@@ -127,7 +121,7 @@ def test_an_id_outside_the_pool_is_refused_as_such_before_its_generation_is_read
 @rule("PFX-320")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_match_many_of_no_chain_of_empty_chains_and_of_one_hash(backend: str) -> None:
-    pool = pool_of(backend, 8)
+    pool = pool_on(backend, 8)
     cached = pool.allocate(1, holder="c")
     pool.register(cached, [7])
     pool.free(cached, holder="c")
@@ -142,7 +136,7 @@ def test_when_the_oldest_copy_leaves_the_next_oldest_is_the_one_found(backend: s
     """Three copies of hash 7, registered in the order of their ids; the oldest is evicted: a lookup
     finds the second, as the oracle's does."""
     for name in ("oracle", backend):
-        pool = pool_of(name, 5)
+        pool = pool_on(name, 5)
         copies = pool.allocate(3, holder="a")
         for b in copies:
             pool.register([b], [7])
@@ -159,7 +153,7 @@ def test_under_lru_leaf_a_root_released_first_still_leaves_after_its_child(backe
     the leaf order), then an allocation evicts one block: the leaf, hash 2, as the oracle evicts."""
     resident = {}
     for name in ("oracle", backend):
-        pool = pool_of(name, 4, policy="lru-leaf")
+        pool = pool_on(name, 4, policy="lru-leaf")
         chain = pool.allocate(2, holder="a")
         pool.register(chain, [1, 2])
         pool.free(chain, holder="a")  # root first
@@ -172,7 +166,7 @@ def test_under_lru_leaf_a_root_released_first_still_leaves_after_its_child(backe
 @rule("POOL-101", "CONF-908")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_pool_on_the_host_claims_no_cuda_graph_and_an_unknown_holder_holds_nothing(backend: str) -> None:
-    pool = pool_of(backend, 4)
+    pool = pool_on(backend, 4)
     if pool.ops.is_device:
         pytest.skip("on a CUDA device the pool does offer cuda-graph")
     assert "cuda-graph" not in pool.capabilities(), f"{pool.capabilities()}: no graph without a CUDA device"
@@ -207,7 +201,7 @@ def test_an_allocation_beyond_what_is_available_is_refused_in_the_oracles_words(
 ) -> None:
     said = {}
     for name in ("oracle", backend):
-        pool = pool_of(name, 6, policy=policy)
+        pool = pool_on(name, 6, policy=policy)
         if cached:
             blocks = pool.allocate(cached, holder="c")
             pool.register(blocks, list(range(1, cached + 1)))
@@ -250,7 +244,7 @@ def test_a_batched_call_returns_or_refuses_as_the_oracle_does_word_for_word(
 ) -> None:
     outcome = {}
     for name in ("oracle", backend):
-        pool = pool_of(name, 8)
+        pool = pool_on(name, 8)
         world = _held_world(pool)
         before = _view(pool)
         try:
