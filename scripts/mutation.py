@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 "unit_tests": list(target.tests), "wall_s": wall_s}  # fmt: skip
         rows[name] = write_report(info, workspace, args.out, config.explain, equivalent_lines(source, patterns))
         print(rows[name], flush=True)
-    write_summary(args.out, rows)
+    write_summary(args.out, rows, config.targets)
     print(f"wrote {args.out}/README.md")
     return 0
 

@@ -18,7 +18,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +156,18 @@ def write_report(
     return f"| {info['name']} | {cells} | {score(total):.1%} | {score(total, adjusted=True):.1%} | {wall} |"
 
 
-def write_summary(out_dir: Path, rows: dict[str, str]) -> None:
-    """``results/mutation/README.md``: one row per target, rows of earlier runs kept."""
+def write_summary(out_dir: Path, rows: dict[str, str], targets: Iterable[str]) -> None:
+    """``results/mutation/README.md``: one row per target, rows of earlier runs kept while their
+    target is still one of ``targets`` (the targets of ``scripts/mutation.toml``)."""
     path = out_dir / "README.md"
+    known = set(targets)
     kept: dict[str, str] = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.startswith("| ") and not line.startswith("| target"):
-                kept[line.split("|")[1].strip()] = line
+                name = line.split("|")[1].strip()
+                if name in known:
+                    kept[name] = line
     kept.update(rows)
     header = ["target", *COLUMNS, "score", "adjusted", "wall time"]
     text = (

@@ -82,7 +82,7 @@ IMMEDIATE: list[tuple[str, Callable[[], object], type[KVRefError], str, str]] = 
     ("an end without a group", lambda: CUPY.create_slot_arrays(8).free_group_end(), FreeGroupError, "RADIX-607",
      "free_group_end: no free group is open"),
     ("a version past the last slot", lambda: CUPY.create_slot_arrays(8, page_size=2).version(99), BlockIdError,
-     "RADIX-606", "slot: slot 99 outside [0, 10)"),
+     "RADIX-606", "version: slot 99 outside [0, 10)"),
 ]  # fmt: skip
 
 

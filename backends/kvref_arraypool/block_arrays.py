@@ -89,7 +89,6 @@ class DeviceBlockPool:
         self._words = -(-slots // _BITS)
         host_reserved = np.zeros(n + 1, dtype=bool)  # index n: the dump index, never reserved
         host_reserved[list(reserved)] = True
-        self._host_reserved = host_reserved
         self.num_usable = n - len(reserved)
         free = np.arange(n - 1, -1, -1, dtype=np.int64)
         free = free[~host_reserved[n - 1 :: -1]]

@@ -44,9 +44,9 @@ class DeviceSlotChecks:
         they are anything else (lists, another library's arrays), which the host path checks."""
         shape = getattr(values, "shape", None)
         reshape = getattr(values, "reshape", None)
-        if shape is None or reshape is None or type(values).__module__.split(".")[0] != self.ops.name:
+        if shape is None or reshape is None:
             return None
-        flat = self.ops.device_ints(reshape(-1))
+        flat = self.ops.device_ints(reshape(-1))  # None for another library's arrays and for non-integers
         return None if flat is None else (flat, tuple(int(d) for d in shape))
 
     def writes(self, flat: Array, *, op: str, padding: int) -> Array:

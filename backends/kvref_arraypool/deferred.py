@@ -153,8 +153,11 @@ class CallNames:
             self._names.append(op)
 
     def after_read(self, calls: int, call: int | None) -> str:
-        """The name of checked call ``call`` (or the fallback); the names start again at ``calls``."""
+        """The name of checked call ``call``: the fallback for None, for a call named before the last read
+        or past :attr:`LIMIT`; the names start again at ``calls`` (the record's call count now)."""
         names, first = self._names, self._first
         self._names, self._first = [], calls
-        at = -1 if call is None else call - first
+        if call is None:
+            return self.fallback
+        at = call - first
         return names[at] if 0 <= at < len(names) else self.fallback

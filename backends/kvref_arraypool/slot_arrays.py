@@ -28,7 +28,7 @@ import numpy as np
 
 from kvref.contract.checks import page_counts
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, NotHeldError, ReservedBlockError
-from kvref.contract.validate import as_count
+from kvref.contract.validate import as_count, as_int
 from kvref_arraypool.deferred import DeviceErrorRecord, ErrorKind
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
@@ -130,7 +130,7 @@ class DeviceSlotAllocator:
     def available_size(self) -> int:
         """Slots of free and released pages, exactly (RADIX-605); reads the device only after a free (ERR-513)."""
         if self._unconfirmed:
-            self._confirm("available_size")
+            self._confirm()
         return (self._floor + self._released_floor) * self.page_size
 
     @property
@@ -144,9 +144,9 @@ class DeviceSlotAllocator:
         One host read (a sync on a GPU), which also confirms the free counts. ``explain``, when
         given, runs first on the error path and may raise the immediate check's own error.
         """
-        self._confirm("check", explain)
+        self._confirm(explain)
 
-    def _confirm(self, op: str, explain: Callable[[], None] | None = None) -> None:
+    def _confirm(self, explain: Callable[[], None] | None = None) -> None:
         host = self.record.read()
         self._floor = int(host[-2])
         self._released_floor = int(host[-1])
@@ -175,7 +175,7 @@ class DeviceSlotAllocator:
         if want == 0:
             return self.ops.cast(self._iota[:0], self.dtype)
         if want > self._floor:
-            self._confirm("alloc")
+            self._confirm()
             if want > self._floor + self._released_floor:
                 return None
             if want > self._floor:
@@ -329,17 +329,17 @@ class DeviceSlotAllocator:
 
     def version(self, slot: SupportsIndex) -> int:
         """How many times ``slot`` has been handed out (RADIX-608); a host read."""
-        return int(self._version[self._slot(slot)])
+        return int(self._version[self._slot(slot, "version")])
 
     def is_current(self, slot: SupportsIndex, version: SupportsIndex) -> bool:
         """Whether ``(slot, version)`` names the slot's current allocation (RADIX-608); a host read."""
-        s = self._slot(slot)
+        s = self._slot(slot, "is_current")
         v = as_count(version, op="is_current", arg="version")
         return int(self._state[s // self.page_size]) != _FREE and int(self._version[s]) == v
 
     def is_allocated(self, slot: SupportsIndex) -> bool:
         """Whether ``slot``'s page is allocated (a page freed in an open group still is); a host read."""
-        return int(self._state[self._slot(slot) // self.page_size]) != _FREE
+        return int(self._state[self._slot(slot, "is_allocated") // self.page_size]) != _FREE
 
     def pending_pages(self) -> set[int]:
         """Pages freed in the open free group; a host read (for explaining a refused free)."""
@@ -357,12 +357,12 @@ class DeviceSlotAllocator:
         held: np.ndarray = self.ops.to_host(self._state) != _FREE
         return held
 
-    def _slot(self, value: object) -> int:
-        host, items = index_array([value], op="slot", arg="slot")
-        s = int(items[0]) if items is not None else int(host[0])
+    def _slot(self, value: object, op: str) -> int:
+        """``value`` as a slot id of this allocator, the padding page's included (the oracle's words)."""
+        s = as_int(value, op=op, arg="slot")
         top = (self.num_pages + 1) * self.page_size
         if not 0 <= s < top:
-            raise BlockIdError("RADIX-606", f"slot: slot {s} outside [0, {top})")
+            raise BlockIdError("RADIX-606", f"{op}: slot {s} outside [0, {top})")
         return s
 
     def snapshot(self) -> dict[str, Any]:

@@ -4,8 +4,9 @@ Keys and values live in two device arrays of a power-of-two capacity; a slot hol
 ``EMPTY`` (never used) or ``TOMB`` (deleted). Every operation takes a whole batch of keys and
 probes all of them at once, one vectorized round per probe step (linear probing after a 64-bit
 mix), so a batch costs a handful of array operations however large it is. Deleting leaves a
-tombstone; when live keys plus tombstones pass 60% of the capacity the table is rebuilt in place
-(or grown, for a table with ``growable=True``), so probe sequences stay short.
+tombstone; an insert that would take live keys plus tombstones past 60% of the capacity first
+rebuilds the table in place (or grows it, doubling until the keys fill at most 30%, for a table
+with ``growable=True``), so probe sequences stay short.
 
 A table built with ``growable=False`` never reallocates its arrays: their addresses are fixed for
 the pool's lifetime, which is what lets a captured CUDA graph read them (spec chapter 09,
@@ -156,11 +157,9 @@ class HashTable:
         n = len(slots)
         if n == 0:
             return
-        self.keys[slots] = TOMB
+        self.keys[slots] = TOMB  # live + tombs stays as it was: only an insert can need a rebuild
         self.live -= n
         self.tombs += n
-        if self.live + self.tombs > _MAX_LOAD * self.capacity:
-            self._rebuild(self.live)
 
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""

@@ -28,11 +28,11 @@ class RefusedFreeTakesEffect(DeviceSlotAllocator):
 class ReportedTwice(DeviceSlotAllocator):
     """``check()`` raises the recorded error but never clears it: every later check raises it again."""
 
-    def _confirm(self, op: str, explain: Any = None) -> None:
+    def _confirm(self, explain: Any = None) -> None:
         clear = self.record.clear
         self.record.clear = lambda: None  # type: ignore[method-assign]
         try:
-            super()._confirm(op, explain)
+            super()._confirm(explain)
         finally:
             self.record.clear = clear  # type: ignore[method-assign]
 

@@ -1,0 +1,158 @@
+"""The pieces under every array surface, on their own: the device error record, call names, the data
+plane's slot checks and the open-addressing hash table (ERR-511, ERR-512, DATA-815..DATA-817, STATE-006).
+
+Each is held to exact values: what a report says and how many later refusals it counts, which
+name a call gets past the kept names, where a refused data-plane call writes, and how the hash
+table's live keys, tombstones and capacity move.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from kvref_arraypool.data_checks import DeviceSlotChecks
+from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
+from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+from kvref_arraypool.table import EMPTY, TOMB, HashTable
+
+from kvref.contract.errors import BlockIdError, InvalidValueError
+from tests.refusals import refused
+
+rule = pytest.mark.rule
+
+
+@pytest.fixture(params=["numpy", "torch"])
+def ops(request: pytest.FixtureRequest) -> ArrayOps:
+    """The array library under test: NumPy (CuPy's host path) or torch on the CPU."""
+    if request.param == "torch":
+        pytest.importorskip("torch")
+        from kvref_torch.ops import TorchOps
+
+        return TorchOps("cpu")
+    return NumpyLikeOps(np, device="host", is_device=False)
+
+
+def arr(ops: ArrayOps, *values: int) -> Any:
+    return ops.asarray(np.array(values, dtype=np.int64))
+
+
+def host(a: Any) -> list[int]:
+    return [int(x) for x in a.tolist()]
+
+
+BAD = {1: ErrorKind("ERR-999", InvalidValueError, "is bad")}
+
+
+@rule("ERR-511", "ERR-512")
+def test_a_record_holds_six_slots_and_the_owners_counters_and_reports_each_round_afresh(ops: ArrayOps) -> None:
+    assert len(DeviceErrorRecord(ops, BAD).array) == 6 and len(DeviceErrorRecord(ops, BAD, counters=2).array) == 8
+    record, names = DeviceErrorRecord(ops, BAD), CallNames("a call")
+    for _ in range(3):  # calls 0, 1, 2: all refused
+        names.add("op")
+        record.note(arr(ops, 0, 1), arr(ops, 7, 8))
+    three = "op (call 0): entry 1 (value 8) is bad; that call changed nothing; 2 later call(s) were refused too"
+    refused("three refused calls", lambda: record.report(record.read(), names), InvalidValueError, "ERR-999", three)
+    names.add("op")
+    record.note(arr(ops, 1), arr(ops, 5))  # call 3: refused, the only one since the report
+    message = str(refused("one more", lambda: record.report(record.read(), names), InvalidValueError, "ERR-999",
+                          "op (call 3): entry 0 (value 5) is bad"))  # fmt: skip
+    assert message.endswith("that call changed nothing"), f"[ERR-512] the second report counts old refusals: {message}"
+    record.report(record.read(), names)  # nothing left to report
+    assert host(record.array) == [0, 0, 0, 0, 0, 4], "[ERR-511] a cleared record keeps only the call count"
+
+
+@rule("ERR-511")
+def test_call_names_keep_the_first_limit_names_after_a_read_and_fall_back_past_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(CallNames, "LIMIT", 2)
+    names = CallNames("a call")
+    for op in ("free", "acquire", "free again"):
+        names.add(op)
+    assert names.after_read(3, 1) == "acquire" and names.after_read(3, None) == "a call"
+    for op in ("free", "acquire", "free again"):
+        names.add(op)
+    assert names.after_read(6, 5) == "a call", "the third name after a read is past LIMIT = 2: not kept"
+    names.add("one")
+    assert names.after_read(7, 7) == "a call", "call 7 was never named (one name since call 6)"
+    assert names.after_read(7, 2) == "a call", "a call before the last read has no name kept"
+
+
+@rule("DATA-815")
+def test_the_data_checks_take_only_integer_arrays_of_their_library_flattened_with_their_shape(ops: ArrayOps) -> None:
+    checks = DeviceSlotChecks(ops, 8)
+    flat, shape = checks.take(ops.asarray(np.array([[1, 2], [3, 4]], dtype=np.int64))) or (None, None)
+    assert flat is not None and host(flat) == [1, 2, 3, 4] and shape == (2, 2), (flat, shape)
+    assert checks.take([1, 2]) is None and checks.take(np.float64(3.0)) is None
+    floats = ops.asarray(np.array([1, 2], dtype=np.int64)) * 0.5
+    assert checks.take(floats) is None, "float slots are the host path's to refuse"
+
+
+@rule("DATA-802", "DATA-804", "DATA-809", "DATA-816")
+def test_a_refused_copy_moves_nothing_from_slot_zero_and_names_the_entry_out_of_range(ops: ArrayOps) -> None:
+    checks = DeviceSlotChecks(ops, 8)
+    src, dst = checks.copies(arr(ops, 3, 9), arr(ops, 4, 5), op="copy_kv", padding=1)
+    assert host(src) == [0, 0] and host(dst) == [0, 0], f"[DATA-816] a refused copy moved {host(src)} -> {host(dst)}"
+    refused("a src past the buffers", checks.check, BlockIdError, "DATA-804",
+            "copy_kv (call 0): entry 1 (value 9) is a slot outside the buffers; that call changed nothing")  # fmt: skip
+    src, dst = checks.copies(arr(ops, 3, 4), arr(ops, 4, 5), op="copy_kv", padding=1)  # dst 4 is also a src
+    assert host(src) == [0, 0] and host(dst) == [0, 0]
+    refused("a dst that is a src", checks.check, InvalidValueError, "DATA-809",
+            "copy_kv (call 1): entry 2 (value 4) is a dst slot that repeats or is also a src slot")  # fmt: skip
+    src, dst = checks.copies(arr(ops, 3, 4), arr(ops, 5, 6), op="copy_kv", padding=1)
+    assert (host(src), host(dst)) == ([3, 4], [5, 6])
+    checks.check()  # accepted: nothing to report
+
+
+@rule("DATA-807", "DATA-816")
+def test_a_data_plane_call_past_the_names_kept_is_reported_as_a_data_plane_call(
+    ops: ArrayOps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(CallNames, "LIMIT", 1)
+    checks = DeviceSlotChecks(ops, 8)
+    assert host(checks.writes(arr(ops, 2, 3), op="set_kv", padding=1)) == [2, 3]
+    assert host(checks.writes(arr(ops, 2, 2), op="set_kv", padding=1)) == [0, 0], "a refused write goes to slot 0"
+    refused("an unnamed call", checks.check, InvalidValueError, "DATA-807",
+            "a data-plane call (call 1): entry 1 (value 2) is a usable slot the call writes twice")  # fmt: skip
+
+
+def _table(ops: ArrayOps, hint: int, *, growable: bool) -> HashTable:
+    return HashTable(ops, hint, growable=growable)
+
+
+@rule("STATE-006")
+def test_a_table_counts_live_keys_and_tombstones_and_rebuilds_when_they_pass_its_load(ops: ArrayOps) -> None:
+    table = _table(ops, 8, growable=False)
+    assert table.capacity == 16 and (table.live, table.tombs) == (0, 0), "8 keys at 60% need 16 slots"
+    keys = arr(ops, *range(100, 109))
+    table.insert(keys, arr(ops, *range(9)))
+    assert (table.live, table.tombs) == (9, 0)
+    table.delete(arr(ops, 100, 101))
+    assert (table.live, table.tombs) == (7, 2), "a delete leaves tombstones"
+    assert host(table.find(keys)) == [-1, -1, 2, 3, 4, 5, 6, 7, 8]
+    table.delete(arr(ops, 102))
+    assert (table.capacity, table.live, table.tombs) == (16, 6, 3), "deletes never rebuild: live + tombs stays 9"
+    table.insert(arr(ops, 200), arr(ops, 99))  # 6 + 3 + 1 = 10 > 9.6: rebuilt in place first
+    assert (table.capacity, table.live, table.tombs) == (16, 7, 0), "a rebuild clears the tombstones"
+    assert sorted(host(table.keys)) == [EMPTY] * 9 + [*range(103, 109), 200], "no TOMB survives a rebuild"
+    assert host(table.find(keys)) == [-1, -1, -1, 3, 4, 5, 6, 7, 8], "the rebuild kept every value"
+    table.delete(arr(ops))  # nothing to delete
+    assert (table.live, table.tombs) == (7, 0)
+    table.clear()
+    assert (table.live, table.tombs) == (0, 0) and host(table.find(keys)) == [-1] * 9
+    assert TOMB not in host(table.keys)
+
+
+@rule("STATE-006")
+def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops: ArrayOps) -> None:
+    table = _table(ops, 16, growable=True)
+    assert table.capacity == 32
+    table.insert(arr(ops, *range(20)), arr(ops, *range(20, 40)))  # 20 > 19.2: grown to hold 20 at 30%
+    assert (table.capacity, table.live, table.tombs) == (128, 20, 0), (table.capacity, table.live, table.tombs)
+    assert host(table.find(arr(ops, 0, 19, 20))) == [20, 39, -1]
+    table.delete(arr(ops, *range(0, 20, 2)))
+    assert (table.capacity, table.live, table.tombs) == (128, 10, 10)
+    keys, values = table.items()
+    assert sorted(zip(host(keys), host(values), strict=True)) == [(k, k + 20) for k in range(1, 20, 2)]
