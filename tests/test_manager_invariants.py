@@ -24,13 +24,16 @@ def admitted(tokens: int = 10, blocks: int = 24) -> tuple[RequestManager, Reques
     return m, req
 
 
-def corrupted(change: Callable[[RequestManager], None], rule: str) -> None:
+def corrupted(change: Callable[[RequestManager], object], rule: str, says: str | None = None) -> None:
+    """Corrupt an admitted request's state with ``change``: check_invariants must raise under ``rule``
+    (with exactly the message ``says``, when given)."""
     m, _ = admitted()
     m.check_invariants()
     change(m)
     with pytest.raises(InvariantViolation) as info:
         m.check_invariants()
     assert info.value.rule == rule, f"check_invariants named {info.value.rule} ({info.value}), expected {rule}"
+    assert says is None or str(info.value) == f"[{rule}] {says}", f"check_invariants said {info.value}; expected {says}"
 
 
 @pytest.mark.rule("REQ-721")
@@ -45,7 +48,22 @@ def test_a_null_block_inside_the_window_is_seen() -> None:
         m.pool.free([table[0]], holder="a")
         table[0] = NULL_BLOCK  # 10 computed tokens leave no block behind a window of 8
 
-    corrupted(punch, "REQ-730")
+    corrupted(punch, "REQ-730", "request 'a', group 1: 1 null blocks in [0, 5, 6], but 10 computed tokens leave "
+              "only 0 blocks behind the window")  # fmt: skip
+
+
+@pytest.mark.rule("REQ-721")
+def test_a_holder_the_manager_does_not_know_is_seen_with_its_references() -> None:
+    corrupted(lambda m: m.pool.allocate(2, holder="ghost"), "REQ-721",
+              "request 'ghost' holds 2 references in the pool, its tables 0 blocks")  # fmt: skip
+
+
+@pytest.mark.rule("REQ-721")
+def test_a_block_the_pool_says_a_request_holds_twice_is_seen_with_the_count() -> None:
+    def twice(m: RequestManager) -> None:
+        m.pool.acquire([m.groups[0].tables["a"][1]], holder="a")
+
+    corrupted(twice, "REQ-721", "request 'a', group 0: its table has block 2, which the pool says it holds 2 times")
 
 
 @pytest.mark.rule("REQ-710")

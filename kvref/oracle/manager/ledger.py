@@ -53,7 +53,7 @@ class ManagerLedger:
 
     # -------------------------------------------------------------- events (REQ-717)
 
-    def remember(self, key: int, token_ids: tuple[int, ...], extra_keys: BlockExtraKeys, group: int = 0) -> None:
+    def remember(self, key: int, token_ids: tuple[int, ...], extra_keys: BlockExtraKeys, group: int) -> None:
         """What the block registered under ``key`` in ``group`` holds, for its ``BlockStored``."""
         self._content[key] = (token_ids, extra_keys, group)
 

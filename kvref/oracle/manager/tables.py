@@ -97,13 +97,14 @@ def _verify_table(pool: PrefixCache, g: GroupTables, rid: str, table: list[int],
             "REQ-710",
             f"request {rid!r}, group {g.index}: {cached} blocks counted cached, {len(keys)} full blocks exist",
         )
+    # Below, i < cached implies i < len(keys): otherwise cached <= max(len(keys), nulls) <= i.
     for i in range(nulls, len(table)):
         got = pool.block_hash(table[i])
-        if i < cached and got != (keys[i] if i < len(keys) else None):
+        if i < cached and got != keys[i]:
             raise InvariantViolation(
                 "REQ-721",
                 f"request {rid!r}, group {g.index}: block {i} (id {table[i]}) is registered under {got}, "
-                f"the request's key there is {keys[i] if i < len(keys) else 'none (beyond its tokens)'}",
+                f"the request's key there is {keys[i]}",
             )
         if i >= cached and got is not None:
             raise InvariantViolation(
