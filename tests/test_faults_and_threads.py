@@ -54,6 +54,19 @@ def test_a_refused_argument_is_not_a_fault_and_the_pool_goes_on() -> None:
     assert pool.allocate(2) == [1, 2], "a kvref error changed nothing and leaves the pool usable (ERR-501)"
 
 
+@rule("ERR-515")
+@pytest.mark.parametrize("backend", ["oracle", "cupy", "torch"])
+def test_a_call_that_does_not_fit_the_signature_never_began_and_the_pool_goes_on(backend: str) -> None:
+    if backend == "torch":
+        pytest.importorskip("torch")
+    pool: Any = load_backend(backend).create(8)
+    with pytest.raises(TypeError):
+        pool.match_request([1])  # num_tokens and block_size missing
+    with pytest.raises(TypeError):
+        pool.allocate(1, owner="a")  # no such keyword
+    assert pool.allocate(2, holder="a") == [1, 2], "a call that never began leaves the pool usable"
+
+
 @rule("ERR-516")
 def test_a_nan_holder_is_refused_instead_of_leaking_its_blocks() -> None:
     pool = OracleBlockPool(8)

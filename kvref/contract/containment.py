@@ -6,7 +6,8 @@ error can come from inside an operation after it has begun to change the state: 
 device memory half-way. Nothing then says what state the pool is in, so :func:`contain_faults`
 makes it say so: the call raises :class:`~kvref.contract.errors.PoolUnusableError` (the original
 exception as its cause), and so does every later call, instead of answering from a state that
-may be torn.
+may be torn. A call whose arguments do not fit the method's signature never began: its
+``TypeError`` passes through and the pool stays usable.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ __all__ = ["contain_faults"]
 T = TypeVar("T", bound=type)
 
 
+def _never_began(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the call itself, before the method's first line (a ``TypeError``
+    for arguments that do not fit its signature): its traceback then ends in the guard's frame."""
+    tb = exc.__traceback__
+    return tb is not None and tb.tb_next is None
+
+
 def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -34,6 +42,8 @@ def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         except KVRefError:
             raise
         except Exception as exc:
+            if _never_began(exc):
+                raise  # the call did not fit the method's signature: nothing ran, nothing changed
             self._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
             raise PoolUnusableError(
                 "ERR-515", f"{name}: interrupted from inside by {type(exc).__name__}: {exc}; the pool is unusable"
