@@ -8,6 +8,7 @@ table's live keys, tombstones and capacity move.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,7 @@ def test_the_data_checks_take_only_integer_arrays_of_their_library_flattened_wit
     flat, shape = checks.take(ops.asarray(np.array([[1, 2], [3, 4]], dtype=np.int64))) or (None, None)
     assert flat is not None and host(flat) == [1, 2, 3, 4] and shape == (2, 2), (flat, shape)
     assert checks.take([1, 2]) is None and checks.take(np.float64(3.0)) is None
+    assert checks.take(SimpleNamespace(shape=(2,))) is None, "an object with a shape but no reshape is not an array"
     floats = ops.asarray(np.array([1, 2], dtype=np.int64)) * 0.5
     assert checks.take(floats) is None, "float slots are the host path's to refuse"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvref_arraypool import slot_arrays
+from kvref_arraypool import slot_arrays, slots
 from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 from kvref_arraypool.slots import ArraySlotAllocator
@@ -70,6 +70,8 @@ BAD_ARGUMENTS = [
      "is_current: version must be an integer, got str 'v'"),
     ("a slot as a str", lambda ops: DeviceSlotAllocator(8, ops=ops).version("x"),  # type: ignore[arg-type]
      "version: slot must be an integer, got str 'x'"),
+    ("a slot of is_current as a str", lambda ops: DeviceSlotAllocator(8, ops=ops).is_current("x", 0),  # type: ignore[arg-type]
+     "is_current: slot must be an integer, got str 'x'"),
     ("free of a str", lambda ops: DeviceSlotAllocator(8, ops=ops).free("abc"),
      "free: indices must be a sequence of integers, got str"),
     ("free of a float", lambda ops: DeviceSlotAllocator(8, ops=ops).free([1.5]),
@@ -92,14 +94,14 @@ def test_queries_take_every_slot_id_the_padding_pages_included_and_refuse_the_re
 ) -> None:
     a, oracle = DeviceSlotAllocator(8, ops=ops, page_size=2), OracleSlotAllocator(8, page_size=2)
     assert a.version(0) == 0 and a.version(9) == 0 and not a.is_allocated(0), "[RADIX-606] slots 0 and 9 exist"
-    for query in ("version", "is_allocated"):
+    for query in ("version", "is_allocated", "is_current"):
         for slot in (-1, 10, 2**70):
             with pytest.raises(BlockIdError) as raised:
-                getattr(a, query)(slot)
+                getattr(a, query)(slot, 0) if query == "is_current" else getattr(a, query)(slot)
             mine = raised.value
             assert str(mine) == f"[RADIX-606] {query}: slot {slot} outside [0, 10)", mine
             with pytest.raises(KVRefError) as theirs:
-                getattr(oracle, query)(slot)
+                getattr(oracle, query)(slot, 0) if query == "is_current" else getattr(oracle, query)(slot)
             assert str(mine) == str(theirs.value), f"{query}({slot}): {mine} where the oracle says {theirs.value}"
 
 
@@ -267,7 +269,10 @@ def _array(allocator: Any, values: list[int]) -> Any:
 
 LIST_CALLS = [
     ("a double free", lambda a, s: a.free([s[0]])),
+    ("a double free after a good slot", lambda a, s: a.free([s[2], s[0]])),
     ("a slot never handed out", lambda a, s: a.free([s[1], 7])),
+    ("a slot never handed out after a good one", lambda a, s: a.free([s[3], 7])),
+    ("a device array with a slot never handed out", lambda a, s: a.free(_array(a, [s[2], 7]))),
     ("the padding page", lambda a, s: a.free([1])),
     ("a slot out of range", lambda a, s: a.free([s[1], 99])),
     ("a huge slot", lambda a, s: a.free([2**70])),
@@ -280,6 +285,8 @@ LIST_CALLS = [
     ("a decode of no token", lambda a, s: a.alloc_decode([0], [0])),
     ("an extend of two pages", lambda a, s: a.alloc_extend([0], [4], [0])),
     ("a decode into a fresh page", lambda a, s: a.alloc_decode([3], [s[1]])),
+    ("a decode with unpaired last slots", lambda a, s: a.alloc_decode([3, 5], [s[3]])),
+    ("an extend with unpaired last slots", lambda a, s: a.alloc_extend([0, 0], [2, 2], [s[3]])),
 ]  # fmt: skip
 
 
@@ -290,13 +297,28 @@ def test_the_list_protocol_answers_and_refuses_as_the_oracles_allocator_word_for
 ) -> None:
     mine = ArraySlotAllocator(8, ops=ops, page_size=2)
     oracle = OracleSlotAllocator(8, page_size=2)
-    held = mine.alloc(2)
-    assert held == oracle.alloc(2) == [2, 3]
+    held = mine.alloc(4)
+    assert held == oracle.alloc(4) == [2, 3, 4, 5]
     mine.free([held[0]])
     oracle.free([held[0]])
     got, expected = _outcome(lambda: call(mine, held)), _outcome(lambda: call(oracle, held))
     assert got == expected, f"{case}: the array allocator gave {got}, the oracle {expected}"
     assert mine.available_size() == oracle.available_size(), f"{case}: the two disagree on what is free"
+
+
+@rule("ERR-514")
+def test_the_list_protocol_frees_a_device_array_with_no_host_copy(
+    ops: ArrayOps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = ArraySlotAllocator(8, ops=ops)
+    ids = a.alloc_ids(4)
+
+    def no_host_path(*args: object, **kwargs: object) -> object:
+        raise AssertionError(f"[ERR-514] free of a device array went through the host path with {args!r}")
+
+    monkeypatch.setattr(slots, "index_array", no_host_path)
+    a.free(ids)
+    assert a.available_size() == 8
 
 
 @rule("RADIX-601", "ERR-510")

@@ -15,6 +15,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
+    from kvref_arraypool.block_tables import DeviceBlockTables
     from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -151,6 +152,22 @@ class CupyBackend:
 
         ops = self._ops(self.device(device))
         return DeviceBlockPool(num_blocks, ops=ops, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
+
+    def create_block_tables(
+        self,
+        num_blocks: int,
+        *,
+        max_requests: int = 256,
+        block_size: int = 16,
+        max_blocks: int = 64,
+        dtype: str = "int32",
+        device: str | None = None,
+    ) -> DeviceBlockTables:
+        """A batch's block tables over a new block array surface: one call per scheduler step (REQ-750..REQ-754)."""
+        from kvref_arraypool.block_tables import DeviceBlockTables
+
+        pool = self.create_block_arrays(num_blocks, max_requests=max_requests, dtype=dtype, device=device)
+        return DeviceBlockTables(pool, block_size=block_size, max_blocks=max_blocks)
 
     def _ops(self, where: str) -> NumpyLikeOps:
         """NumPy on the host, CuPy on ``cuda:N`` (made current)."""

@@ -61,6 +61,9 @@ class Target:
     #: ``block_arrays_factory(num_blocks, *, max_requests, reserved_ids, dtype)``: chapter 01's
     #: block pool with the array surface and request slots (capability ``block-arrays``, ERR-517..ERR-520).
     block_arrays_factory: Callable[..., Any] | None = None
+    #: ``block_tables_factory(num_blocks, *, max_requests, block_size, max_blocks)``: a batch's block
+    #: tables over that surface (capability ``block-tables``, chapter 07's REQ-750..REQ-754).
+    block_tables_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -97,6 +100,7 @@ class Target:
             self.context_factory,
             self.plane_factory,
             self.block_arrays_factory,
+            self.block_tables_factory,
         )
 
     def has(self, capability: str) -> bool:
@@ -154,6 +158,19 @@ class Target:
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no array surface for its block pool")
         return self.block_arrays_factory(num_blocks, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
+
+    def create_block_tables(
+        self, num_blocks: int, *, max_requests: int = 256, block_size: int = 4, max_blocks: int = 16
+    ) -> Any:
+        """New block tables for a batched step over a new block array surface (REQ-750); ConfigError where
+        the target has none."""
+        if self.block_tables_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no batched block tables")
+        return self.block_tables_factory(
+            num_blocks, max_requests=max_requests, block_size=block_size, max_blocks=max_blocks
+        )
 
     def create_manager(
         self,
@@ -281,7 +298,13 @@ class Target:
             return make_blocks(num_blocks, device=device, **kwargs)  # type: ignore[misc]
 
         blocks = block_arrays_factory if make_blocks is not None else None
+        make_tables = getattr(backend, "create_block_tables", None)
+
+        def block_tables_factory(num_blocks: int, **kwargs: Any) -> Any:
+            return make_tables(num_blocks, device=device, **kwargs)  # type: ignore[misc]
+
+        tables = block_tables_factory if make_tables is not None else None
         return cls(
             name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager,
-            context, plane, blocks,
+            context, plane, blocks, tables,
         )  # fmt: skip

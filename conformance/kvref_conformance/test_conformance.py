@@ -7,6 +7,7 @@ tested through exactly this module, as any third party's would be.
 from __future__ import annotations
 
 from kvref_conformance.suites.block_arrays import BlockArraysSuite
+from kvref_conformance.suites.block_tables import BlockTablesSuite
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.data_device import DataDeviceChecksSuite
@@ -74,6 +75,10 @@ class TestSlotArrays(SlotArraysSuite):
 
 class TestBlockArrays(BlockArraysSuite):
     """Chapter 01's block pool with the array surface (ERR-517..ERR-520), where the selected backend has one."""
+
+
+class TestBlockTables(BlockTablesSuite):
+    """Chapter 07's batched step over the block array surface (REQ-750..REQ-754), where the backend has one."""
 
 
 class TestManager(ManagerSuite):

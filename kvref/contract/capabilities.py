@@ -28,6 +28,7 @@ CAPABILITIES: dict[str, str] = {
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "block-arrays": "offers chapter 01's block pool with the array surface (create_block_arrays: ERR-517..ERR-520)",
+    "block-tables": "grows a batch's block tables on its block array surface in one call (create_block_tables)",
     "request-manager": "offers chapter 07's request-level manager (its own, or kvref's over its prefix cache)",
     "manager-common-prefix": "counts the blocks every scheduled request shares (get_num_common_prefix_blocks, REQ-718)",
     "context-duties": "runs its engine's own request path over its allocator (create_context, REQ-740..REQ-745)",
@@ -50,8 +51,8 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset(
     {"token-slots", "slot-versions", "slot-order", "slot-batches", "slot-extend", "radix-cache", "radix-receipts"}
 )
 
-#: The array surface of chapter 06's allocator, which only device backends offer (chapter 05, ERR-510).
-ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays"})
+#: The array surfaces (chapter 05, ERR-510) and the batched step over them (REQ-750), which only device backends offer.
+ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays", "block-tables"})
 #: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
 DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane", "data-device-checks"})
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which

@@ -1,0 +1,146 @@
+"""A scheduler step over the block pool's array surface: request block tables on the device, grown and
+released for a whole batch in one call each (REQ-750..REQ-754).
+
+A GPU engine keeps each running request's block table as a row of one device array (vLLM's
+``BlockTable``, Megatron's request-to-block map), which its attention kernels read. A scheduler
+step grows many rows at once: every decoding request whose next token opens a block needs one.
+:class:`DeviceBlockTables` does that with one ``allocate`` of :class:`DeviceBlockPool` for the
+whole step and one scatter of the new ids into their rows; a release of finished requests is one
+gather and one ``free``. The lengths of the rows are host integers, as the scheduler's own token
+counts are, so a step computes what it needs on the host and never reads the device while the
+pool's free count covers it (ERR-513).
+
+There is no prefix cache on this surface (chapter 07's implementation-defined section): the
+request manager of chapter 07 over a pool with caching off hands out the same blocks, in the same
+order, and the conformance suite checks exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, SupportsIndex
+
+import numpy as np
+
+from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.validate import as_count, as_int
+from kvref_arraypool.block_arrays import DeviceBlockPool
+from kvref_arraypool.ops import Array
+
+__all__ = ["DeviceBlockTables"]
+
+
+class DeviceBlockTables:
+    """One block table row per request slot of ``pool``, on its device (REQ-750..REQ-754).
+
+    ``block_size`` tokens per block; ``max_blocks`` entries per row (a request of more than
+    ``max_blocks * block_size`` tokens is refused). Unused entries hold block 0, the pool's
+    reserved null block.
+    """
+
+    def __init__(self, pool: DeviceBlockPool, *, block_size: SupportsIndex, max_blocks: SupportsIndex) -> None:
+        op = "DeviceBlockTables"
+        if not isinstance(pool, DeviceBlockPool):
+            raise InvalidTypeError("ERR-503", f"{op}: pool must be a DeviceBlockPool, got {type(pool).__name__}")
+        size = as_count(block_size, op=op, arg="block_size")
+        width = as_count(max_blocks, op=op, arg="max_blocks")
+        if size < 1 or width < 1:
+            raise InvalidValueError("REQ-751", f"{op}: block_size {size} and max_blocks {width} must be >= 1")
+        if pool.available_blocks() != pool.num_usable:
+            raise InvalidValueError("REQ-751", f"{op}: the pool already has blocks in use")
+        self.pool, self.ops = pool, pool.ops
+        self.block_size, self.max_blocks = size, width
+        rows = pool.max_requests
+        self._flat = self.ops.cast(self.ops.zeros(rows * width), pool.dtype)
+        #: The tables as a ``max_requests x max_blocks`` view in the pool's dtype (row ``s`` is request
+        #: slot ``s``, REQ-753): state the engine's kernels read, which only this object writes.
+        self.table = self._flat.reshape(rows, width)
+        self._lengths = [0] * rows
+
+    def num_blocks(self, slot: SupportsIndex) -> int:
+        """How many blocks request slot ``slot`` holds (a host int, no device read)."""
+        return self._lengths[self._slot(slot, "num_blocks")]
+
+    def blocks(self, slot: SupportsIndex) -> list[int]:
+        """Request slot ``slot``'s blocks in token order (a host read, for checking)."""
+        s = self._slot(slot, "blocks")
+        start = s * self.max_blocks
+        return self.ops.tolist(self._flat[start : start + self._lengths[s]])
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self, slots: Sequence[SupportsIndex], num_tokens: Sequence[SupportsIndex]) -> tuple[Array, list[int]]:
+        """Grow each named request's row to hold ``num_tokens[i]`` tokens, all in one allocation (REQ-750).
+
+        Returns the new blocks as one fresh device array, every request's in turn, and
+        ``len(slots) + 1`` host offsets into it. All or nothing: refused input (REQ-751) or too few
+        free blocks (POOL-105) raise and change nothing. No device read while the pool's host
+        floor covers the step (REQ-754).
+        """
+        op = "step"
+        owners = self._slots(slots, op)
+        tokens = [as_count(n, op=op, arg="num_tokens") for n in _host_sequence(num_tokens, op, "num_tokens")]
+        if len(tokens) != len(owners):
+            raise InvalidValueError("REQ-751", f"{op}: {len(tokens)} token counts for {len(owners)} request slots")
+        size, width, lengths = self.block_size, self.max_blocks, self._lengths
+        counts = []
+        for s, n in zip(owners, tokens, strict=True):
+            need = -(-n // size)
+            if need > width:
+                raise InvalidValueError(
+                    "REQ-751", f"{op}: request slot {s}'s {n} tokens need {need} blocks; a row holds {width}"
+                )
+            counts.append(max(0, need - lengths[s]))
+        ids, offsets = self.pool.allocate(counts, owners)  # POOL-105 here changes nothing
+        if offsets[-1]:
+            held = zip(owners, counts, strict=True)
+            at = np.concatenate([s * width + np.arange(lengths[s], lengths[s] + c, dtype=np.int64) for s, c in held])
+            self._flat[self.ops.asarray(at)] = ids
+            for s, c in zip(owners, counts, strict=True):
+                lengths[s] += c
+        return ids, offsets
+
+    def release(self, slots: Sequence[SupportsIndex]) -> None:
+        """Free every block of each named request with one ``free``, each row tail first, and empty
+        the rows (REQ-752); a row that holds nothing is a no-op. Checked on the device as ``free``
+        is (ERR-511): :meth:`DeviceBlockPool.check` raises what it refused."""
+        op = "release"
+        owners = self._slots(slots, op)
+        width, lengths = self.max_blocks, self._lengths
+        held = [(s, lengths[s]) for s in owners if lengths[s]]
+        if not held:
+            return
+        at = np.concatenate([s * width + np.arange(n - 1, -1, -1, dtype=np.int64) for s, n in held])
+        per = np.concatenate([np.full(n, s, dtype=np.int64) for s, n in held])
+        where = self.ops.asarray(at)
+        self.pool.free(self._flat[where], self.ops.asarray(per))
+        self._flat[where] = 0
+        for s, _ in held:
+            lengths[s] = 0
+
+    # ---------------------------------------------------------------- checks
+
+    def _slots(self, slots: object, op: str) -> list[int]:
+        owners = [self._slot(s, op) for s in _host_sequence(slots, op, "slots")]
+        if len(set(owners)) != len(owners):
+            raise InvalidValueError("REQ-751", f"{op}: request slots {owners} name one slot twice")
+        return owners
+
+    def _slot(self, value: object, op: str) -> int:
+        s = as_int(value, op=op, arg="slots")
+        if not 0 <= s < len(self._lengths):
+            raise InvalidValueError("ERR-517", f"{op}: request slot {s} outside [0, {len(self._lengths)})")
+        return s
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceBlockTables(rows={len(self._lengths)}, max_blocks={self.max_blocks}, "
+            f"block_size={self.block_size}, pool={self.pool!r})"
+        )
+
+
+def _host_sequence(values: object, op: str, arg: str) -> Sequence[Any]:
+    """A host sequence of a step's slots or counts (ERR-503 for anything else, at once)."""
+    if isinstance(values, (str, bytes, set, frozenset, dict)) or not isinstance(values, Sequence):
+        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of ints, got {type(values).__name__}")
+    return values
