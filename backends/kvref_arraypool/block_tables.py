@@ -1,5 +1,5 @@
 """A scheduler step over the block pool's array surface: request block tables on the device, grown and
-released for a whole batch in one call each (REQ-750..REQ-754).
+released for a whole batch in one call each (REQ-750..REQ-755).
 
 A GPU engine keeps each running request's block table as a row of one device array (vLLM's
 ``BlockTable``, Megatron's request-to-block map), which its attention kernels read. A scheduler
@@ -31,7 +31,7 @@ __all__ = ["DeviceBlockTables"]
 
 
 class DeviceBlockTables:
-    """One block table row per request slot of ``pool``, on its device (REQ-750..REQ-754).
+    """One block table row per request slot of ``pool``, on its device (REQ-750..REQ-755).
 
     ``block_size`` tokens per block; ``max_blocks`` entries per row (a request of more than
     ``max_blocks * block_size`` tokens is refused). Unused entries hold block 0, the pool's
@@ -74,7 +74,7 @@ class DeviceBlockTables:
 
         Returns the new blocks as one fresh device array, every request's in turn, and
         ``len(slots) + 1`` host offsets into it. All or nothing: refused input (REQ-751) or too few
-        free blocks (POOL-105) raise and change nothing. No device read while the pool's host
+        free blocks (REQ-755, POOL-105) raise and change nothing. No device read while the pool's host
         floor covers the step (REQ-754).
         """
         op = "step"

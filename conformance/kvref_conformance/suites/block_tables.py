@@ -1,4 +1,4 @@
-"""A batch's block tables over the block array surface (chapter 07's REQ-750..REQ-754), for any target
+"""A batch's block tables over the block array surface (chapter 07's REQ-750..REQ-755), for any target
 with ``block-tables``.
 
 A scheduler step grows the rows of many requests with one call and releases finished ones with
@@ -50,7 +50,7 @@ def raised(call: Any) -> KVRefError | None:
 
 
 class BlockTablesSuite(ConformanceSuite):
-    """REQ-750..REQ-754 over the target's ``create_block_tables``."""
+    """REQ-750..REQ-755 over the target's ``create_block_tables``."""
 
     @rule("REQ-750", "REQ-753")
     def test_a_step_grows_every_named_row_to_its_tokens_in_one_allocation(self, impl: Target) -> None:
@@ -64,14 +64,14 @@ class BlockTablesSuite(ConformanceSuite):
         ids, offsets = t.step([2], [3])
         assert len(ids) == 0 and offsets == [0, 0] and t.blocks(2) == [1, 2], "[REQ-750] a row never shrinks"
 
-    @rule("REQ-750", "POOL-105")
+    @rule("REQ-755", "POOL-105")
     def test_a_step_that_does_not_fit_takes_nothing(self, impl: Target) -> None:
         t = tables(impl, 6, max_requests=4, block_size=4, max_blocks=4)  # 5 usable blocks
         t.step([0], [8])
         before = [row(t, s) for s in range(4)]
         exc = raised(lambda: t.step([1, 2], [8, 8]))
-        assert isinstance(exc, OutOfBlocksError) and exc.rule == "POOL-105", f"[REQ-750] 4 blocks of 3 gave {exc!r}"
-        assert [row(t, s) for s in range(4)] == before, "[REQ-750] a step that does not fit changed a row"
+        assert isinstance(exc, OutOfBlocksError) and exc.rule == "POOL-105", f"[REQ-755] 4 blocks of 3 gave {exc!r}"
+        assert [row(t, s) for s in range(4)] == before, "[REQ-755] a step that does not fit changed a row"
         assert host(t.step([1, 2], [8, 4])[0]) == [3, 4, 5], "the three free blocks are all still there"
 
     @rule("REQ-751", "ERR-503", "ERR-517")
@@ -104,7 +104,7 @@ class BlockTablesSuite(ConformanceSuite):
         assert got == [1, 2, 3, 4], f"[EVICT-402] each row went back tail first, the last released on top: {got}"
         t.release([])  # nothing named
 
-    @rule("REQ-750", "REQ-752", "REQ-753", "POOL-105", "EVICT-402")
+    @rule("REQ-750", "REQ-752", "REQ-753", "REQ-755", "EVICT-402")
     def test_steps_and_releases_hand_out_what_the_oracle_manager_does(self, impl: Target) -> None:
         skip_without(impl, "block-tables")
         run_state_machine_as_test(type("BatchedSteps", (BatchedSteps,), {"target": impl}))
@@ -160,7 +160,7 @@ class BatchedSteps(RuleBasedStateMachine):
         tokens = [data.draw(st.integers(0, _BLOCK * _WIDTH), label=f"tokens of {s}") for s in slots]
         if sum(self._need(s, n) for s, n in zip(slots, tokens, strict=True)) > self.oracle.pool.num_available:
             exc = raised(lambda: self.tables.step(slots, tokens))
-            assert isinstance(exc, OutOfBlocksError), f"[REQ-750] step({slots}, {tokens}) does not fit, gave {exc!r}"
+            assert isinstance(exc, OutOfBlocksError), f"[REQ-755] step({slots}, {tokens}) does not fit, gave {exc!r}"
             return  # the invariant checks that nothing changed
         ids, offsets = self.tables.step(slots, tokens)
         want = [self._grow(s, n) for s, n in zip(slots, tokens, strict=True)]

@@ -1,0 +1,119 @@
+"""kvref's batched step over the block array surface, value for value (chapter 07's REQ-750..REQ-755).
+
+The conformance suite runs the rules and a machine beside the oracle manager; here the step is held
+to what only kvref's implementation can show: no device read in a step or a release while the free
+count covers them (REQ-754), each refusal word for word (REQ-751), and the table as the engine's
+kernels see it: one ``max_requests x max_blocks`` array in the pool's dtype. NumPy and torch's CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from kvref_arraypool.block_arrays import DeviceBlockPool
+from kvref_arraypool.block_tables import DeviceBlockTables
+from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+
+from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
+
+rule = pytest.mark.rule
+
+
+@pytest.fixture(params=["numpy", "torch"])
+def ops(request: pytest.FixtureRequest) -> ArrayOps:
+    """The array library under test: NumPy (CuPy's host path) or torch on the CPU."""
+    if request.param == "torch":
+        pytest.importorskip("torch")
+        from kvref_torch.ops import TorchOps
+
+        return TorchOps("cpu")
+    return NumpyLikeOps(np, device="host", is_device=False)
+
+
+def tables(ops: ArrayOps, num_blocks: int = 64, **settings: Any) -> DeviceBlockTables:
+    pool = DeviceBlockPool(num_blocks, ops=ops, max_requests=settings.pop("max_requests", 8))
+    return DeviceBlockTables(pool, block_size=settings.pop("block_size", 4), max_blocks=settings.pop("max_blocks", 4))
+
+
+@rule("REQ-754", "ERR-513")
+def test_a_step_and_a_release_read_nothing_from_the_device_while_the_free_blocks_cover_them(ops: ArrayOps) -> None:
+    t = tables(ops)
+    start = ops.host_reads
+    for tokens in range(1, 17):  # sixteen decode steps of four requests: a block every fourth
+        t.step([0, 1, 2, 3], [tokens] * 4)
+    t.release([1, 3])
+    t.step([1, 3, 5], [16, 16, 16])  # within the floor: the host still counts 63 - 16 - 12
+    assert ops.host_reads == start, f"[REQ-754] the steps and the release read the device {ops.host_reads - start}x"
+    assert [t.num_blocks(s) for s in range(8)] == [4, 4, 4, 4, 0, 4, 0, 0]
+    assert t.pool.available_blocks() == 63 - 20 and ops.host_reads == start + 1, "one read confirms the release"
+
+
+@rule("REQ-753", "ERR-510")
+def test_the_table_is_one_row_per_request_slot_in_the_pools_dtype_padded_with_the_null_block(ops: ArrayOps) -> None:
+    t = tables(ops, max_requests=3, max_blocks=2)
+    assert tuple(t.table.shape) == (3, 2) and str(t.table.dtype).endswith("int32"), (t.table.shape, t.table.dtype)
+    ids, _ = t.step([1], [5])
+    assert [[int(x) for x in r] for r in t.table.tolist()] == [[0, 0], [1, 2], [0, 0]], t.table
+    ids[:] = 0  # the caller's own array: the table keeps its ids
+    assert t.blocks(1) == [1, 2], "[ERR-510] writing into a step's output reached the table"
+    assert repr(t) == f"DeviceBlockTables(rows=3, max_blocks=2, block_size=4, pool={t.pool!r})"
+
+
+REFUSALS = [
+    ("a slot twice", lambda t: t.step([0, 0], [4, 4]), InvalidValueError, "REQ-751",
+     "step: request slots [0, 0] name one slot twice"),
+    ("a slot past the last", lambda t: t.step([8], [4]), InvalidValueError, "ERR-517",
+     "step: request slot 8 outside [0, 8)"),
+    ("a release of a negative slot", lambda t: t.release([-1]), InvalidValueError, "ERR-517",
+     "release: request slot -1 outside [0, 8)"),
+    ("tokens past a row", lambda t: t.step([0, 1], [4, 17]), InvalidValueError, "REQ-751",
+     "step: request slot 1's 17 tokens need 5 blocks; a row holds 4"),
+    ("unpaired counts", lambda t: t.step([0, 1], [4]), InvalidValueError, "REQ-751",
+     "step: 1 token counts for 2 request slots"),
+    ("slots as a str", lambda t: t.step("01", [4, 4]), InvalidTypeError, "ERR-503",
+     "step: slots must be a sequence of ints, got str"),
+    ("counts as a set", lambda t: t.step([0], {4}), InvalidTypeError, "ERR-503",
+     "step: num_tokens must be a sequence of ints, got set"),
+    ("a count as a float", lambda t: t.step([0], [4.5]), InvalidTypeError, "ERR-503",
+     "step: num_tokens must be an integer, got float 4.5"),
+    ("a query of a str", lambda t: t.blocks("a"), InvalidTypeError, "ERR-503",
+     "blocks: slots must be an integer, got str 'a'"),
+]  # fmt: skip
+
+
+@rule("REQ-751", "ERR-503", "ERR-517", "ERR-521")
+@pytest.mark.parametrize(("case", "call", "error", "rule_id", "says"), REFUSALS, ids=[c[0] for c in REFUSALS])
+def test_a_refused_step_names_its_rule_and_changes_nothing(
+    ops: ArrayOps, case: str, call: Any, error: type[KVRefError], rule_id: str, says: str
+) -> None:
+    t = tables(ops)
+    t.step([2], [6])
+    before = [[int(x) for x in r] for r in t.table.tolist()]
+    with pytest.raises(error) as raised:
+        call(t)
+    assert str(raised.value) == f"[{rule_id}] {says}", f"[ERR-521] {case}: {raised.value}"
+    assert [[int(x) for x in r] for r in t.table.tolist()] == before and t.num_blocks(2) == 2, f"{case} changed a row"
+    assert t.pool.available_blocks() == 61, f"[REQ-751] {case} took or gave back blocks"
+
+
+@rule("REQ-751")
+def test_tables_are_made_over_an_unused_array_pool_with_rows_of_at_least_one_block(ops: ArrayOps) -> None:
+    pool = DeviceBlockPool(8, ops=ops, max_requests=2)
+    cases: list[tuple[str, Callable[[], object], str]] = [
+        ("no block size", lambda: DeviceBlockTables(pool, block_size=0, max_blocks=2),
+         "[REQ-751] DeviceBlockTables: block_size 0 and max_blocks 2 must be >= 1"),
+        ("no room", lambda: DeviceBlockTables(pool, block_size=4, max_blocks=0),
+         "[REQ-751] DeviceBlockTables: block_size 4 and max_blocks 0 must be >= 1"),
+        ("a list pool", lambda: DeviceBlockTables("pool", block_size=4, max_blocks=2),  # type: ignore[arg-type]
+         "[ERR-503] DeviceBlockTables: pool must be a DeviceBlockPool, got str"),
+    ]  # fmt: skip
+    for what, call, says in cases:
+        with pytest.raises(KVRefError) as raised:
+            call()
+        assert str(raised.value) == says, f"{what}: {raised.value}"
+    pool.allocate([1], [0])
+    with pytest.raises(InvalidValueError, match=r"\[REQ-751\] DeviceBlockTables: the pool already has blocks in use"):
+        DeviceBlockTables(pool, block_size=4, max_blocks=2)
