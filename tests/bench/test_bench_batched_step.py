@@ -51,7 +51,8 @@ def describe(benchmark: Any, impl: str) -> None:
 @pytest.mark.parametrize("name", table_backends())
 def test_batched_steps_of_256_requests(benchmark: Any, request: pytest.FixtureRequest, name: str) -> None:
     device = request.config.getoption("--kvref-bench-device")
-    tables = load_backend(name).create_block_tables(
+    backend: Any = load_backend(name)
+    tables = backend.create_block_tables(
         BLOCKS, max_requests=BATCH, block_size=BLOCK_SIZE, max_blocks=PROMPT // BLOCK_SIZE + 2, device=device
     )
     slots = list(range(BATCH))
