@@ -27,6 +27,9 @@ class ReqToTokenTable:
         self.req_to_token = self.tensors.zeros((max_reqs + 1, max_context_len), "int32")
         self._free = list(range(max_reqs, 0, -1))  # pop() hands out the lowest row first
         self._held: set[int] = set()
+        #: Takes slots given as an integer array of the library as they are, without reading them
+        #: back (DATA-815's ``take``); None for the reference, which reads every argument on the host.
+        self._device = self.tensors.device_checks(max_context_len)
 
     def available_size(self) -> int:
         """Rows not handed out (DATA-810)."""
@@ -55,17 +58,21 @@ class ReqToTokenTable:
         self._free.append(row)
 
     def write(self, row: int, start: int, slots: object) -> None:
-        """Write token ``slots`` at positions ``[start, start + len)`` of ``row`` (DATA-813)."""
+        """Write token ``slots`` at positions ``[start, start + len)`` of ``row`` (DATA-813).
+
+        Slots given as an integer array of the table's library are written as they are, never read
+        back (no host sync on a GPU); anything else is checked on the host (ERR-503)."""
         op = "write"
         self._held_row(row, op, "DATA-813")
-        values = host_indices(slots, op=op, arg="slots").ravel()
+        taken = None if self._device is None else self._device.take(slots)
+        values = host_indices(slots, op=op, arg="slots").ravel() if taken is None else taken[0]
         if type(start) is not int or start < 0 or start + len(values) > self.max_context_len:
             raise InvalidValueError(
                 "DATA-813",
                 f"{op}: positions from {start!r}, {len(values)} of them, of row {row} outside "
                 f"[0, {self.max_context_len})",
             )
-        if len(values):
+        if len(values):  # a device array stays on the device: its length is known on the host
             self.req_to_token[row, start : start + len(values)] = self.tensors.values(values, "int32")
 
     def read(self, row: int, start: int, stop: int) -> Any:
