@@ -237,3 +237,31 @@ def test_a_steps_allocation_refuses_a_set_and_checks_every_count_first() -> None
         a.alloc_many([2, 3, 100])
     assert a.available_size() == 8, "refused steps must take nothing"
     assert a.alloc_many([2, 4]) == [[2, 3], [4, 5, 6, 7]], "a step is one alloc of the sum, split in order"
+
+
+@pytest.mark.rule("RADIX-633")
+def test_a_capacity_is_a_positive_token_count_or_none() -> None:
+    slots = OracleSlotAllocator(16)
+    assert OracleRadixCache(slots).max_tokens is None
+    assert OracleRadixCache(slots, max_tokens=8).max_tokens == 8
+    with pytest.raises(
+        InvalidValueError, match=r"^\[RADIX-633\] OracleRadixCache: max_tokens must be None or at least 1"
+    ):
+        OracleRadixCache(slots, max_tokens=0)
+    with pytest.raises(InvalidTypeError, match=r"^\[ERR-503\] OracleRadixCache: max_tokens must be an integer"):
+        OracleRadixCache(slots, max_tokens="8")  # type: ignore[arg-type]
+
+
+@pytest.mark.rule("RADIX-633", "RADIX-628", "RADIX-632")
+@pytest.mark.parametrize(("policy", "kept"), [("lru", [(3, 4)]), ("mru", [(1, 2)])])
+def test_the_capacity_evicts_by_the_policy_even_what_the_insert_just_stored(
+    policy: str, kept: list[tuple[int, int]]
+) -> None:
+    slots = OracleSlotAllocator(16)
+    tree = OracleRadixCache(slots, policy=policy, max_tokens=2)
+    tree.insert((1, 2), slots.alloc(2) or [])
+    tree.insert((3, 4), slots.alloc(2) or [])  # 4 tokens: 2 over
+    left = [k for k in [(1, 2), (3, 4)] if tree.match(k).length == 2]
+    assert left == kept, f"[RADIX-633] under {policy} the tree kept {left}, expected {kept}"
+    assert tree.total_size() == 2 and slots.available_size() == 14 and tree.stats.evicted_tokens == 2
+    tree.check_invariants()

@@ -96,13 +96,20 @@ class TorchBackend:
         return ArraySlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort)
 
     def create_radix(
-        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+        self,
+        size: int,
+        *,
+        page_size: int = 1,
+        policy: str = "lru",
+        sort: bool = True,
+        max_tokens: int | None = None,
+        device: str | None = None,
     ) -> tuple[ArraySlotAllocator, OracleRadixCache]:
         """Chapter 06's allocator on device arrays and the oracle's radix tree over it, on the host (as SGLang's)."""
         from kvref.oracle.radix import OracleRadixCache
 
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-        return slots, OracleRadixCache(slots, policy=policy)
+        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens)
 
     def create_slot_arrays(
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None

@@ -26,6 +26,7 @@ CAPABILITIES: dict[str, str] = {
     "slot-extend": "extends requests' prefixes by a step's tokens (alloc_extend, alloc_decode: RADIX-613..615)",
     "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
+    "radix-capacity": "its radix cache takes a capacity in tokens that every insert enforces (RADIX-633)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "block-arrays": "offers chapter 01's block pool with the array surface (create_block_arrays: ERR-517..ERR-520)",
     "block-tables": "grows a batch's block tables on its block array surface in one call (create_block_tables)",
@@ -48,7 +49,16 @@ CAPABILITIES: dict[str, str] = {
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
 SLOT_CAPABILITIES: frozenset[str] = frozenset(
-    {"token-slots", "slot-versions", "slot-order", "slot-batches", "slot-extend", "radix-cache", "radix-receipts"}
+    {
+        "token-slots",
+        "slot-versions",
+        "slot-order",
+        "slot-batches",
+        "slot-extend",
+        "radix-cache",
+        "radix-receipts",
+        "radix-capacity",
+    }
 )
 
 #: The array surfaces (chapter 05, ERR-510) and the batched step over them (REQ-750), which only device backends offer.

@@ -55,11 +55,18 @@ class OracleBackend:
         return OracleSlotAllocator(size, page_size=page_size, sort=sort)
 
     def create_radix(
-        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+        self,
+        size: int,
+        *,
+        page_size: int = 1,
+        policy: str = "lru",
+        sort: bool = True,
+        max_tokens: int | None = None,
+        device: str | None = None,
     ) -> tuple[OracleSlotAllocator, OracleRadixCache]:
         """A new allocator and an :class:`OracleRadixCache` over it under ``policy`` (chapter 06)."""
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-        return slots, OracleRadixCache(slots, policy=policy)
+        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens)
 
     def create(
         self,

@@ -233,3 +233,45 @@ class RadixCacheSuite(ConformanceSuite):
         tree.unlock(receipt)
         problem = second_unlock_refused(tree, receipt)
         assert problem is None, problem
+
+    @rule_ids("RADIX-633", "RADIX-628", "RADIX-625")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_an_insert_over_the_capacity_evicts_back_to_it_and_spares_locked_paths(
+        self, impl: Target, page: int
+    ) -> None:
+        skip_without(impl, "radix-capacity")
+        size, cap = 24 * page, 4 * page
+        alloc, tree = impl.create_radix(size, page_size=page, policy="lru", sort=page == 1, max_tokens=cap)
+
+        def put(first: int, pages: int = 2) -> tuple[int, ...]:
+            tokens = tuple(range(first, first + pages * page))
+            row = alloc.alloc(len(tokens)) or []
+            assert tree.insert(tokens, row) == 0, "each key here is new"
+            return tokens
+
+        def cached(tokens: tuple[int, ...]) -> int:
+            return int(tree.match(tokens).length)
+
+        a, b = put(1000), put(2000)
+        assert tree.total_size() == cap, (
+            f"[RADIX-633] two keys of 2 pages at a capacity of 4 pages: {tree.total_size()}"
+        )
+        receipt = tree.lock(tree.match(a).node)  # a is locked, and the most recent
+        c = put(3000)  # 6 pages: the least recent unlocked leaf, b, goes
+        assert (cached(a), cached(b), cached(c)) == (2 * page, 0, 2 * page), (
+            f"[RADIX-633] after a third key over the capacity: a {cached(a)}, b {cached(b)}, c {cached(c)} tokens"
+        )
+        assert tree.total_size() == cap and alloc.available_size() == size - cap, (
+            f"[RADIX-625] {tree.total_size()} cached, {alloc.available_size()} free of {size}: b's slots went back"
+        )
+        longer = tuple(range(1000, 1000 + 3 * page))  # a and one page more: 1 page over, c the least recent
+        row = alloc.alloc(len(longer)) or []
+        have = tree.insert(longer, row)
+        assert have == 2 * page, f"[RADIX-623] a was cached: insert returned {have}"
+        alloc.free(row[:have])  # the caller's duplicates of a's pages
+        assert (cached(longer), cached(c)) == (3 * page, 0), (
+            f"[RADIX-633] over by a page under a locked a: the longer key {cached(longer)}, c {cached(c)} tokens"
+        )
+        assert tree.total_size() == 3 * page and alloc.available_size() == size - 3 * page, "[RADIX-625]"
+        tree.unlock(receipt)
+        assert tree.protected_size() == 0 and tree.total_size() <= cap

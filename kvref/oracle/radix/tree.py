@@ -1,4 +1,4 @@
-"""The oracle's token radix cache over a token-slot allocator (chapter 06, RADIX-620..RADIX-632).
+"""The oracle's token radix cache over a token-slot allocator (chapter 06, RADIX-620..RADIX-633).
 
 Keys are token sequences in a namespace (an adapter id, a cache salt: any hashable; different
 namespaces never share a node, RADIX-620). Each node holds whole pages of tokens and the slots
@@ -40,11 +40,15 @@ _ALLOCATOR_API = ("page_size", "num_pages", "is_allocated", "alloc", "free", "av
 class OracleRadixCache:
     """Token radix tree, strict and plain (chapter 06): match, insert, lock/unlock, evict, reset.
 
-    ``OracleRadixCache(allocator, *, policy="lru")``: pages are ``allocator.page_size`` tokens;
-    ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``, ``priority`` (RADIX-628).
+    ``OracleRadixCache(allocator, *, policy="lru", max_tokens=None)``: pages are
+    ``allocator.page_size`` tokens; ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``,
+    ``priority`` (RADIX-628); ``max_tokens``, when given, is a capacity every insert enforces by
+    evicting (RADIX-633, seed 003's ``max_capacity`` counted in tokens).
     """
 
-    def __init__(self, allocator: TokenSlotAllocator, *, policy: str = "lru") -> None:
+    def __init__(
+        self, allocator: TokenSlotAllocator, *, policy: str = "lru", max_tokens: SupportsIndex | None = None
+    ) -> None:
         # Any allocator of chapter 06's shape will do (the oracle's, or a device backend's).
         missing = [a for a in _ALLOCATOR_API if not hasattr(allocator, a)]
         if missing:
@@ -54,6 +58,9 @@ class OracleRadixCache:
         self.allocator = allocator
         self._page = allocator.page_size
         self._policy = as_radix_policy(policy)
+        self._max_tokens = None if max_tokens is None else as_count(max_tokens, op="OracleRadixCache", arg="max_tokens")
+        if self._max_tokens == 0:
+            raise InvalidValueError("RADIX-633", "OracleRadixCache: max_tokens must be None or at least 1, got 0")
         self._ids = count(1)
         self._clock = 0
         self._roots: dict[Hashable, Node] = {}
@@ -75,6 +82,11 @@ class OracleRadixCache:
     def policy(self) -> str:
         """The eviction policy (RADIX-628)."""
         return self._policy
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The capacity every insert enforces (RADIX-633), or None for none."""
+        return self._max_tokens
 
     def total_size(self) -> int:
         """Tokens cached: evictable plus protected (RADIX-625)."""
@@ -200,6 +212,7 @@ class OracleRadixCache:
         Only the part not yet cached is stored, with its slots, which the tree then owns; the
         values already there are kept. ``tokens`` and ``slots`` pair up and cover whole pages
         (RADIX-621); the new slots must be whole allocated pages the tree does not hold (RADIX-626).
+        Under a capacity the insert then evicts down to it, by the policy (RADIX-633).
         """
         op = "insert"
         toks = as_block_id_list(tokens, op=op, arg="tokens")
@@ -233,6 +246,9 @@ class OracleRadixCache:
             self._leaves.offer(node)  # no longer a leaf
             self._leaves.offer(leaf)
         self._leaves.compact(len(self._nodes))
+        over = 0 if self._max_tokens is None else len(self._owner) - self._max_tokens
+        if over > 0:  # down to the capacity, or to what locks keep (RADIX-633)
+            self.evict(over)
         return have
 
     def _peek(self, root: Node, key: tuple[int, ...]) -> tuple[Node, int]:
