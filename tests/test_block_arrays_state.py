@@ -18,24 +18,13 @@ import pytest
 from kvref_arraypool import block_arrays
 from kvref_arraypool.block_arrays import DeviceBlockPool
 from kvref_arraypool.deferred import CallNames
-from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
 from kvref.contract.errors import BlockIdError, InvalidTypeError, InvalidValueError, NotHeldError, OutOfBlocksError
 from tests.refusals import refused
 
 rule = pytest.mark.rule
-
-
-@pytest.fixture(params=["numpy", "torch"])
-def ops(request: pytest.FixtureRequest) -> ArrayOps:
-    """The array library under test: NumPy (CuPy's host path) or torch on the CPU."""
-    if request.param == "torch":
-        pytest.importorskip("torch")
-        from kvref_torch.ops import TorchOps
-
-        return TorchOps("cpu")
-    return NumpyLikeOps(np, device="host", is_device=False)
 
 
 def host(a: Any) -> list[int]:
@@ -170,16 +159,10 @@ def test_allocate_within_the_free_blocks_reads_nothing_and_a_free_costs_one_read
 
 
 @rule("ERR-514")
-def test_device_arrays_of_ids_and_slots_are_taken_with_no_host_copy(
-    ops: ArrayOps, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_device_arrays_of_ids_and_slots_are_taken_with_no_host_copy(ops: ArrayOps, no_host_path: Any) -> None:
     pool = DeviceBlockPool(8, ops=ops, max_requests=4)
     ids, _ = pool.allocate([2], [1])
-
-    def no_host_path(*args: object, **kwargs: object) -> object:
-        raise AssertionError(f"[ERR-514] a device array went through the host path: {args!r}")
-
-    monkeypatch.setattr(block_arrays, "index_array", no_host_path)
+    no_host_path(block_arrays, "index_array")
     pool.acquire(ids, at(ops, 2, 3))
     pool.free(ids, 1)
     pool.check()

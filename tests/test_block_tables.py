@@ -11,26 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 from kvref_arraypool.block_arrays import DeviceBlockPool
 from kvref_arraypool.block_tables import DeviceBlockTables
-from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+from kvref_arraypool.ops import ArrayOps
 
 from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
 
 rule = pytest.mark.rule
-
-
-@pytest.fixture(params=["numpy", "torch"])
-def ops(request: pytest.FixtureRequest) -> ArrayOps:
-    """The array library under test: NumPy (CuPy's host path) or torch on the CPU."""
-    if request.param == "torch":
-        pytest.importorskip("torch")
-        from kvref_torch.ops import TorchOps
-
-        return TorchOps("cpu")
-    return NumpyLikeOps(np, device="host", is_device=False)
 
 
 def tables(ops: ArrayOps, num_blocks: int = 64, **settings: Any) -> DeviceBlockTables:

@@ -15,24 +15,13 @@ import numpy as np
 import pytest
 from kvref_arraypool.data_checks import DeviceSlotChecks
 from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
-from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.table import EMPTY, TOMB, HashTable
 
 from kvref.contract.errors import BlockIdError, InvalidValueError
 from tests.refusals import refused
 
 rule = pytest.mark.rule
-
-
-@pytest.fixture(params=["numpy", "torch"])
-def ops(request: pytest.FixtureRequest) -> ArrayOps:
-    """The array library under test: NumPy (CuPy's host path) or torch on the CPU."""
-    if request.param == "torch":
-        pytest.importorskip("torch")
-        from kvref_torch.ops import TorchOps
-
-        return TorchOps("cpu")
-    return NumpyLikeOps(np, device="host", is_device=False)
 
 
 def arr(ops: ArrayOps, *values: int) -> Any:

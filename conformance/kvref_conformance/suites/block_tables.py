@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, run_state_machine_as_test
 from hypothesis.stateful import rule as step
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError, OutOfBlocksError
+from kvref.contract.errors import InvalidTypeError, InvalidValueError, OutOfBlocksError
 from kvref.contract.requests import Request
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
 from kvref_conformance.suites.base import ConformanceSuite, rule, skip_without
+from kvref_conformance.suites.slot_arrays import host, raised
 from kvref_conformance.target import Target
 
 __all__ = ["BlockTablesSuite"]
@@ -32,21 +33,9 @@ def tables(impl: Target, num_blocks: int, **kwargs: Any) -> Any:
     return impl.create_block_tables(num_blocks, **kwargs)
 
 
-def host(ids: Any) -> list[int]:
-    return [int(x) for x in ids.tolist()]
-
-
 def row(t: Any, slot: int) -> list[int]:
     """Request slot ``slot``'s whole row of the table, padding included (a host read)."""
     return [int(x) for x in t.table[slot].tolist()]
-
-
-def raised(call: Any) -> KVRefError | None:
-    try:
-        call()
-    except KVRefError as exc:
-        return exc
-    return None
 
 
 class BlockTablesSuite(ConformanceSuite):
