@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +69,15 @@ def test_the_readme_device_checks_example_reports_its_repeated_slot(capsys: pyte
     assert "[DATA-807]" in printed and "call 1" in printed, (
         f"the README's device-checks example printed {printed!r}; it promises DATA-807 for call 1"
     )
+
+
+@pytest.mark.rule("REQ-750", "REQ-752")
+def test_the_readme_batched_step_example_grows_and_releases_every_row(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    (block,) = python_blocks("create_block_tables")
+    scope: dict[str, object] = {}
+    exec(compile(block, "README.md (batched step example)", "exec"), scope)
+    printed = capsys.readouterr().out
+    assert "(256, 64) [1, 2, 3]" in printed, f"the example printed {printed!r}"
+    tables: Any = scope["tables"]
+    assert tables.pool.available_blocks() == 4999 and tables.blocks(0) == [], "the release gave every block back"
