@@ -27,10 +27,8 @@ _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 
 
 def _pow2_at_least(n: int) -> int:
-    size = 16
-    while size < n:
-        size *= 2
-    return size
+    """The smallest power of two that is at least ``n`` and at least 16."""
+    return max(16, 1 << (n - 1).bit_length()) if n > 1 else 16
 
 
 class HashTable:
@@ -180,9 +178,8 @@ class HashTable:
         keys, values = self.items()
         keys, values = self.ops.copy(keys), self.ops.copy(values)
         capacity = self.capacity
-        if self.growable:
-            while need > _MAX_LOAD * capacity / 2:
-                capacity *= 2
+        if self.growable:  # doubled until the keys fill at most 30%: 10 * need <= 3 * capacity
+            capacity = max(capacity, _pow2_at_least(-(-10 * need // 3)))
         elif need > _MAX_LOAD * capacity:  # pragma: no cover - sized by the pool so it cannot happen
             raise RuntimeError(f"hash table of capacity {capacity} cannot hold {need} keys")
         if capacity != self.capacity:
