@@ -21,7 +21,14 @@ from kvref_arraypool.deferred import CallNames
 from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
-from kvref.contract.errors import BlockIdError, InvalidTypeError, InvalidValueError, NotHeldError, OutOfBlocksError
+from kvref.contract.errors import (
+    BlockIdError,
+    InvalidTypeError,
+    InvalidValueError,
+    KVRefError,
+    NotHeldError,
+    OutOfBlocksError,
+)
 from tests.refusals import refused
 
 rule = pytest.mark.rule
@@ -237,6 +244,25 @@ def test_a_call_of_one_request_slot_goes_to_the_fused_kernel_with_the_pools_own_
     assert len(spy.launches) == launches, f"calls the kernels do not take were launched: {spy.launches[launches:]}"
     with pytest.raises(NotHeldError):
         pool.check()  # the array path ran the free: slot 33 holds none of 1, 2, 3 (the spy allocated nothing)
+    pool.allocate([1], [5])
+    assert spy.launches[-1][1]["slot"] == 5, "one request slot's step goes to the kernel with that slot"
+
+
+@rule("ERR-511", "ERR-514", "ERR-517")
+def test_a_fused_call_is_checked_on_the_host_and_named_in_the_report_as_the_array_path_is(ops: ArrayOps) -> None:
+    pool = DeviceBlockPool(8, ops=ops, max_requests=4, kernels=BlockKernelsSpy(ops))
+    for call, says in [
+        (lambda: pool.acquire([5], 9), "[ERR-517] acquire: request slot 9 outside [0, 4)"),
+        (lambda: pool.free("ab", 1), "[ERR-503] free: block_ids must be a sequence of integers, got str"),
+    ]:
+        with pytest.raises(KVRefError) as raised:
+            call()
+        assert str(raised.value) == says, f"[ERR-514] the fused path refused with {raised.value}"
+    pool.acquire([5], 2)  # call 0, launched; the spy records nothing, so write what a kernel would
+    pool.record.array[:6] = ops.asarray(np.array([1, 0, 0, 99, 1, 1], dtype=np.int64))  # RANGE, call 0, entry 0
+    with pytest.raises(BlockIdError) as raised:
+        pool.check()
+    assert str(raised.value).startswith("[POOL-103] acquire (call 0): entry 0 (value 99)"), raised.value
 
 
 class SlotKernelsSpy:
