@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     patterns = {e.pattern: e.reason for e in config.equivalents}
     for name in args.target or sorted(config.targets):
         target, workspace = config.targets[name], args.workspace / name
-        wall_s = None
+        wall_s = rerun_s = None
+        earlier_s = earlier_wall_time(args.out / f"{name}.json")
         if not args.report_only:
             build_workspace(target, config.equivalents, workspace, fresh=args.fresh)
             earlier = survivors(workspace, target)
@@ -209,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
             if again:
                 print(f"{len(again)} mutants that survived an earlier run, again against today's tests", flush=True)
                 wall_s += run_mutmut(workspace, args.max_children, again)
+            if not args.fresh and earlier_s is not None:  # a rerun in a kept workspace: the full run's time stays
+                wall_s, rerun_s = earlier_s, wall_s
         if wall_s is None:  # a report of an earlier run keeps that run's wall time
-            wall_s = earlier_wall_time(args.out / f"{name}.json")
+            wall_s = earlier_s
         source = PACKAGES[target.mutate.split("/")[0]].joinpath(*Path(target.mutate).parts[1:])
         info = {"name": name, "mutated": target.mutate, "backend": target.backend,
-                "unit_tests": list(target.tests), "wall_s": wall_s}  # fmt: skip
+                "unit_tests": list(target.tests), "wall_s": wall_s, "rerun_s": rerun_s}  # fmt: skip
         rows[name] = write_report(info, workspace, args.out, config.explain, equivalent_lines(source, patterns))
         print(rows[name], flush=True)
     write_summary(args.out, rows, config.targets)

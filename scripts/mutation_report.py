@@ -118,6 +118,8 @@ def write_report(
         rows.append(table_row(module, counts))
     rows.append(table_row("all", total))
     wall = f"{info['wall_s'] / 60:.1f} min" if info.get("wall_s") is not None else "not run here"
+    if info.get("rerun_s") is not None:  # the full run's time, and the rerun's after it
+        wall += f" (then {info['rerun_s'] / 60:.1f} min to rerun what changed or survived)"
     left = [n for n, _ in survivors if n not in reasons]
     untested = sorted(n for codes in by_module.values() for n, c in codes.items() if verdict(c) == "untested")
     record = {**info, "cores": os.cpu_count(), "totals": dict(total), "score": score(total),

@@ -11,6 +11,7 @@ on torch's CPU tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -251,10 +252,11 @@ def test_a_call_of_one_request_slot_goes_to_the_fused_kernel_with_the_pools_own_
 @rule("ERR-511", "ERR-514", "ERR-517")
 def test_a_fused_call_is_checked_on_the_host_and_named_in_the_report_as_the_array_path_is(ops: ArrayOps) -> None:
     pool = DeviceBlockPool(8, ops=ops, max_requests=4, kernels=BlockKernelsSpy(ops))
-    for call, says in [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: pool.acquire([5], 9), "[ERR-517] acquire: request slot 9 outside [0, 4)"),
         (lambda: pool.free("ab", 1), "[ERR-503] free: block_ids must be a sequence of integers, got str"),
-    ]:
+    ]
+    for call, says in cases:
         with pytest.raises(KVRefError) as raised:
             call()
         assert str(raised.value) == says, f"[ERR-514] the fused path refused with {raised.value}"
