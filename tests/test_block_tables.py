@@ -1,4 +1,4 @@
-"""kvref's batched step over the block array surface, value for value (chapter 07's REQ-750..REQ-755).
+"""kvref's batched step over the block array surface, value for value (chapter 07's REQ-750..REQ-756).
 
 The conformance suite runs the rules and a machine beside the oracle manager; here the step is held
 to what only kvref's implementation can show: no device read in a step or a release while the free
@@ -16,7 +16,7 @@ from kvref_arraypool.block_arrays import DeviceBlockPool
 from kvref_arraypool.block_tables import DeviceBlockTables
 from kvref_arraypool.ops import ArrayOps
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
+from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError, NotHeldError
 
 rule = pytest.mark.rule
 
@@ -87,14 +87,14 @@ def test_a_refused_step_names_its_rule_and_changes_nothing(
     assert t.pool.available_blocks() == 61, f"[REQ-751] {case} took or gave back blocks"
 
 
-@rule("REQ-751")
+@rule("REQ-756")
 def test_tables_are_made_over_an_unused_array_pool_with_rows_of_at_least_one_block(ops: ArrayOps) -> None:
     pool = DeviceBlockPool(8, ops=ops, max_requests=2)
     cases: list[tuple[str, Callable[[], object], str]] = [
         ("no block size", lambda: DeviceBlockTables(pool, block_size=0, max_blocks=2),
-         "[REQ-751] DeviceBlockTables: block_size 0 and max_blocks 2 must be >= 1"),
+         "[REQ-756] DeviceBlockTables: block_size 0 and max_blocks 2 must be >= 1"),
         ("no room", lambda: DeviceBlockTables(pool, block_size=4, max_blocks=0),
-         "[REQ-751] DeviceBlockTables: block_size 4 and max_blocks 0 must be >= 1"),
+         "[REQ-756] DeviceBlockTables: block_size 4 and max_blocks 0 must be >= 1"),
         ("a list pool", lambda: DeviceBlockTables("pool", block_size=4, max_blocks=2),  # type: ignore[arg-type]
          "[ERR-503] DeviceBlockTables: pool must be a DeviceBlockPool, got str"),
     ]  # fmt: skip
@@ -103,5 +103,28 @@ def test_tables_are_made_over_an_unused_array_pool_with_rows_of_at_least_one_blo
             call()
         assert str(raised.value) == says, f"{what}: {raised.value}"
     pool.allocate([1], [0])
-    with pytest.raises(InvalidValueError, match=r"\[REQ-751\] DeviceBlockTables: the pool already has blocks in use"):
+    with pytest.raises(InvalidValueError, match=r"\[REQ-756\] DeviceBlockTables: the pool already has blocks in use"):
         DeviceBlockTables(pool, block_size=4, max_blocks=2)
+    unpadded = DeviceBlockPool(8, ops=ops, max_requests=2, reserved_ids=(7,))
+    with pytest.raises(InvalidValueError, match=r"\[REQ-756\] DeviceBlockTables: block 0 pads the rows"):
+        DeviceBlockTables(unpadded, block_size=4, max_blocks=2)
+
+
+@rule("REQ-752", "ERR-511", "ERR-501")
+def test_a_release_the_pool_refuses_keeps_every_row_it_named_and_check_gives_them_back(ops: ArrayOps) -> None:
+    t = tables(ops)
+    t.step([0, 1, 2], [8, 8, 4])  # 0: [1, 2]; 1: [3, 4]; 2: [5]
+    t.pool.free([t.blocks(1)[0]], 1)  # behind the tables' back
+    t.pool.check()
+    t.release([0, 1])  # refused on the device: block 3 is no longer slot 1's
+    t.release([2])  # accepted
+    assert t.num_blocks(0) == t.num_blocks(1) == 0, "until the check, the host believes the release"
+    with pytest.raises(NotHeldError, match=r"\[POOL-108\] free \(call \d+\): entry 3 \(value 3\)"):
+        t.check()
+    assert (t.blocks(0), t.blocks(1), t.blocks(2)) == ([1, 2], [3, 4], []), "[REQ-752] the refused rows came back"
+    assert t.pool.ref_count(1) == t.pool.ref_count(2) == t.pool.ref_count(4) == 1 and t.pool.ref_count(5) == 0
+    t.check()  # reported once
+    t.step([1], [4])
+    t.release([0])
+    t.check()
+    assert t.pool.available_blocks() == 63 - 1, "slot 0 gave back 1 and 2; only block 4 is in use (3 was freed outside)"

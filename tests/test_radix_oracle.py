@@ -248,8 +248,23 @@ def test_a_capacity_is_a_positive_token_count_or_none() -> None:
         InvalidValueError, match=r"^\[RADIX-633\] OracleRadixCache: max_tokens must be None or at least 1"
     ):
         OracleRadixCache(slots, max_tokens=0)
-    with pytest.raises(InvalidTypeError, match=r"^\[ERR-503\] OracleRadixCache: max_tokens must be an integer"):
+    with pytest.raises(InvalidTypeError, match=r"^\[RADIX-633\] OracleRadixCache: max_tokens must be an integer"):
         OracleRadixCache(slots, max_tokens="8")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match=r"^\[RADIX-633\] OracleRadixCache: max_tokens must be >= 0, got -1"):
+        OracleRadixCache(slots, max_tokens=-1)
+
+
+@pytest.mark.rule("RADIX-633", "ERR-501")
+def test_an_eviction_the_allocator_refuses_leaves_its_node_cached() -> None:
+    slots = OracleSlotAllocator(16)
+    tree = OracleRadixCache(slots, max_tokens=4)
+    row = slots.alloc(4) or []
+    tree.insert((1, 2, 3, 4), row)
+    slots.free(row[3:])  # behind the tree's back: its eviction of this node must fail
+    with pytest.raises(NotHeldError):
+        tree.insert((9, 9), slots.alloc(2) or [])
+    assert tree.match((1, 2, 3, 4)).length == 4 and tree.total_size() == 6, "the refused node stays cached"
+    assert slots.available_size() == 16 - 2 - 3, "nothing was freed by the refused eviction"
 
 
 @pytest.mark.rule("RADIX-633", "RADIX-628", "RADIX-632")

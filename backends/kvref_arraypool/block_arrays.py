@@ -86,6 +86,8 @@ class DeviceBlockPool:
         #: Fused kernels for the calls of one request slot (one launch each), or None: array operations.
         self.kernels = kernels
         self.num_blocks, self.max_requests, self.dtype = n, slots, dtype
+        #: The blocks never handed out (POOL-101, POOL-102), ascending.
+        self.reserved_ids = tuple(sorted(reserved))
         self._words = -(-slots // _BITS)
         host_reserved = np.zeros(n + 1, dtype=bool)  # index n: the dump index, never reserved
         host_reserved[list(reserved)] = True
@@ -126,6 +128,11 @@ class DeviceBlockPool:
         One host read (a sync on a GPU), which also confirms the free count.
         """
         self._confirm()
+
+    @property
+    def calls(self) -> int:
+        """How many checked calls (``free``, ``acquire``) were made: the call index the next one gets (ERR-511)."""
+        return self._names.made
 
     def _confirm(self) -> None:
         host = self.record.read()

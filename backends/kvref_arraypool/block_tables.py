@@ -1,5 +1,5 @@
 """A scheduler step over the block pool's array surface: request block tables on the device, grown and
-released for a whole batch in one call each (REQ-750..REQ-755).
+released for a whole batch in one call each (REQ-750..REQ-756).
 
 A GPU engine keeps each running request's block table as a row of one device array (vLLM's
 ``BlockTable``, Megatron's request-to-block map), which its attention kernels read. A scheduler
@@ -22,16 +22,17 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
 from kvref.contract.validate import as_count, as_int
 from kvref_arraypool.block_arrays import DeviceBlockPool
+from kvref_arraypool.deferred import REFUSED
 from kvref_arraypool.ops import Array
 
 __all__ = ["DeviceBlockTables"]
 
 
 class DeviceBlockTables:
-    """One block table row per request slot of ``pool``, on its device (REQ-750..REQ-755).
+    """One block table row per request slot of ``pool``, on its device (REQ-750..REQ-756).
 
     ``block_size`` tokens per block; ``max_blocks`` entries per row (a request of more than
     ``max_blocks * block_size`` tokens is refused). Unused entries hold block 0, the pool's
@@ -42,12 +43,14 @@ class DeviceBlockTables:
         op = "DeviceBlockTables"
         if not isinstance(pool, DeviceBlockPool):
             raise InvalidTypeError("ERR-503", f"{op}: pool must be a DeviceBlockPool, got {type(pool).__name__}")
-        size = as_count(block_size, op=op, arg="block_size")
-        width = as_count(max_blocks, op=op, arg="max_blocks")
+        size = as_count(block_size, op=op, arg="block_size", rule="REQ-756")
+        width = as_count(max_blocks, op=op, arg="max_blocks", rule="REQ-756")
         if size < 1 or width < 1:
-            raise InvalidValueError("REQ-751", f"{op}: block_size {size} and max_blocks {width} must be >= 1")
+            raise InvalidValueError("REQ-756", f"{op}: block_size {size} and max_blocks {width} must be >= 1")
+        if 0 not in pool.reserved_ids:
+            raise InvalidValueError("REQ-756", f"{op}: block 0 pads the rows, so the pool must reserve it")
         if pool.available_blocks() != pool.num_usable:
-            raise InvalidValueError("REQ-751", f"{op}: the pool already has blocks in use")
+            raise InvalidValueError("REQ-756", f"{op}: the pool already has blocks in use")
         self.pool, self.ops = pool, pool.ops
         self.block_size, self.max_blocks = size, width
         rows = pool.max_requests
@@ -56,6 +59,7 @@ class DeviceBlockTables:
         #: slot ``s``, REQ-753): state the engine's kernels read, which only this object writes.
         self.table = self._flat.reshape(rows, width)
         self._lengths = [0] * rows
+        self._released: dict[int, list[tuple[int, int]]] = {}  # the pool's call index -> the rows it released
 
     def num_blocks(self, slot: SupportsIndex) -> int:
         """How many blocks request slot ``slot`` holds (a host int, no device read)."""
@@ -103,20 +107,34 @@ class DeviceBlockTables:
     def release(self, slots: Sequence[SupportsIndex]) -> None:
         """Free every block of each named request with one ``free``, each row tail first, and empty
         the rows (REQ-752); a row that holds nothing is a no-op. Checked on the device as ``free``
-        is (ERR-511): :meth:`DeviceBlockPool.check` raises what it refused."""
+        is (ERR-511): a refused release (a block freed behind the tables' back) keeps every row it
+        named on the device, and :meth:`check` gives them back their lengths as it raises."""
         op = "release"
         owners = self._slots(slots, op)
-        width, lengths = self.max_blocks, self._lengths
+        width, lengths, ops = self.max_blocks, self._lengths, self.ops
         held = [(s, lengths[s]) for s in owners if lengths[s]]
         if not held:
             return
         at = np.concatenate([s * width + np.arange(n - 1, -1, -1, dtype=np.int64) for s, n in held])
         per = np.concatenate([np.full(n, s, dtype=np.int64) for s, n in held])
-        where = self.ops.asarray(at)
-        self.pool.free(self._flat[where], self.ops.asarray(per))
-        self._flat[where] = 0
+        where, refused = ops.asarray(at), self.pool.record.array[REFUSED : REFUSED + 1]
+        before = ops.copy(refused)
+        self._released[self.pool.calls] = held  # the call index this free gets
+        self.pool.free(self._flat[where], ops.asarray(per))
+        self._flat[where] = ops.where(refused != before, self._flat[where], 0)  # refused: the rows stay
         for s, _ in held:
             lengths[s] = 0
+
+    def check(self) -> None:
+        """Raise the first error the pool's device checks recorded, once, as :meth:`DeviceBlockPool.check`
+        does (ERR-511); when it is a refused release, its rows get their blocks back first (REQ-752)."""
+        released, self._released = self._released, {}
+        try:
+            self.pool.check()
+        except KVRefError as exc:
+            for s, n in released.get(getattr(exc, "call_index", -1), []):
+                self._lengths[s] = n
+            raise
 
     # ---------------------------------------------------------------- checks
 

@@ -144,11 +144,14 @@ class CallNames:
 
     def __init__(self, fallback: str) -> None:
         self.fallback = fallback
+        #: How many checked calls were named in all: the index the next one gets.
+        self.made = 0
         self._first = 0
         self._names: list[str] = []
 
     def add(self, op: str) -> None:
         """Name the next checked call."""
+        self.made += 1
         if len(self._names) < self.LIMIT:
             self._names.append(op)
 

@@ -170,7 +170,7 @@ class CupyBackend:
         dtype: str = "int32",
         device: str | None = None,
     ) -> DeviceBlockTables:
-        """A batch's block tables over a new block array surface: one call per scheduler step (REQ-750..REQ-755)."""
+        """A batch's block tables over a new block array surface: one call per scheduler step (REQ-750..REQ-756)."""
         from kvref_arraypool.block_tables import DeviceBlockTables
 
         pool = self.create_block_arrays(num_blocks, max_requests=max_requests, dtype=dtype, device=device)

@@ -62,7 +62,7 @@ class Target:
     #: block pool with the array surface and request slots (capability ``block-arrays``, ERR-517..ERR-520).
     block_arrays_factory: Callable[..., Any] | None = None
     #: ``block_tables_factory(num_blocks, *, max_requests, block_size, max_blocks)``: a batch's block
-    #: tables over that surface (capability ``block-tables``, chapter 07's REQ-750..REQ-755).
+    #: tables over that surface (capability ``block-tables``, chapter 07's REQ-750..REQ-756).
     block_tables_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:

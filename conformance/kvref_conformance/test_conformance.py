@@ -78,7 +78,7 @@ class TestBlockArrays(BlockArraysSuite):
 
 
 class TestBlockTables(BlockTablesSuite):
-    """Chapter 07's batched step over the block array surface (REQ-750..REQ-755), where the backend has one."""
+    """Chapter 07's batched step over the block array surface (REQ-750..REQ-756), where the backend has one."""
 
 
 class TestManager(ManagerSuite):

@@ -3,7 +3,7 @@
 A round is the life of a batch of :data:`BATCH` requests as a GPU engine's scheduler drives it:
 the step that admits them all with 256-token prompts (16 blocks of 16 each), :data:`DECODES`
 decode steps of one token for every request (the first opens each request's 17th block) and the
-release of them all. kvref's batched step (chapter 07's REQ-750..REQ-755, ``create_block_tables``
+release of them all. kvref's batched step (chapter 07's REQ-750..REQ-756, ``create_block_tables``
 of each backend with ``block-tables``) does each step in one call over the block array surface;
 vLLM's manager (``nox -s bench-peers``) makes one ``allocate_slots`` per request per step, as
 its scheduler does, and one ``free`` per request, with caching off (like for like: the array

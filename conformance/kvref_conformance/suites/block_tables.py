@@ -1,4 +1,4 @@
-"""A batch's block tables over the block array surface (chapter 07's REQ-750..REQ-755), for any target
+"""A batch's block tables over the block array surface (chapter 07's REQ-750..REQ-756), for any target
 with ``block-tables``.
 
 A scheduler step grows the rows of many requests with one call and releases finished ones with
@@ -39,7 +39,7 @@ def row(t: Any, slot: int) -> list[int]:
 
 
 class BlockTablesSuite(ConformanceSuite):
-    """REQ-750..REQ-755 over the target's ``create_block_tables``."""
+    """REQ-750..REQ-756 over the target's ``create_block_tables``."""
 
     @rule("REQ-750", "REQ-753")
     def test_a_step_grows_every_named_row_to_its_tokens_in_one_allocation(self, impl: Target) -> None:
@@ -167,7 +167,7 @@ class BatchedSteps(RuleBasedStateMachine):
 
     @invariant()
     def rows_agree(self) -> None:
-        self.tables.pool.check()
+        self.tables.check()
         for s in range(_ROWS):
             req = self.requests.get(s)
             want = list(self.oracle.get_block_ids(req.request_id)[0]) if req is not None else []

@@ -22,6 +22,7 @@ from kvref.contract.errors import (
     HashConflictError,
     InvalidTypeError,
     InvalidValueError,
+    KVRefError,
     NotHeldError,
     UnknownHashError,
 )
@@ -58,7 +59,11 @@ class OracleRadixCache:
         self.allocator = allocator
         self._page = allocator.page_size
         self._policy = as_radix_policy(policy)
-        self._max_tokens = None if max_tokens is None else as_count(max_tokens, op="OracleRadixCache", arg="max_tokens")
+        self._max_tokens = (
+            None
+            if max_tokens is None
+            else as_count(max_tokens, op="OracleRadixCache", arg="max_tokens", rule="RADIX-633")
+        )
         if self._max_tokens == 0:
             raise InvalidValueError("RADIX-633", "OracleRadixCache: max_tokens must be None or at least 1, got 0")
         self._ids = count(1)
@@ -334,20 +339,25 @@ class OracleRadixCache:
             leaf = self._leaves.pop()
             if leaf is None:
                 break
-            freed += self._remove(leaf)
+            try:
+                freed += self._remove(leaf)
+            except KVRefError:
+                self._leaves.offer(leaf)  # still cached: the allocator refused its slots
+                raise
         if freed:
             s = self._stats
             self._stats = replace(s, evicted_tokens=s.evicted_tokens + freed)
         return freed
 
     def _remove(self, leaf: Node) -> int:
+        """Free ``leaf``'s slots, then forget it; a free the allocator refuses leaves the tree as it was."""
+        self.allocator.free(leaf.slots)  # first: slots freed behind the tree's back make it raise here
         parent: Node = leaf.parent  # type: ignore[assignment]  # never a root
         del parent.children[leaf.tokens[: self._page]]
         leaf.alive = False
         del self._nodes[leaf.ident]
         for slot in leaf.slots:
             del self._owner[slot]
-        self.allocator.free(leaf.slots)
         self._leaves.offer(parent)
         return len(leaf.slots)
 
