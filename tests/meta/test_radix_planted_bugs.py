@@ -1,4 +1,5 @@
-"""Meta-tests of chapter 06: the suite and the scheduler machine catch every planted bug, naming its rule.
+"""Meta-tests of chapter 06 and of the array surfaces (chapter 05's, and chapter 07's batched step over
+the block surface): the suite and the scheduler machine catch every planted bug, naming its rule.
 
 Allocator bugs run through the conformance suite's token-slot tests (``kvref conformance
 --backend tests.meta.radix_bugs:X -- -k Slots``, `ci` profile, in a subprocess as any backend
@@ -19,6 +20,7 @@ from kvref.contract.errors import KVRefError
 from kvref.oracle.radix import OracleRadixCache
 from tests.meta.array_surface_bugs import ARRAY_BUGS
 from tests.meta.block_arrays_bugs import BLOCK_ARRAY_BUGS
+from tests.meta.block_tables_bugs import BLOCK_TABLES_BUGS
 from tests.meta.radix_bugs import SLOT_BUGS, TREE_BUGS
 from tests.meta.test_planted_bugs import named_rules, run_suite
 from tests.test_radix_machine import SchedulerMachine
@@ -68,5 +70,15 @@ def test_the_block_arrays_suite_catches_the_planted_bug(tmp_path: Path, bug: str
     target = f"tests.meta.block_arrays_bugs:{bug}"
     code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "BlockArrays")
     assert code != 0, f"the block array-surface suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+@pytest.mark.rule("REQ-750", "REQ-753", "REQ-755", "EVICT-402")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(BLOCK_TABLES_BUGS.items()))
+def test_the_block_tables_suite_catches_the_planted_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    target = f"tests.meta.block_tables_bugs:{bug}"
+    code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "BlockTables")
+    assert code != 0, f"the block-tables suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
