@@ -12,14 +12,13 @@ how much of the key was already cached; the slots the caller passed for that par
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import replace
 from itertools import count
 from typing import Any, SupportsIndex
 
 from kvref.contract.errors import (
     CacheInUseError,
-    HashConflictError,
     InvalidTypeError,
     InvalidValueError,
     KVRefError,
@@ -30,6 +29,7 @@ from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 from kvref.oracle.radix.invariants import check_tree
 from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
 from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats, TokenSlotAllocator
+from kvref.oracle.radix.slot_checks import check_new_slots
 
 __all__ = ["OracleRadixCache"]
 
@@ -232,7 +232,7 @@ class OracleRadixCache:
         prio = as_count(priority, op=op, arg="priority")
         root: Node = self._root(namespace, op)  # type: ignore[assignment]  # made when missing
         _, have = self._peek(root, key)
-        self._check_new_slots(vals[have:], op)
+        check_new_slots(vals[have:], allocator=self.allocator, owner=self._owner, op=op)
         now = self._tick()
         node, have = self._walk(root, key, now)
         for n in node.path():  # a path's priority is the highest any insert through it gave (RADIX-628)
@@ -269,25 +269,6 @@ class OracleRadixCache:
                 break
             node = child
         return node, at
-
-    def _check_new_slots(self, slots: Sequence[int], op: str) -> None:
-        """New slots are whole allocated pages, each slot once, none held by the tree (RADIX-626)."""
-        ps, alloc = self._page, self.allocator
-        seen: set[int] = set()
-        for i, slot in enumerate(slots):
-            if slot in seen or slot in self._owner:
-                where = (
-                    "twice in this insert" if slot in seen else f"already in the tree (node {self._owner[slot].ident})"
-                )
-                raise HashConflictError("RADIX-626", f"{op}: slot {slot} is {where}; a slot holds one token")
-            seen.add(slot)
-            if not 0 <= slot < (alloc.num_pages + 1) * ps or not alloc.is_allocated(slot):
-                raise NotHeldError("RADIX-626", f"{op}: slot {slot} is not an allocated slot of the allocator")
-            if slot % ps != i % ps or (i % ps and slot != slots[i - 1] + 1):
-                raise InvalidValueError(
-                    "RADIX-626",
-                    f"{op}: slot {slot} at position {i} breaks its page: pages are inserted whole, in order",
-                )
 
     def lock(self, node: SupportsIndex) -> LockReceipt:
         """Lock ``node`` and its ancestors against eviction; returns the receipt ``unlock`` takes (RADIX-624)."""
