@@ -259,13 +259,13 @@ def peer_megatron(session: nox.Session) -> None:
 def kernels(session: nox.Session) -> None:
     """The torch-triton backend's fused kernels under Triton's interpreter (no GPU needed): beside
     the array path (tests/test_slot_kernels.py, tests/test_block_kernels.py), and through the suites
-    of chapter 06's allocator and of the block pool's array surface."""
+    of chapter 06's allocator, of the block pool's array surface and of the batched step over it."""
     install(session, "test", "triton", torch=True)
     env = {"TRITON_INTERPRET": "1", "CI": os.environ.get("CI", "1")}
     session.run("pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", *session.posargs, env=env)
     session.run(
-        "kvref", "conformance", "--backend", "torch-triton", "--profile", "ci", "--", "-k", "Slot or BlockArrays",
-        env=env,
+        "kvref", "conformance", "--backend", "torch-triton", "--profile", "ci",
+        "--", "-k", "Slot or BlockArrays or BlockTables", env=env,
     )  # fmt: skip
 
 
