@@ -24,11 +24,16 @@ __all__ = ["contain_faults"]
 T = TypeVar("T", bound=type)
 
 
-def _never_began(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised by the call itself, before the method's first line (a ``TypeError``
-    for arguments that do not fit its signature): its traceback then ends in the guard's frame."""
-    tb = exc.__traceback__
-    return tb is not None and tb.tb_next is None
+def _never_began(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], exc: BaseException) -> bool:
+    """Whether ``exc`` is the ``TypeError`` of a call whose arguments do not fit ``method``'s signature:
+    such a call never began. Decided on the error path only, by binding the arguments again."""
+    if not isinstance(exc, TypeError):
+        return False
+    try:
+        inspect.signature(method).bind(*args, **kwargs)
+    except TypeError:
+        return True
+    return False
 
 
 def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +47,7 @@ def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         except KVRefError:
             raise
         except Exception as exc:
-            if _never_began(exc):
+            if _never_began(method, (self, *args), kwargs, exc):
                 raise  # the call did not fit the method's signature: nothing ran, nothing changed
             self._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
             raise PoolUnusableError(
