@@ -68,6 +68,8 @@ def test_call_names_keep_the_first_limit_names_after_a_read_and_fall_back_past_t
     names.add("one")
     assert names.after_read(7, 7) == "a call", "call 7 was never named (one name since call 6)"
     assert names.after_read(7, 2) == "a call", "a call before the last read has no name kept"
+    assert names.made == 7, f"{names.made} calls counted; seven were named, two of them past LIMIT"
+    assert CallNames("fresh").made == 0
 
 
 @rule("DATA-815")
@@ -147,3 +149,6 @@ def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops
     assert (table.capacity, table.live, table.tombs) == (128, 10, 10)
     keys, values = table.items()
     assert sorted(zip(host(keys), host(values), strict=True)) == [(k, k + 20) for k in range(1, 20, 2)]
+    exact = _table(ops, 16, growable=True)
+    exact.insert(arr(ops, *range(35)), arr(ops, *range(35)))  # 35 keys at 30% need 116.7 slots: 128, not 256
+    assert exact.capacity == 128, f"[STATE-006] 35 keys grew a table to {exact.capacity} slots; 128 hold them at 27%"
