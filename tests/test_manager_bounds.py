@@ -143,3 +143,19 @@ def test_the_full_sequence_gate_adds_up_whole_blocks_in_every_group() -> None:
     assert got is None and m.snapshot() == before, (
         f"[REQ-724] 6 tokens need 2 whole blocks in each of 2 groups, 4 > 3 available, yet allocate_slots gave {got}"
     )
+
+
+@rule("REQ-710", "REQ-730")
+def test_the_cached_count_of_each_group_is_what_it_registered() -> None:
+    from kvref.contract.manager import FULL_ATTENTION, CacheGroup
+
+    m = RequestManager(
+        OracleBlockPool(24), block_size=4, max_model_len=64, groups=(FULL_ATTENTION, CacheGroup.window(8))
+    )
+    req = Request("a", list(range(10)), block_size=4)
+    assert m.allocate_slots(req, 10) is not None
+    counts = (m.num_cached_blocks("a"), m.num_cached_blocks("a", 0), m.num_cached_blocks("a", 1))
+    assert counts == (2, 2, 2), f"[REQ-710] 10 tokens fill 2 blocks in each group; cached counts {counts}"
+    assert m.num_cached_blocks("nobody") == 0 and m.num_cached_blocks("nobody", 1) == 0
+    m.groups[1].num_cached["a"] = 1  # the window's own count, apart from full attention's
+    assert (m.num_cached_blocks("a"), m.num_cached_blocks("a", 1)) == (2, 1), "the default group is 0, full attention"
