@@ -252,7 +252,7 @@ class OracleRadixCache:
             self._leaves.offer(leaf)
         self._leaves.compact(len(self._nodes))
         over = 0 if self._max_tokens is None else len(self._owner) - self._max_tokens
-        if over > 0:  # down to the capacity, or to what locks keep (RADIX-633)
+        if over > 0:  # back down to the capacity (RADIX-633)
             self.evict(over)
         return have
 
