@@ -128,3 +128,30 @@ def test_a_release_the_pool_refuses_keeps_every_row_it_named_and_check_gives_the
     t.release([0])
     t.check()
     assert t.pool.available_blocks() == 63 - 1, "slot 0 gave back 1 and 2; only block 4 is in use (3 was freed outside)"
+
+
+@rule("REQ-752", "ERR-511", "ERR-513")
+def test_a_step_whose_host_read_reports_a_refused_release_gives_its_rows_back(ops: ArrayOps) -> None:
+    t = tables(ops, num_blocks=8, max_blocks=8)
+    t.step([0, 1], [8, 12])  # 0: [1, 2]; 1: [3, 4, 5]
+    t.pool.free([t.blocks(0)[1]], 0)  # behind the tables' back
+    t.pool.check()
+    t.release([0])  # refused on the device: block 2 is no longer slot 0's
+    with pytest.raises(NotHeldError, match=r"\[POOL-108\] free \(call \d+\)"):
+        t.step([2], [16])  # 4 blocks: more than the 3 the host counts free, so the pool reads the device
+    assert (t.blocks(0), t.blocks(1), t.blocks(2)) == ([1, 2], [3, 4, 5], []), "[REQ-752] the refused row came back"
+    ids, offsets = t.step([2], [12])  # reported once; the step then goes through
+    assert offsets == [0, 3] and t.blocks(2) == ops.tolist(ids)
+
+
+@rule("REQ-752", "ERR-511")
+def test_the_rows_kept_for_a_refused_release_are_let_go_once_the_pool_has_reported_its_calls(ops: ArrayOps) -> None:
+    t = tables(ops)
+    for _ in range(50):  # an engine that checks the pool itself, never the tables
+        t.step([0, 1], [4, 4])
+        t.release([0, 1])
+        t.pool.check()
+    assert t.releases_unconfirmed == 0, f"[REQ-752] {t.releases_unconfirmed} confirmed releases still kept"
+    t.step([0], [4])
+    t.release([0])
+    assert t.releases_unconfirmed == 1, "the release since the last read is kept until a read confirms it"

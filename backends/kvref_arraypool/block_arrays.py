@@ -31,7 +31,7 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from kvref.contract.errors import BlockIdError, InvalidTypeError, InvalidValueError, OutOfBlocksError
+from kvref.contract.errors import BlockIdError, InvalidValueError, OutOfBlocksError
 from kvref.contract.validate import IntsLike, as_count, as_int, as_pool_shape
 from kvref_arraypool.block_errors import (
     BAD_SLOT,
@@ -45,7 +45,7 @@ from kvref_arraypool.block_errors import (
     BlockKernels,
 )
 from kvref_arraypool.deferred import CallNames, DeviceErrorRecord
-from kvref_arraypool.inputs import index_array
+from kvref_arraypool.inputs import host_sequence, index_array
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["DeviceBlockPool"]
@@ -134,6 +134,12 @@ class DeviceBlockPool:
         """How many checked calls (``free``, ``acquire``) were made: the call index the next one gets (ERR-511)."""
         return self._names.made
 
+    @property
+    def calls_confirmed(self) -> int:
+        """How many checked calls were made at the last host read of the record: every error of a call
+        below this index has been reported (ERR-511)."""
+        return self._names.confirmed
+
     def _confirm(self) -> None:
         host = self.record.read()
         self._floor = int(host[-1])
@@ -152,8 +158,8 @@ class DeviceBlockPool:
         check recorded (ERR-512).
         """
         op = "allocate"
-        wants = [as_count(c, op=op, arg="counts") for c in _sequence(counts, op, "counts")]
-        owners = [self._slot(s, op) for s in _sequence(slots, op, "slots")]
+        wants = [as_count(c, op=op, arg="counts") for c in host_sequence(counts, op, "counts")]
+        owners = [self.request_slot(s, op) for s in host_sequence(slots, op, "slots")]
         if len(wants) != len(owners):
             raise InvalidValueError("ERR-506", f"{op}: {len(wants)} counts for {len(owners)} request slots")
         offsets = [0]
@@ -267,7 +273,7 @@ class DeviceBlockPool:
             ids = self._device(block_ids, op, "block_ids")
         if not 0 < len(ids) <= kernels.max_call:
             return False
-        slot = self._slot(slots, op)
+        slot = self.request_slot(slots, op)
         self._names.add(op)
         kernels.call(
             ids=ids, ref=self._ref, bits=self._bits, reserved=self._reserved, first=self._last, stack=self._stack,
@@ -287,7 +293,7 @@ class DeviceBlockPool:
         ids = self._device(block_ids, op, "block_ids")
         m = len(ids)
         one = _is_int(slots)
-        slot: Any = self._slot(slots, op) if one else self._device(slots, op, "slots")  # a host slot: at once
+        slot: Any = self.request_slot(slots, op) if one else self._device(slots, op, "slots")  # a host slot: at once
         if not one and len(slot) != m:
             raise InvalidValueError("ERR-506", f"{op}: {m} block ids for {len(slot)} request slots")
         if m == 0:
@@ -331,7 +337,8 @@ class DeviceBlockPool:
         host, _ = index_array(values, op=op, arg=arg)  # ids beyond int64 become -1: still out of range
         return self.ops.asarray(host)
 
-    def _slot(self, value: object, op: str) -> int:
+    def request_slot(self, value: object, op: str) -> int:
+        """``value`` as a request slot of this pool: ERR-503 for a non-int, ERR-517 outside ``[0, max_requests)``."""
         s = as_int(value, op=op, arg="slots")
         if not 0 <= s < self.max_requests:
             raise InvalidValueError("ERR-517", f"{op}: request slot {s} outside [0, {self.max_requests})")
@@ -380,10 +387,3 @@ class DeviceBlockPool:
 def _is_int(value: object) -> bool:
     """Whether ``value`` is one host int (one request slot for every entry of a call)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _sequence(values: object, op: str, arg: str) -> Sequence[Any]:
-    """A host sequence of a scheduler step's counts or slots (ERR-503 for anything else, at once)."""
-    if isinstance(values, (str, bytes, set, frozenset, dict)) or not isinstance(values, Sequence):
-        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of ints, got {type(values).__name__}")
-    return values

@@ -18,14 +18,15 @@ order, and the conformance suite checks exactly that.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import SupportsIndex
 
 import numpy as np
 
 from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError
-from kvref.contract.validate import as_count, as_int
+from kvref.contract.validate import as_count
 from kvref_arraypool.block_arrays import DeviceBlockPool
 from kvref_arraypool.deferred import REFUSED
+from kvref_arraypool.inputs import host_sequence
 from kvref_arraypool.ops import Array
 
 __all__ = ["DeviceBlockTables"]
@@ -63,13 +64,20 @@ class DeviceBlockTables:
 
     def num_blocks(self, slot: SupportsIndex) -> int:
         """How many blocks request slot ``slot`` holds (a host int, no device read)."""
-        return self._lengths[self._slot(slot, "num_blocks")]
+        return self._lengths[self.pool.request_slot(slot, "num_blocks")]
 
     def blocks(self, slot: SupportsIndex) -> list[int]:
         """Request slot ``slot``'s blocks in token order (a host read, for checking)."""
-        s = self._slot(slot, "blocks")
+        s = self.pool.request_slot(slot, "blocks")
         start = s * self.max_blocks
         return self.ops.tolist(self._flat[start : start + self._lengths[s]])
+
+    @property
+    def releases_unconfirmed(self) -> int:
+        """How many releases since the pool's last host read the tables keep the rows of, to restore
+        them if the pool reports one refused (REQ-752): bounded by the releases between two reads."""
+        confirmed = self.pool.calls_confirmed
+        return sum(call >= confirmed for call in self._released)
 
     # ------------------------------------------------------------------ the step
 
@@ -83,7 +91,7 @@ class DeviceBlockTables:
         """
         op = "step"
         owners = self._slots(slots, op)
-        tokens = [as_count(n, op=op, arg="num_tokens") for n in _host_sequence(num_tokens, op, "num_tokens")]
+        tokens = [as_count(n, op=op, arg="num_tokens") for n in host_sequence(num_tokens, op, "num_tokens")]
         if len(tokens) != len(owners):
             raise InvalidValueError("REQ-751", f"{op}: {len(tokens)} token counts for {len(owners)} request slots")
         size, width, lengths = self.block_size, self.max_blocks, self._lengths
@@ -95,7 +103,11 @@ class DeviceBlockTables:
                     "REQ-751", f"{op}: request slot {s}'s {n} tokens need {need} blocks; a row holds {width}"
                 )
             counts.append(max(0, need - lengths[s]))
-        ids, offsets = self.pool.allocate(counts, owners)  # POOL-105 here changes nothing
+        try:
+            ids, offsets = self.pool.allocate(counts, owners)  # POOL-105 here changes nothing
+        except KVRefError as exc:  # a host read may report an earlier refused release: its rows come back
+            self._restore(exc)
+            raise
         if offsets[-1]:
             held = zip(owners, counts, strict=True)
             at = np.concatenate([s * width + np.arange(lengths[s], lengths[s] + c, dtype=np.int64) for s, c in held])
@@ -119,6 +131,8 @@ class DeviceBlockTables:
         per = np.concatenate([np.full(n, s, dtype=np.int64) for s, n in held])
         where, refused = ops.asarray(at), self.pool.record.array[REFUSED : REFUSED + 1]
         before = ops.copy(refused)
+        confirmed = self.pool.calls_confirmed  # the errors of calls below it were reported: nothing to restore
+        self._released = {call: rows for call, rows in self._released.items() if call >= confirmed}
         self._released[self.pool.calls] = held  # the call index this free gets
         self.pool.free(self._flat[where], ops.asarray(per))
         self._flat[where] = ops.where(refused != before, self._flat[where], 0)  # refused: the rows stay
@@ -128,37 +142,29 @@ class DeviceBlockTables:
     def check(self) -> None:
         """Raise the first error the pool's device checks recorded, once, as :meth:`DeviceBlockPool.check`
         does (ERR-511); when it is a refused release, its rows get their blocks back first (REQ-752)."""
-        released, self._released = self._released, {}
         try:
             self.pool.check()
         except KVRefError as exc:
-            for s, n in released.get(getattr(exc, "call_index", -1), []):
-                self._lengths[s] = n
+            self._restore(exc)
             raise
+        finally:
+            self._released = {}
+
+    def _restore(self, exc: KVRefError) -> None:
+        """Give the rows of the refused release ``exc`` reports their lengths back (REQ-752)."""
+        for s, n in self._released.pop(getattr(exc, "call_index", -1), []):
+            self._lengths[s] = n
 
     # ---------------------------------------------------------------- checks
 
     def _slots(self, slots: object, op: str) -> list[int]:
-        owners = [self._slot(s, op) for s in _host_sequence(slots, op, "slots")]
+        owners = [self.pool.request_slot(s, op) for s in host_sequence(slots, op, "slots")]
         if len(set(owners)) != len(owners):
             raise InvalidValueError("REQ-751", f"{op}: request slots {owners} name one slot twice")
         return owners
-
-    def _slot(self, value: object, op: str) -> int:
-        s = as_int(value, op=op, arg="slots")
-        if not 0 <= s < len(self._lengths):
-            raise InvalidValueError("ERR-517", f"{op}: request slot {s} outside [0, {len(self._lengths)})")
-        return s
 
     def __repr__(self) -> str:
         return (
             f"DeviceBlockTables(rows={len(self._lengths)}, max_blocks={self.max_blocks}, "
             f"block_size={self.block_size}, pool={self.pool!r})"
         )
-
-
-def _host_sequence(values: object, op: str, arg: str) -> Sequence[Any]:
-    """A host sequence of a step's slots or counts (ERR-503 for anything else, at once)."""
-    if isinstance(values, (str, bytes, set, frozenset, dict)) or not isinstance(values, Sequence):
-        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of ints, got {type(values).__name__}")
-    return values

@@ -155,6 +155,11 @@ class CallNames:
         if len(self._names) < self.LIMIT:
             self._names.append(op)
 
+    @property
+    def confirmed(self) -> int:
+        """The record's call count at its last read: the calls below it have had their errors reported."""
+        return self._first
+
     def after_read(self, calls: int, call: int | None) -> str:
         """The name of checked call ``call``: the fallback for None, for a call named before the last read
         or past :attr:`LIMIT`; the names start again at ``calls`` (the record's call count now)."""

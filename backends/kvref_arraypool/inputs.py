@@ -7,13 +7,15 @@ bool, float or string anywhere is refused with the same exception and message as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from kvref.contract.errors import InvalidTypeError
 from kvref.contract.validate import as_block_id_list, as_hash_list
 
-__all__ = ["hash_array", "index_array"]
+__all__ = ["hash_array", "host_sequence", "index_array"]
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -56,3 +58,10 @@ def hash_array(values: Any, *, op: str, arg: str = "block_hashes") -> np.ndarray
     if arr is not None and (len(arr) == 0 or int(arr.min()) >= 0):
         return arr
     return np.array(as_hash_list(values, op=op, arg=arg), dtype=np.int64)
+
+
+def host_sequence(values: object, op: str, arg: str) -> Sequence[Any]:
+    """A host sequence of a scheduler step's counts or request slots (ERR-503 for anything else, at once)."""
+    if isinstance(values, (str, bytes, set, frozenset, dict)) or not isinstance(values, Sequence):
+        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of ints, got {type(values).__name__}")
+    return values
