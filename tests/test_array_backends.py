@@ -23,7 +23,7 @@ from kvref.simulation.workloads import workload_trace
 rule = pytest.mark.rule
 np = pytest.importorskip("numpy")
 BACKENDS = ["cupy", "torch"]
-POLICIES = ["lru", "lru-leaf", "fifo", "ref-zero"]
+POLICIES = ["lru", "lru-leaf", "fifo", "ref-zero", "lru-leaf-access"]
 
 
 def create(backend: str, num_blocks: int, **kwargs: Any) -> Any:

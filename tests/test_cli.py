@@ -33,7 +33,7 @@ def test_the_console_script_runs() -> None:
 def test_replay_of_the_built_in_workload_reports_hits_for_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--json", "--capacity", "128"]) == 0
     results = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
-    assert set(results) == {"lru", "lru-leaf", "ref-zero", "fifo"}
+    assert set(results) == {"lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"}
     assert results["lru"]["block_hits"] > 0, "shared system prompts must produce hits under lru"
     assert results["ref-zero"]["block_hits"] == 0, "requests run one after another share nothing under ref-zero"
     assert all(r["blocks"] == results["lru"]["blocks"] for r in results.values())

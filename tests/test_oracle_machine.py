@@ -43,7 +43,9 @@ class OracleMachine(RuleBasedStateMachine):
         self.shadow: dict[int, tuple[int, ...] | None] = {}
         self.view: set[int] = set()
 
-    @initialize(policy=st.sampled_from(["lru", "lru-leaf", "ref-zero", "fifo"]), size=st.integers(2, 10))
+    @initialize(
+        policy=st.sampled_from(["lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"]), size=st.integers(2, 10)
+    )
     def create(self, policy: str, size: int) -> None:
         self.pool = OracleBlockPool(size, policy=policy, enable_events=True, paused_limit=2)
         note(f"pool = OracleBlockPool({size}, policy={policy!r})")

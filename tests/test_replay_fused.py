@@ -23,7 +23,7 @@ from kvref.simulation.traces import load_trace
 from kvref.simulation.workloads import WORKLOADS, workload_trace
 
 rule = pytest.mark.rule
-POLICIES = ("lru", "lru-leaf", "fifo", "ref-zero")
+POLICIES = ("lru", "lru-leaf", "fifo", "ref-zero", "lru-leaf-access")
 MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 Prepare = Callable[[OracleBlockPool], None]

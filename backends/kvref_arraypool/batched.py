@@ -48,7 +48,7 @@ class BatchedCalls(ArrayPoolState):
         if total == 0:
             return [[] for _ in range(admitted)]
         ids = self._take(total, op)
-        self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]))
+        self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]), cs[:admitted])
         flat = self.ops.tolist(ids)
         out: list[list[int]] = []
         start = 0
@@ -102,7 +102,7 @@ class BatchedCalls(ArrayPoolState):
             self._refuse_if_paused(h, len(hl), op)
         ids, sizes = self._lookup_many(lists)
         if sum(sizes):
-            self._pin(ids, self._holder_ids(sizes, hs))
+            self._pin(ids, self._holder_ids(sizes, hs), sizes)
             for k, h in zip(sizes, hs, strict=True):
                 self._add_held(h, k)
         self._requests += len(lists)

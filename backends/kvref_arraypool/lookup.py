@@ -16,7 +16,7 @@ from kvref.contract.events import AllBlocksCleared, KVEvent
 from kvref.contract.validate import IntsLike, as_hash, as_holder, request_prefix_limit
 from kvref_arraypool.inputs import hash_array
 from kvref_arraypool.ops import Array
-from kvref_arraypool.state import ArrayPoolState
+from kvref_arraypool.state import NOBODY, ArrayPoolState
 
 __all__ = ["PrefixLookup"]
 
@@ -108,6 +108,29 @@ class PrefixLookup(ArrayPoolState):
         in_use = self.num_in_use
         if in_use:
             raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use; release every reference first")
+        self._drop_cache()
+
+    def clear(self) -> None:
+        """Drop every reference, pause and registration, blocks in use included (POOL-124).
+
+        Every usable block is free again, in a new pool's order; no holder holds or is paused; no hash
+        is resident (``AllBlocksCleared`` with events on; counted as a reset). Generations keep their
+        counts (POOL-111), so a handle from before the clear is stale after it.
+        """
+        self._drop_cache()
+        for array, empty in ((self._ref, 0), (self._owner, NOBODY), (self._bhash, -1), (self._bentry, -1)):
+            array[:] = empty
+        self._regstamp[:] = -1
+        self._shared.clear()
+        self._refill_stack()
+        self._hids.clear()
+        self._holder_of.clear()
+        self._spare_hids.clear()
+        self._held.clear()
+        self._paused.clear()
+
+    def _drop_cache(self) -> None:
+        """Forget every registration, free the cached blocks, count the reset, emit all-cleared."""
         cached = self._lru_order.oldest(self._ncached) if self._ncached else self.ops.zeros(0)
         hashed = self.ops.nonzero(self._bhash >= 0)
         for array in (self._bhash, self._bentry, self._regstamp, self._evstamp):

@@ -7,7 +7,7 @@ table. Bad input is detected with array operations and explained by
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from kvref.contract.checks import explain_acquire
 from kvref.contract.validate import IntsLike, as_holder
@@ -51,14 +51,16 @@ class Pinning(ReferenceCounting):
                 return
         explain_acquire(self, items if items is not None else host.tolist(), op)
 
-    def _pin(self, ids: Array, hids: Array | int) -> None:
-        """Add one reference per position (validated: every block in use or cached).
+    def _pin(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
+        """Add one reference per position (validated: every block in use or cached), an access of each
+        (EVICT-411; ``sizes`` splits a batched call into its calls).
 
         A block gaining a second holder becomes shared: its per-holder counts move to ``shared``.
         """
         ops = self.ops
         if len(ids) == 0:
             return
+        self._stamp_access(ids, sizes)
         owner = self._owner[ids]
         distinct = self._distinct(ids)
         if distinct and not ops.any((owner != hids) & (owner != NOBODY)):

@@ -108,6 +108,7 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
                 "head": ops.tolist(self._ehead[index_entries]),
             },
             "evictable": self.eviction_order(),
+            "access": ops.tolist(self._access) if self._policy.by_access else [],
             "registered": ops.tolist(fifo),
             "events": list(self._events),
             "stats": self.stats,

@@ -52,10 +52,11 @@ class ReferenceCounting(ArrayPoolState):
         self._add_held(holder, n)
         return ids
 
-    def _hand_out(self, ids: Array, hids: Array | int) -> None:
+    def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
         self._ref[ids] = 1
         self._gen[ids] += 1
         self._owner[ids] = hids
+        self._stamp_access(ids, sizes)
 
     def _take(self, n: int, op: str) -> Array:
         """Pop ``n`` blocks: the free stack top-down, then eviction victims (POOL-105, EVICT-408)."""

@@ -10,7 +10,8 @@ State (``n`` blocks, ``E = 2n + 2`` hash entries):
 * per block: ``ref`` (references), ``gen`` (POOL-111), ``owner`` (:data:`NOBODY`; ``h >= 0``:
   holder id ``h`` holds every reference; :data:`SHARED`: per-holder counts in ``shared``),
   ``bhash`` and ``bentry`` (the hash and its entry, or -1), ``regstamp`` (registration stamp:
-  copy age and fifo order), ``evstamp`` (release stamp while cached, else -1: lru order);
+  copy age and fifo order), ``evstamp`` (release stamp while cached, else -1: lru order),
+  ``access`` (position of the last access, read by lru-leaf-access only: EVICT-411);
 * the free stack ``stack[:nfree]`` (top at the end) with ``nfree`` kept on the host, so the
   free count is read without a device sync;
 * hash entries: ``index`` (hash -> entry id, open addressing), and per entry its hash, parent
@@ -91,11 +92,9 @@ class ArrayPoolState(PoolShape, PausedHolders):
         host_reserved[list(reserved)] = True
         self._host_reserved = host_reserved
         self._is_reserved = ops.asarray(host_reserved.copy())
-        free = np.arange(n - 1, -1, -1, dtype=np.int64)
-        free = free[~host_reserved[::-1]]
         self._stack = ops.zeros(n)
-        self._stack[: len(free)] = ops.asarray(free)
-        self._nfree = len(free)
+        self._nfree = 0
+        self._refill_stack()
 
         self._ref = ops.zeros(n)
         self._gen = ops.zeros(n)
@@ -104,6 +103,8 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._bentry = ops.full(n, -1)
         self._regstamp = ops.full(n, -1)
         self._evstamp = ops.full(n, -1)
+        self._access = ops.full(n, -1)
+        self._access_clock = 0
         self._mark = ops.full(n, -1)
         self._positions = ops.arange(n)
 
@@ -285,6 +286,13 @@ class ArrayPoolState(PoolShape, PausedHolders):
     def _in_range(self, host_ids: np.ndarray) -> bool:
         return len(host_ids) == 0 or (int(host_ids.min()) >= 0 and int(host_ids.max()) < self._n)
 
+    def _refill_stack(self) -> None:
+        """Every usable block free, in a new pool's order: the lowest ids on top (POOL-115)."""
+        free = np.arange(self._n - 1, -1, -1, dtype=np.int64)
+        free = free[~self._host_reserved[::-1]]
+        self._stack[: len(free)] = self.ops.asarray(free)
+        self._nfree = len(free)
+
     def _push_free(self, blocks: Array) -> None:
         m = len(blocks)
         if m:
@@ -295,6 +303,22 @@ class ArrayPoolState(PoolShape, PausedHolders):
         start = self._clock
         self._clock += m
         return self.ops.arange(start, start + m)
+
+    def _stamp_access(self, ids: Array, sizes: Sequence[int] | None = None) -> None:
+        """Mark the blocks one call handed out or pinned as accessed now (EVICT-411): ascending id
+        within a call; ``sizes`` splits a batched call into its single calls, in turn. A block named
+        twice keeps its latest mark (a scatter-max, as marks only grow)."""
+        m = len(ids)
+        if not self._policy.by_access or m == 0:
+            return
+        ops = self.ops
+        key = ids
+        if sizes is not None and len(sizes) > 1:
+            calls = np.repeat(np.arange(len(sizes), dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+            key = ops.asarray(calls) * self._n + ids
+        start = self._access_clock
+        ops.scatter_max(self._access, ids[ops.argsort(key)], ops.arange(start, start + m))
+        self._access_clock = start + m
 
     def _entries_of(self, hashes: Array) -> Array:
         return self._index.find(hashes)
@@ -309,8 +333,8 @@ class ArrayPoolState(PoolShape, PausedHolders):
         """Pop ``n`` blocks: the free stack, then eviction victims (POOL-105); :mod:`.references`."""
         raise NotImplementedError
 
-    def _hand_out(self, ids: Array, hids: Array | int) -> None:
-        """One reference each on fresh ``ids`` for ``hids``; :mod:`.references`."""
+    def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
+        """One reference each on fresh ``ids`` for ``hids`` (``sizes``: a batch's calls); :mod:`.references`."""
         raise NotImplementedError
 
     def _check_release(
@@ -329,8 +353,8 @@ class ArrayPoolState(PoolShape, PausedHolders):
         """Drop one reference per position of checked ``ids``; :mod:`.references`."""
         raise NotImplementedError
 
-    def _pin(self, ids: Array, hids: Array | int) -> None:
-        """Add one reference per position of checked ``ids``; :mod:`.pinning`."""
+    def _pin(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
+        """Add one reference per position of checked ``ids`` (``sizes``: a batch's calls); :mod:`.pinning`."""
         raise NotImplementedError
 
     def _lookup(self, hs: np.ndarray, parent: int) -> Array:

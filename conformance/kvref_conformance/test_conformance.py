@@ -19,6 +19,7 @@ from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.manager import ManagerSuite
 from kvref_conformance.suites.manager_groups import ManagerGroupsSuite
+from kvref_conformance.suites.manager_mamba import ManagerMambaSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
@@ -26,6 +27,7 @@ from kvref_conformance.suites.replay import ReplaySuite
 from kvref_conformance.suites.slot_arrays import SlotArraysSuite
 from kvref_conformance.suites.slot_extend import SlotExtendSuite
 from kvref_conformance.suites.slots import SlotAllocatorSuite
+from kvref_conformance.suites.starting_over import StartingOverSuite
 from kvref_conformance.suites.stateful import StatefulSuite
 
 
@@ -81,12 +83,20 @@ class TestBlockTables(BlockTablesSuite):
     """Chapter 07's batched step over the block array surface (REQ-750..REQ-756), where the backend has one."""
 
 
+class TestStartingOver(StartingOverSuite):
+    """Chapters 01 and 04: evict ahead of an allocation and clear everything, where the backend offers them."""
+
+
 class TestManager(ManagerSuite):
     """Chapter 07's request-level manager: the selected backend's own, or kvref's over its prefix cache."""
 
 
 class TestManagerGroups(ManagerGroupsSuite):
     """Chapter 07's KV cache groups: full attention beside a sliding window."""
+
+
+class TestManagerMamba(ManagerMambaSuite):
+    """Chapter 07's mamba groups: full attention beside a mamba group (vLLM's MambaManager, mode "all")."""
 
 
 class TestContextDuties(ContextDutiesSuite):

@@ -44,7 +44,9 @@ NULL_BLOCK = 0
 
 @dataclass(frozen=True)
 class CacheGroup:
-    """One KV cache group of a manager (REQ-730): full attention, or a sliding window of ``sliding_window`` tokens.
+    """One KV cache group of a manager (REQ-730, REQ-757): full attention, a sliding window of
+    ``sliding_window`` tokens, or mamba (a linear-attention state per request, vLLM's ``MambaManager``
+    with ``mamba_cache_mode="all"``).
 
     Every group of a manager has the manager's block size and draws its blocks from the one pool.
     """
@@ -53,12 +55,12 @@ class CacheGroup:
     sliding_window: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind == "full" and self.sliding_window is None:
+        if self.kind in ("full", "mamba") and self.sliding_window is None:
             return
         if self.kind != "sliding-window" or type(self.sliding_window) is not int or self.sliding_window < 2:
             raise ConfigError(
                 "REQ-730",
-                f"CacheGroup: {self.kind!r} with window {self.sliding_window!r}: a group is 'full' or "
+                f"CacheGroup: {self.kind!r} with window {self.sliding_window!r}: a group is 'full', 'mamba' or "
                 "'sliding-window' with an int window >= 2",
             )
 
@@ -66,6 +68,20 @@ class CacheGroup:
     def window(cls, tokens: int) -> CacheGroup:
         """A sliding-window group attending to the last ``tokens`` tokens."""
         return cls("sliding-window", tokens)
+
+    @classmethod
+    def mamba(cls) -> CacheGroup:
+        """A mamba group: one state block per position, of which a request keeps the last (REQ-757)."""
+        return cls("mamba")
+
+    @property
+    def window_tokens(self) -> int | None:
+        """``W`` such that the first ``n - W + 1`` of ``n`` computed tokens are skipped (REQ-730, REQ-757):
+        None for full attention (none is), the window of a sliding window, 2 for mamba (only the state
+        after the last computed token is read)."""
+        if self.kind == "mamba":
+            return 2
+        return self.sliding_window
 
 
 #: The one group of a plain decoder: full attention.
@@ -183,6 +199,10 @@ class KVCacheManager(Protocol):
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """The request's cached prefix and the tokens it covers; pins nothing (REQ-704..REQ-707)."""
+        ...
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins: blocks a mamba group cached before it become usable hits (REQ-759)."""
         ...
 
     def allocate_slots(

@@ -17,18 +17,26 @@ class EvictionPolicy(StrEnum):
     tail evicted before the head. ``LRU_LEAF`` (EVICT-403): like ``LRU`` but only among blocks
     whose removal keeps the set of resident hashes prefix-closed. ``REF_ZERO`` (EVICT-405): a hashed
     block leaves the cache the moment its last reference goes. ``FIFO`` (EVICT-406): the block
-    registered longest ago, whatever its later use.
+    registered longest ago, whatever its later use. ``LRU_LEAF_ACCESS`` (EVICT-411): the leaves of
+    ``LRU_LEAF`` ordered by last *access* (the ``allocate`` that handed a block out, the ``acquire``
+    or ``match`` that pinned it) instead of last release, as Megatron-Core's ``LRU`` stamps them.
     """
 
     LRU = "lru"
     LRU_LEAF = "lru-leaf"
     REF_ZERO = "ref-zero"
     FIFO = "fifo"
+    LRU_LEAF_ACCESS = "lru-leaf-access"
 
     @property
     def prefix_closed(self) -> bool:
         """Whether the policy promises a prefix-closed set of resident hashes (EVICT-404)."""
-        return self is EvictionPolicy.LRU_LEAF
+        return self is EvictionPolicy.LRU_LEAF or self is EvictionPolicy.LRU_LEAF_ACCESS
+
+    @property
+    def by_access(self) -> bool:
+        """Whether eviction reads the order of last access rather than of release (EVICT-411)."""
+        return self is EvictionPolicy.LRU_LEAF_ACCESS
 
 
 def as_policy(value: object) -> EvictionPolicy:

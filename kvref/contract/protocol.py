@@ -39,6 +39,8 @@ __all__ = [
     "Holder",
     "PrefixCache",
     "SupportsBatching",
+    "SupportsClear",
+    "SupportsEvict",
     "SupportsHashing",
     "SupportsRequestPrefix",
     "SupportsInvariants",
@@ -207,6 +209,24 @@ class SupportsBatching(Protocol):
 
     def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Holder]) -> list[list[int]]:
         """``match`` each hash chain for its holder, in order (PFX-320)."""
+        ...
+
+
+@runtime_checkable
+class SupportsEvict(Protocol):
+    """Eviction on its own, ahead of an allocation: Megatron-Core's ``evict_lru_blocks`` (EVICT-412)."""
+
+    def evict(self, count: SupportsIndex) -> bool:
+        """Evict what an allocation lacking ``count`` free blocks would; False, evicting nothing, if it cannot."""
+        ...
+
+
+@runtime_checkable
+class SupportsClear(Protocol):
+    """The full reset of an engine that starts over: Megatron-Core's ``KVBlockAllocator.reset`` (POOL-124)."""
+
+    def clear(self) -> None:
+        """Drop every reference, pause and registration, blocks in use included; generations stay."""
         ...
 
 

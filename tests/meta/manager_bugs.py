@@ -197,6 +197,43 @@ class _SharedKeys(GroupTables):
 GroupsShareKeys = _with_groups(_SharedKeys)
 
 
+class _MambaNeverReleases(GroupTables):
+    def release_skipped(self, rid: str, num_computed: int) -> None:
+        if not self.is_mamba:
+            super().release_skipped(rid, num_computed)
+
+
+#: The mamba group keeps the state block of every position it has passed, as an attention layer
+#: keeps its KV: a long request holds one state per block where it needs one (REQ-757).
+MambaKeepsEveryState = _with_groups(_MambaNeverReleases)
+
+
+class _MambaPrefixHit(GroupTables):
+    def find_hit(self, keys: list[int], max_blocks: int) -> list[int]:
+        if not self.is_mamba:
+            return super().find_hit(keys, max_blocks)
+        return self.pool.lookup(keys[:max_blocks])  # a prefix walk: stops at the first released state
+
+
+#: The mamba hit is found left to right, as full attention's: a state behind released ones is never
+#: found, so a request recomputes what one cached state would have given it (REQ-758).
+MambaHitLeftToRight = _with_groups(_MambaPrefixHit)
+
+
+class _MambaTakesFreshStates(GroupTables):
+    def blocks_to_take(self, rid: str, required: int, hits: list[int], num_computed: int) -> int:
+        saved, self.cached_this_step = self.cached_this_step, set()
+        try:
+            return super().blocks_to_take(rid, required, hits, num_computed)
+        finally:
+            self.cached_this_step = saved
+
+
+#: A request starts from a state another request cached in the same step, before that step has
+#: written it (the case vLLM's ``cached_blocks_this_step`` guards): its recurrent state is garbage.
+MambaStateFromThisStep = _with_groups(_MambaTakesFreshStates)
+
+
 #: Each planted bug and the rule the suite must name.
 MANAGER_BUGS: dict[str, str] = {
     "LastTokenHit": "REQ-701",
@@ -214,6 +251,9 @@ MANAGER_BUGS: dict[str, str] = {
     "WindowKeepsBlocks": "REQ-730",
     "WindowHitLeftToRight": "REQ-731",
     "GroupsShareKeys": "REQ-733",
+    "MambaKeepsEveryState": "REQ-757",
+    "MambaHitLeftToRight": "REQ-758",
+    "MambaStateFromThisStep": "REQ-759",
 }
 
 

@@ -15,7 +15,8 @@ Mapping: Megatron's dummy block is its *last* block; kvref's reserved null block
 kvref id ``b`` is Megatron's ``(b - 1) mod n``, so kvref's block 0 is Megatron's dummy (block ids
 are the implementation's to choose, POOL-115). kvref hashes ``h`` become ``h + 1`` (Megatron
 reserves 0 for "no parent" and -1 for "no hash"). Holders, generations and argument checks are
-kept here. Policies: ``ref-zero`` (Megatron's ``REF_ZERO``) and ``lru-leaf`` (its ``LRU``). No
+kept here. Policies: ``ref-zero`` (Megatron's ``REF_ZERO``) and ``lru-leaf-access`` (its ``LRU``,
+which stamps blocks when they are allocated or matched, never at release: EVICT-411). No
 KV events. Megatron-Core 0.18+ declares Python >= 3.12 only because of a compiled dataset helper;
 the allocator is pure Python, so ``nox -s peer-megatron`` unpacks the wheel onto the path.
 """
@@ -49,7 +50,7 @@ from kvref_conformance.adapter import HeldReferences, checked_registration
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]
 
 INSTALL = "use `nox -s peer-megatron` (unpacks megatron-core 0.19.2's allocator; see README)"
-_CAPABILITIES = frozenset({"prefix-cache", "pause", "policy-ref-zero", "policy-lru-leaf"})
+_CAPABILITIES = frozenset({"prefix-cache", "pause", "evict", "clear", "policy-ref-zero", "policy-lru-leaf-access"})
 
 
 class _Context:
@@ -88,10 +89,10 @@ class MegatronBlockAllocator(HeldReferences):
         self._policy = as_policy(policy)
         chosen = {
             EvictionPolicy.REF_ZERO: PrefixCachingEvictionPolicy.REF_ZERO,
-            EvictionPolicy.LRU_LEAF: PrefixCachingEvictionPolicy.LRU,
+            EvictionPolicy.LRU_LEAF_ACCESS: PrefixCachingEvictionPolicy.LRU,
         }.get(self._policy)
         if chosen is None:
-            raise ConfigError("CONF-904", f"{op}: Megatron offers ref-zero and lru-leaf, not {policy!r}")
+            raise ConfigError("CONF-904", f"{op}: Megatron offers ref-zero and lru-leaf-access, not {policy!r}")
         self._torch = torch
         self.context = _Context()
         self.allocator = KVBlockAllocator(
@@ -135,14 +136,14 @@ class MegatronBlockAllocator(HeldReferences):
 
     @property
     def num_available(self) -> int:
-        """Free, plus evictable under lru-leaf (Megatron's ``is_memory_available`` arithmetic)."""
+        """Free, plus evictable under lru-leaf-access (Megatron's ``is_memory_available`` arithmetic)."""
         if self._policy is EvictionPolicy.REF_ZERO:
             return self.num_free
         return self.num_free + self.num_cached
 
     @property
     def policy(self) -> EvictionPolicy:
-        """ref-zero or lru-leaf."""
+        """ref-zero or lru-leaf-access."""
         return self._policy
 
     def capabilities(self) -> frozenset[str]:
@@ -185,7 +186,7 @@ class MegatronBlockAllocator(HeldReferences):
     # ------------------------------------------------------------ allocation and release
 
     def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> Sequence[int]:
-        """``allocate_memory_blocks(count)`` (evicting leaf-first under lru-leaf); None is OutOfBlocksError."""
+        """``allocate_memory_blocks(count)`` (evicting leaf-first under lru-leaf-access); None is OutOfBlocksError."""
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
         self._refuse_if_paused(holder, n, "allocate")
@@ -289,6 +290,23 @@ class MegatronBlockAllocator(HeldReferences):
         self.allocator.reset()
         self._resets += 1
 
+    def clear(self) -> None:
+        """Megatron's ``reset()`` as its engine calls it to start over, blocks in use included (POOL-124);
+        the caller-side record of holders and pauses goes with it, generations stay."""
+        self.allocator.reset()
+        self._holders.clear()
+        self._held.clear()
+        self._paused.clear()
+        self._resets += 1
+
+    def evict(self, count: SupportsIndex) -> bool:
+        """``evict_lru_blocks(count)`` (EVICT-412): what its allocation would evict, or False and nothing."""
+        n = as_count(count, op="evict")
+        cached_before = self.num_cached
+        done = bool(self.allocator.evict_lru_blocks(n))
+        self._evictions += cached_before - self.num_cached
+        return done
+
 
 class MegatronBackend:
     """The ``megatron`` entry point."""
@@ -326,7 +344,7 @@ class MegatronBackend:
         return "cpu"
 
     def capabilities(self) -> frozenset[str]:
-        """Prefix cache, ref-zero and lru-leaf, paused holders; its context's request path (context-duties)."""
+        """Prefix cache, ref-zero and lru-leaf-access, paused holders; its context's request path (context-duties)."""
         return _CAPABILITIES | {"context-duties"}
 
     def create_context(self, *, device: str | None = None, **settings: Any) -> Any:

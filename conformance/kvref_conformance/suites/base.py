@@ -18,7 +18,7 @@ from kvref_conformance.prerequisites import prerequisites_of
 from kvref_conformance.session import TARGET_KEY, failed_rules
 from kvref_conformance.target import Target
 
-__all__ = ["ConformanceSuite", "cache_chain", "fails_unchanged", "first_policy", "requires", "rule"]
+__all__ = ["LEAF_POLICIES", "ConformanceSuite", "cache_chain", "fails_unchanged", "first_policy", "requires", "rule"]
 
 rule = pytest.mark.rule
 
@@ -31,13 +31,19 @@ def requires(*capabilities: str) -> pytest.MarkDecorator:
     return pytest.mark.kvref_requires(*capabilities)
 
 
+#: The policies that evict leaves only and keep the resident hashes prefix-closed (EVICT-404):
+#: by release order (EVICT-403) and by access order (EVICT-411).
+LEAF_POLICIES = ("lru-leaf", "lru-leaf-access")
+
+
 def first_policy(target: Target) -> str:
-    """The first of lru, lru-leaf, ref-zero, fifo that ``target`` offers (lru when it declares none).
+    """The first of lru, lru-leaf, lru-leaf-access, ref-zero, fifo that ``target`` offers (lru when it
+    declares none).
 
     For tests where the policy does not matter (no prefix cache, or bad input), so that a target
-    without lru (Megatron offers ref-zero and lru-leaf) still runs them.
+    without lru (Megatron offers ref-zero and lru-leaf-access) still runs them.
     """
-    offered = [p for p in ("lru", "lru-leaf", "ref-zero", "fifo") if target.has(f"policy-{p}")]
+    offered = [p for p in ("lru", *LEAF_POLICIES, "ref-zero", "fifo") if target.has(f"policy-{p}")]
     return offered[0] if offered else "lru"
 
 
@@ -84,12 +90,13 @@ class ConformanceSuite:
     def pool(impl: Target, num_blocks: int = 8, *, policy: str | None = None, **kwargs: Any) -> Any:
         """A new pool of ``impl`` under ``policy``; skips if ``impl`` lacks that policy.
 
-        Without ``policy``: lru, or lru-leaf for a target without lru. A test whose expectations
-        hold only under lru eviction order names ``policy="lru"``; the others run on lru-leaf
-        targets too (Megatron-Core offers ref-zero and lru-leaf only).
+        Without ``policy``: lru, or the first leaf policy a target without lru offers. A test whose
+        expectations hold only under lru eviction order names ``policy="lru"``; the others run on
+        leaf-only targets too (Megatron-Core offers ref-zero and lru-leaf-access only).
         """
         if policy is None:
-            policy = "lru" if impl.has("policy-lru") or not impl.has("policy-lru-leaf") else "lru-leaf"
+            leaf = [p for p in LEAF_POLICIES if impl.has(f"policy-{p}")]
+            policy = "lru" if impl.has("policy-lru") or not leaf else leaf[0]
         skip_without(impl, f"policy-{policy}")
         return impl.create(num_blocks, policy=policy, **kwargs)
 

@@ -1,4 +1,4 @@
-"""Chapter 04, eviction policies: lru, lru-leaf, ref-zero, fifo."""
+"""Chapter 04, eviction policies: lru, lru-leaf, ref-zero, fifo, lru-leaf-access."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from kvref.contract.errors import InvalidTypeError, InvalidValueError
 from kvref.contract.events import BlockRemoved
 from kvref.contract.protocol import BlockState
-from kvref_conformance.suites.base import ConformanceSuite, cache_chain, requires, rule
+from kvref_conformance.suites.base import LEAF_POLICIES, ConformanceSuite, cache_chain, requires, rule
 from kvref_conformance.target import Target
 
 __all__ = ["EvictionSuite"]
 
-POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo")
+POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access")
 
 
 def evicted_hashes(pool: Any, count: int) -> list[int]:
@@ -29,7 +29,7 @@ class EvictionSuite(ConformanceSuite):
     """Rules of chapter 04 (eviction policies), for any implementation with a prefix cache."""
 
     @rule("EVICT-408")
-    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo"])
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "lru-leaf-access"])
     def test_free_blocks_go_first_and_only_the_shortfall_is_evicted(self, impl: Target, policy: str) -> None:
         pool = self.pool(impl, 10, policy=policy, enable_events=True)
         cache_chain(pool, [1, 2, 3, 4])
@@ -170,8 +170,9 @@ class EvictionSuite(ConformanceSuite):
         assert at_once.num_available == at_once.num_free, "every reclaimable block was taken"
 
     @rule("EVICT-404")
-    def test_lru_leaf_keeps_the_resident_hashes_prefix_closed(self, impl: Target) -> None:
-        pool = self.pool(impl, 9, policy="lru-leaf")
+    @pytest.mark.parametrize("policy", LEAF_POLICIES)
+    def test_lru_leaf_keeps_the_resident_hashes_prefix_closed(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 9, policy=policy)
         for start in (1, 11):
             cache_chain(pool, [start, start + 1, start + 2, start + 3])
         for count in range(1, 8):
@@ -181,6 +182,74 @@ class EvictionSuite(ConformanceSuite):
             for h in resident:
                 if h not in (1, 11):
                     assert h - 1 in resident, f"after {count} evictions {h} is resident but its parent {h - 1} is not"
+
+    # ------------------------------------------------------------ lru-leaf-access (EVICT-411)
+
+    @staticmethod
+    def forest(pool: Any) -> dict[str, int]:
+        """Megatron-Core's worked example: A -> B -> {C, F}, A -> D -> E, accessed A, B, {D, F}, {C, E}.
+
+        Each block is allocated by its own request (a request holds a contiguous prefix, as in an
+        engine), registered under its parent, and every holder then lets go of its blocks, roots first.
+        Returns the block of each name; hashes are A=1, B=2, C=3, D=4, E=5, F=6.
+        """
+        [a] = pool.allocate(1, holder="A")
+        [b] = pool.allocate(1, holder="B")
+        d, f = sorted(pool.allocate(2, holder="DF"))  # one call: accessed in ascending id order
+        c, e = sorted(pool.allocate(2, holder="CE"))
+        pool.register([a], [1])
+        pool.register([b], [2], parent_hash=1)
+        pool.register([c], [3], parent_hash=2)
+        pool.register([d], [4], parent_hash=1)
+        pool.register([e], [5], parent_hash=4)
+        pool.register([f], [6], parent_hash=2)
+        for holder, blocks in (("A", [a]), ("B", [b]), ("DF", [d, f]), ("CE", [c, e])):
+            pool.free(blocks, holder=holder)  # released roots first: release order is not access order
+        return {"A": a, "B": b, "C": c, "D": d, "E": e, "F": f}
+
+    @rule("EVICT-411", "EVICT-404")
+    def test_lru_leaf_access_evicts_the_leaf_accessed_longest_ago_and_peels_its_parent_next(self, impl: Target) -> None:
+        pool = self.pool(impl, 7, policy="lru-leaf-access")
+        self.forest(pool)
+        assert pool.num_free == 0 and pool.num_available == 6
+        pool.allocate(1)
+        assert pool.resident_hashes() == {1, 2, 3, 4, 5}, (
+            "first victim: the leaf F (hash 6), accessed before the leaves C and E; "
+            f"resident now {sorted(pool.resident_hashes())}"
+        )
+        pool.allocate(2)
+        assert pool.resident_hashes() == {1, 4, 5}, (
+            "then C (accessed before E in one call, the lower id), then B, a leaf once C and F are gone and "
+            f"accessed before E: Megatron's example keeps A, D, E; resident {sorted(pool.resident_hashes())}"
+        )
+
+    @rule("EVICT-411")
+    def test_lru_leaf_access_counts_a_match_as_an_access_and_a_release_as_none(self, impl: Target) -> None:
+        pool = self.pool(impl, 7, policy="lru-leaf-access")
+        names = self.forest(pool)
+        hit = pool.match([1, 2, 6], holder="again")  # A, B and F accessed now: the youngest
+        assert hit == [names["A"], names["B"], names["F"]]
+        pool.free(hit[::-1], holder="again")
+        pool.allocate(2)
+        assert pool.resident_hashes() == {1, 2, 6, 4}, (
+            "the leaves C and E were accessed before the match of A, B, F, so they go first; "
+            f"resident {sorted(pool.resident_hashes())}"
+        )
+        pool.allocate(1)
+        assert pool.resident_hashes() == {1, 2, 6}, (
+            f"then D (a leaf once E is gone, accessed before the match); resident {sorted(pool.resident_hashes())}"
+        )
+
+    @rule("EVICT-411")
+    def test_lru_leaf_access_counts_an_acquire_as_an_access(self, impl: Target) -> None:
+        pool = self.pool(impl, 7, policy="lru-leaf-access")
+        names = self.forest(pool)
+        pool.acquire([names["C"], names["B"], names["A"]], holder="again")  # C accessed now
+        pool.free([names["C"], names["B"], names["A"]], holder="again")
+        pool.allocate(2)
+        assert pool.resident_hashes() == {1, 2, 3, 4}, (
+            f"F and then E go, not C, accessed last by acquire; resident {sorted(pool.resident_hashes())}"
+        )
 
     @requires("events")
     @rule("EVICT-405")

@@ -45,6 +45,8 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     use_eagle: bool = False
     #: Full attention beside a sliding window of ``2 * block_size + 1`` tokens (REQ-730..REQ-734).
     hybrid: bool = False
+    #: Full attention beside a mamba group (REQ-757..REQ-759); each ``schedule`` is one step.
+    mamba: bool = False
 
     def make(self, num_blocks: int, **settings: Any) -> Any:
         """The manager under test (the planted bugs of ``tests/meta`` override this)."""
@@ -64,6 +66,10 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         if self.hybrid:
             self.window = 2 * block_size + 1
             settings["groups"] = (FULL_ATTENTION, CacheGroup.window(self.window))
+            num_blocks *= 2
+        elif self.mamba:
+            self.window = 2  # a mamba group skips as a window of 2 tokens does (REQ-757)
+            settings["groups"] = (FULL_ATTENTION, CacheGroup.mamba())
             num_blocks *= 2
         self.impl = self.make(num_blocks, **settings)
         pool = OracleBlockPool(num_blocks, enable_events=self.events)
@@ -201,7 +207,10 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
           lookahead=st.integers(0, 3))  # fmt: skip
     def schedule(self, chunk: int, tokens: list[int], lookahead: int) -> None:
         """One scheduler step: every running request advances, then waiting ones are admitted in order
-        until one does not fit (vLLM's scan stops there)."""
+        until one does not fit (vLLM's scan stops there). It starts as vLLM's does, with
+        ``new_step_starts`` (REQ-759)."""
+        self.impl.new_step_starts()
+        self.oracle.new_step_starts()
         preempted = len(self.waiting)
         for i, rid in enumerate(list(self.running)):
             if rid in self.running:

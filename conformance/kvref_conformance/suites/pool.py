@@ -18,7 +18,7 @@ from kvref.contract.errors import (
 )
 from kvref.contract.protocol import BlockState
 from kvref_conformance.observe import observe
-from kvref_conformance.suites.base import ConformanceSuite, cache_chain, fails_unchanged, requires, rule
+from kvref_conformance.suites.base import LEAF_POLICIES, ConformanceSuite, cache_chain, fails_unchanged, requires, rule
 from kvref_conformance.target import Target
 
 __all__ = ["PoolSuite", "counts"]
@@ -122,7 +122,7 @@ class PoolSuite(ConformanceSuite):
 
     @rule("POOL-106")
     @requires("prefix-cache")
-    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo"])
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"])
     def test_num_available_is_exactly_the_largest_allocation_that_succeeds(self, impl: Target, policy: str) -> None:
         pool = self.pool(impl, 10, policy=policy)
         head = pool.allocate(4, holder="w")
@@ -132,8 +132,8 @@ class PoolSuite(ConformanceSuite):
         pool.register(below, [5, 6], parent_hash=2)  # 5, 6 are held below 1 and 2
         pool.free([head[1], head[0]], holder="w")  # 1, 2 cached; under lru-leaf they must stay
         available = pool.num_available
-        if policy == "lru-leaf":
-            assert available == 3 + 2, f"lru-leaf: 3 free + the leaves 3, 4 evictable, got {available}"
+        if policy in LEAF_POLICIES:
+            assert available == 3 + 2, f"{policy}: 3 free + the leaves 3, 4 evictable, got {available}"
         with pytest.raises(OutOfBlocksError):
             pool.allocate(available + 1)
         got = pool.allocate(available)
@@ -142,14 +142,14 @@ class PoolSuite(ConformanceSuite):
 
     @rule("POOL-106")
     @requires("prefix-cache")
-    def test_under_lru_leaf_an_ancestor_of_a_held_block_is_not_available(self, impl: Target) -> None:
-        pool = self.pool(impl, 5, policy="lru-leaf")
+    @pytest.mark.parametrize("policy", LEAF_POLICIES)
+    def test_under_lru_leaf_an_ancestor_of_a_held_block_is_not_available(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 5, policy=policy)
         ids = pool.allocate(3, holder="a")
         pool.register(ids, [1, 2, 3])
         pool.free([ids[1], ids[0]], holder="a")  # 1 and 2 cached, 3 still held below them
-        assert pool.num_cached == 2
-        assert pool.num_available == 1, (
-            f"num_available {pool.num_available}: hashes 1 and 2 are ancestors of the held 3 and cannot be "
+        assert pool.num_cached == 2 and pool.num_available == 1, (
+            f"num_available {pool.num_available}: hashes 1 and 2 (cached) are ancestors of the held 3 and cannot be "
             "evicted without breaking prefix closure; only the one free block is available"
         )
 

@@ -19,7 +19,7 @@ from kvref_conformance.target import Target
 
 __all__ = ["PrefixCacheSuite"]
 
-CACHING_POLICIES = ("lru", "lru-leaf", "fifo")
+CACHING_POLICIES = ("lru", "lru-leaf", "fifo", "lru-leaf-access")
 
 
 @requires("prefix-cache")
@@ -217,7 +217,7 @@ class PrefixCacheSuite(ConformanceSuite):
 
     @requires("events")
     @rule("PFX-316", "PFX-317")
-    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo"])
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"])
     def test_replaying_events_reproduces_the_resident_hashes(self, impl: Target, policy: str) -> None:
         pool = self.pool(impl, 6, policy=policy, enable_events=True)
         view: set[int] = set()

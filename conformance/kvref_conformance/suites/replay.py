@@ -21,7 +21,7 @@ from kvref_conformance.target import Target
 
 __all__ = ["ReplaySuite"]
 
-POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo")
+POLICIES = ("lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access")
 
 
 def workload(name: str, seed: int) -> list[list[int]]:

@@ -22,9 +22,9 @@ class StatefulSuite(ConformanceSuite):
         run_state_machine_as_test(make_machine(impl, first_policy(impl), cache=False), settings=settings())
 
     @rule("STATE-004", "STATE-006", "PFX-307", "PFX-312", "PFX-316", "PFX-317", "PFX-318", "PFX-321",
-          "EVICT-401", "EVICT-403", "EVICT-404", "EVICT-405", "EVICT-406", "EVICT-408")  # fmt: skip
+          "EVICT-401", "EVICT-403", "EVICT-404", "EVICT-405", "EVICT-406", "EVICT-408", "EVICT-411")  # fmt: skip
     @requires("prefix-cache")
-    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo"])
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"])
     def test_the_prefix_cache_behaves_like_the_oracle(self, impl: Target, policy: str) -> None:
         self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
         run_state_machine_as_test(make_machine(impl, policy), settings=settings())
@@ -34,8 +34,10 @@ class StatefulSuite(ConformanceSuite):
     def test_the_batched_forms_behave_like_the_single_operations(self, impl: Target) -> None:
         run_state_machine_as_test(make_machine(impl, "lru", batches=True), settings=settings())
 
-    @rule("POOL-113", "POOL-114", "POOL-116", "POOL-121", "EVICT-401", "EVICT-403", "EVICT-406", "EVICT-408")
-    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo"])
+    @rule(
+        "POOL-113", "POOL-114", "POOL-116", "POOL-121", "EVICT-401", "EVICT-403", "EVICT-406", "EVICT-408", "EVICT-411"
+    )
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "lru-leaf-access"])
     def test_the_blind_spots_made_on_purpose_behave_like_the_oracle(self, impl: Target, policy: str) -> None:
         """The machine with the targeted steps: a paused holder in every operation, hashless blocks
         released among cached ones before an evicting allocation, an admission that does not fit.

@@ -1,28 +1,45 @@
 """The oracle's eviction orders: which cached blocks go, and how many can (chapter 04).
 
 ``lru`` and ``ref-zero`` read the release order (``_evictable``), ``fifo`` the registration order
-(``_registered``), ``lru-leaf`` the release order restricted to leaves of the resident tree.
+(``_registered``), ``lru-leaf`` the release order restricted to leaves of the resident tree, and
+``lru-leaf-access`` the order of last access (``_access``) restricted likewise.
 """
 
 from __future__ import annotations
 
 from itertools import islice
+from typing import SupportsIndex
 
 from kvref.contract.policies import EvictionPolicy
+from kvref.contract.validate import as_count
 from kvref.oracle.blockpool.state import PoolState
 
 __all__ = ["Eviction"]
 
-_LRU_LEAF = EvictionPolicy.LRU_LEAF
 _FIFO = EvictionPolicy.FIFO
 
 
 class Eviction(PoolState):
     """The reclaimable count (POOL-106) and the victims of each policy (EVICT-401..EVICT-408)."""
 
+    def evict(self, count: SupportsIndex) -> bool:
+        """Evict the ``count`` cached blocks an allocation lacking ``count`` free blocks would (EVICT-412).
+
+        They leave the cache as that allocation's victims would (in the policy's order, counted as
+        evictions, with ``BlockRemoved`` for each last copy) and become free. When fewer than
+        ``count`` can be evicted (POOL-106), nothing is evicted and the answer is False:
+        Megatron-Core's ``evict_lru_blocks``.
+        """
+        n = as_count(count, op="evict")
+        if n > self._reclaimable():
+            return False
+        if n:
+            self._free.extend(reversed(self._evict(n)))  # the first victim on top: handed out first
+        return True
+
     def _reclaimable(self) -> int:
         """How many cached blocks eviction could free now, under the policy (POOL-106)."""
-        if self._policy is not _LRU_LEAF:
+        if not self._policy.prefix_closed:
             return len(self._evictable)
         # A hash with an in-use copy below it must keep one copy: mark the ancestors of every
         # in-use hashed block; each marked hash with no in-use copy of its own keeps one.
@@ -42,7 +59,7 @@ class Eviction(PoolState):
         The caller has checked that ``k`` blocks are reclaimable (POOL-106). ``keep_tree`` is as
         for :meth:`_unregister`; lru-leaf always keeps the tree, which it reads.
         """
-        if self._policy is _LRU_LEAF:
+        if self._policy.prefix_closed:
             victims = self._evict_leaves(k)
         else:
             if self._policy is _FIFO:
@@ -57,7 +74,8 @@ class Eviction(PoolState):
     def _evict_leaves(self, k: int) -> list[int]:
         """lru-leaf (EVICT-403): ``k`` times, unregister the least recently released block whose
         removal keeps the resident hashes prefix-closed: one that is not its hash's last copy, or
-        whose hash has no resident child.
+        whose hash has no resident child. lru-leaf-access (EVICT-411) reads the cached blocks in
+        the order of last access instead, sorted afresh at each pass.
 
         Taken one at a time from the front, since removing a hash's last copy can make its parent
         a leaf. A pass over the release order does the same in one go: it counts the copies and
@@ -74,7 +92,8 @@ class Eviction(PoolState):
             lost: dict[int, int] = {}  # hash -> resident children this pass removes
             batch: list[int] = []
             passed = False
-            for b in evictable:
+            order = sorted(evictable, key=self._access.__getitem__) if self._policy.by_access else evictable
+            for b in order:
                 h: int = hashes[b]  # type: ignore[assignment]
                 copies_of_h = len(copies[h])
                 left = copies_of_h - taken.get(h, 0) if copies_of_h > 1 else 1  # this one and later ones

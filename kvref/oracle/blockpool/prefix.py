@@ -222,6 +222,24 @@ class PrefixIndex(PoolState):
             raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use; release every reference first")
         self._drop_cache()
 
+    def clear(self) -> None:
+        """Drop every reference, pause and registration, blocks in use included (POOL-124).
+
+        Every usable block is free again, in a new pool's order; no holder holds or is paused; no hash
+        is resident (``AllBlocksCleared`` with events on; counted as a reset). Generations keep their
+        counts (POOL-111), so a (block, generation) handle from before the clear is stale after it.
+        What a holder held is gone: freeing it later is POOL-108's refusal.
+        """
+        n, reserved = self._n, self._is_reserved
+        self._drop_cache()
+        self._ref = [0] * n
+        self._holders = [None] * n
+        self._free[:] = [b for b in range(n - 1, -1, -1) if not reserved[b]]
+        self._held.clear()
+        self._paused.clear()
+        self._hashed_in_use.clear()
+        self._hash = [None] * n
+
     def _drop_cache(self) -> None:
         """Forget every registration, free the cached blocks, count the reset, emit all-cleared."""
         for b in self._evictable:

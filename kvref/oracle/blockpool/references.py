@@ -69,6 +69,7 @@ class ReferenceCounting(PoolState):
             gen[b] += 1
             holders[b] = {holder: 1}
         self._held[holder] = self._held.get(holder, 0) + n
+        self._stamp_access(ids)
         return ids
 
     def _gen_list(self, generations: object, ids: list[int], op: str) -> list[int]:
@@ -191,3 +192,4 @@ class ReferenceCounting(PoolState):
             ref[b] = r + 1
         if ids:
             self._held[holder] = self._held.get(holder, 0) + len(ids)
+            self._stamp_access(ids)

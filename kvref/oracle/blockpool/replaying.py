@@ -78,7 +78,7 @@ class FusedReplay(PoolState):
         rebuild = sum(map(len, lists)) >= len(self._copies)
         if rebuild and self.lru_stack_holds():
             return self._replay_lru_stack(lists, parent_of)
-        leaf_policy = self._policy is EvictionPolicy.LRU_LEAF  # its eviction reads the tree
+        leaf_policy = self._policy.prefix_closed  # its eviction reads the tree
         return self._replay_general(lists, parent_of if rebuild and not leaf_policy else None)
 
     def _rebuild_tree(self, parent_of: dict[int, int | None]) -> None:
@@ -188,7 +188,8 @@ class FusedReplay(PoolState):
         policy = self._policy
         fifo = policy is EvictionPolicy.FIFO
         ref_zero = policy is EvictionPolicy.REF_ZERO
-        leaf_policy = policy is EvictionPolicy.LRU_LEAF
+        leaf_policy = policy.prefix_closed
+        by_access = policy.by_access
         ref, gen, hashes, free = self._ref, self._gen, self._hash, self._free
         copies, parents, children = self._copies, self._parent, self._children
         evictable, registered, pinned = self._evictable, self._registered, self._hashed_in_use
@@ -216,6 +217,8 @@ class FusedReplay(PoolState):
                 ref[b] = r + 1
                 hit.append(b)
             n_hit = len(hit)
+            if by_access:  # the match's access, then the allocation's (EVICT-411)
+                self._stamp_access(hit)
             # Allocate the misses, free blocks first, evicting only the shortfall (EVICT-408); beyond
             # what is available the rest are not cached (TRACE-1015).
             need = len(ids) - n_hit
@@ -230,6 +233,8 @@ class FusedReplay(PoolState):
             fresh = take_free(free, min(room, n_free))
             if room > n_free:
                 fresh.extend(self._evict(room - n_free, keep_tree=keep_tree))
+            if by_access:
+                self._stamp_access(fresh)
             # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
             prev = ids[n_hit - 1] if n_hit else None
             for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):

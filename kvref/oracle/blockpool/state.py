@@ -13,7 +13,8 @@ State, per block id ``b`` (lists indexed by id):
 The free blocks are a stack (``_free``). The cache is ``_copies`` (hash -> blocks registered under
 it, oldest first), ``_parent`` (resident hash -> parent hash, None for the root) and
 ``_children`` (hash -> number of resident hashes whose parent it is). Evictable blocks are in
-``_evictable`` in release order; under ``fifo`` ``_registered`` keeps registration order.
+``_evictable`` in release order; under ``fifo`` ``_registered`` keeps registration order; under
+``lru-leaf-access`` ``_access[b]`` is the position of ``b``'s last access (EVICT-411).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class PoolState(PoolShape, PausedHolders):
     """The oracle's fields, its sizes and per-block queries; the base of every oracle mixin.
 
     ``num_blocks`` blocks, of which ``reserved_ids`` (default ``(0,)``, the null block) are never
-    handed out (POOL-102). ``policy`` is one of ``lru``, ``lru-leaf``, ``ref-zero``, ``fifo``
-    (chapter 04). ``paused_limit`` is the soft limit on references held by paused holders
+    handed out (POOL-102). ``policy`` is one of ``lru``, ``lru-leaf``, ``ref-zero``, ``fifo``,
+    ``lru-leaf-access`` (chapter 04). ``paused_limit`` is the soft limit on references held by paused holders
     (POOL-113). ``enable_events`` turns on KV events (PFX-315).
     """
 
@@ -80,6 +81,8 @@ class PoolState(PoolShape, PausedHolders):
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._hashed_in_use: set[int] = set()  # hashed blocks with references (for lru-leaf)
         self._registered: OrderedDict[int, None] = OrderedDict()
+        self._access = [-1] * n  # lru-leaf-access: each block's last access, a position in _access_clock
+        self._access_clock = 0
         self._events: list[KVEvent] = []
         self._requests = self._queries = self._hits = self._evictions = self._resets = 0
 
@@ -161,6 +164,16 @@ class PoolState(PoolShape, PausedHolders):
     def stats(self) -> PrefixCacheStats:
         """Cumulative hit statistics (PFX-318, PFX-319)."""
         return PrefixCacheStats(self._requests, self._queries, self._hits, self._evictions, self._resets)
+
+    def _stamp_access(self, ids: Iterable[int]) -> None:
+        """Mark the blocks one call handed out or pinned as accessed now, in ascending id order
+        (EVICT-411); only ``lru-leaf-access`` reads the marks."""
+        if self._policy.by_access:
+            access, clock = self._access, self._access_clock
+            for b in sorted(set(ids)):
+                access[b] = clock
+                clock += 1
+            self._access_clock = clock
 
     def _references_of(self, holder: Hashable) -> int:
         return self._held.get(holder, 0)

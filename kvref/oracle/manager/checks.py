@@ -1,15 +1,35 @@
-"""The manager's check of the hits a scheduler hands back (REQ-712)."""
+"""The manager's checks: its KV cache groups (REQ-730, REQ-757) and the hits a scheduler hands back (REQ-712)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError
-from kvref.contract.manager import KVCacheBlocks
+from kvref.contract.errors import ConfigError, InvalidTypeError, InvalidValueError
+from kvref.contract.manager import NULL_BLOCK, CacheGroup, KVCacheBlocks
+from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
 from kvref.oracle.manager.groups import GroupTables
 
-__all__ = ["checked_hits"]
+__all__ = ["checked_groups", "checked_hits"]
+
+
+def checked_groups(groups: object, pool: PrefixCache, *, use_eagle: bool, last_block: str) -> tuple[CacheGroup, ...]:
+    """``groups`` as a tuple of one or more CacheGroup (REQ-730); a sliding-window or mamba group needs
+    the pool's block 0 reserved (the null block) and neither EAGLE nor ``last_block="share"`` (REQ-757)."""
+    specs = tuple(groups) if isinstance(groups, Iterable) and not isinstance(groups, (str, bytes)) else ()
+    if not specs or not all(isinstance(g, CacheGroup) for g in specs):
+        raise ConfigError("REQ-730", "RequestManager: groups must be one or more CacheGroup")
+    if any(g.window_tokens is not None for g in specs):
+        if NULL_BLOCK not in pool.reserved_ids:
+            raise ConfigError(
+                "REQ-730", "RequestManager: a sliding-window or mamba group needs block 0 reserved (the null block)"
+            )
+        if use_eagle or last_block != "recompute":
+            raise ConfigError(
+                "REQ-730",
+                "RequestManager: EAGLE and last_block='share' are not specified with a sliding-window or mamba group",
+            )
+    return specs
 
 
 def checked_hits(

@@ -4,7 +4,9 @@
 block standing for a block outside a sliding window) and how many leading positions are cached,
 as vLLM's single-type managers do. A full-attention group never skips a token; a sliding-window
 group of ``W`` tokens skips the first ``n - W + 1`` of ``n`` computed tokens, releases the blocks
-they fill wholly (REQ-730) and finds its hits right to left (REQ-731). Every group draws blocks
+they fill wholly (REQ-730) and finds its hits right to left (REQ-731). A mamba group is a window
+of 2 tokens (the state after the last computed token, REQ-757, REQ-758) that also refuses, for one
+step, a hit it cached in that step (REQ-759). Every group draws blocks
 from the manager's one pool, holding them under the request id, and caches them under its own
 keys (:func:`~kvref.contract.manager.group_key`, REQ-733).
 """
@@ -28,7 +30,10 @@ class GroupTables:
         self.spec = spec
         self.pool = pool
         self.block_size = block_size
-        self.window = spec.sliding_window
+        self.window = spec.window_tokens
+        self.is_mamba = spec.kind == "mamba"
+        #: Keys a mamba group cached since the scheduler's step began (REQ-759).
+        self.cached_this_step: set[int] = set()
         self.tables: dict[str, list[int]] = {}
         self.num_cached: dict[str, int] = {}
         self._keys: weakref.WeakKeyDictionary[Request, list[int]] = weakref.WeakKeyDictionary()
@@ -116,6 +121,8 @@ class GroupTables:
         table = self.tables.get(rid)
         if table is not None:
             return max(required - len(table), 0)
+        if self.is_mamba and hits and self.pool.block_hash(hits[-1]) in self.cached_this_step:
+            return self.pool.num_usable + 1  # REQ-759: its state may not be written yet; as vLLM, never fits
         skipped = self.skipped_blocks(num_computed)
         pinned = [b for b in hits[skipped:] if b != NULL_BLOCK]
         ref_count = self.pool.ref_count
@@ -159,6 +166,8 @@ class GroupTables:
             for i in positions:
                 self.pool.register([table[i]], [keys[i]])
         self.num_cached[rid] = end
+        if self.is_mamba:
+            self.cached_this_step.update(keys[i] for i in positions)
         return [(i, keys[i]) for i in positions]
 
     def free(self, rid: str) -> None:

@@ -27,7 +27,7 @@ from kvref.contract.manager import (
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
-from kvref.oracle.manager.checks import checked_hits
+from kvref.oracle.manager.checks import checked_groups, checked_hits
 from kvref.oracle.manager.groups import GroupTables, longest_common_hit
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
@@ -81,18 +81,7 @@ class RequestManager:
             )
         if pool.num_in_use:
             raise ConfigError("REQ-721", f"RequestManager: the pool already has {pool.num_in_use} blocks in use")
-        specs = tuple(groups)
-        if not specs or not all(isinstance(g, CacheGroup) for g in specs):
-            raise ConfigError("REQ-730", "RequestManager: groups must be one or more CacheGroup")
-        if any(g.sliding_window is not None for g in specs):
-            if NULL_BLOCK not in pool.reserved_ids:
-                raise ConfigError(
-                    "REQ-730", "RequestManager: a sliding-window group needs block 0 reserved (the null block)"
-                )
-            if use_eagle or last_block != "recompute":
-                raise ConfigError(
-                    "REQ-730", "RequestManager: EAGLE and last_block='share' are not specified with a sliding window"
-                )
+        specs = checked_groups(groups, pool, use_eagle=use_eagle, last_block=last_block)
         self.pool = pool
         self._block_size = size
         self._max_model_len = limit
@@ -175,6 +164,12 @@ class RequestManager:
         if self.stats_at == "lookup":
             self._ledger.record(num_tokens=n, num_hits=computed, preempted=req.num_preemptions > 0)
         return (KVCacheBlocks(tuple(tuple(h) for h in hits)) if length else self._empty), computed
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (vLLM's ``new_step_starts``): what mamba groups cached before it
+        may now be hits that ``allocate_slots`` takes (REQ-759)."""
+        for g in self.groups:
+            g.cached_this_step.clear()
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count an admitted request and its hit tokens, as vLLM's scheduler does once it admits one (REQ-716).
@@ -387,6 +382,7 @@ class RequestManager:
         return {
             "tables": [{rid: list(t) for rid, t in g.tables.items()} for g in self.groups],
             "num_cached": [dict(g.num_cached) for g in self.groups],
+            "cached_this_step": [sorted(g.cached_this_step) for g in self.groups],
             "ledger": self._ledger.snapshot(),
             "num_available": pool.num_available,
             "pool": pool_state,

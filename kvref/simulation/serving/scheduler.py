@@ -166,8 +166,11 @@ class ServingReplay:
         self._waiting.append(_Live(index, spec, req))
 
     def _step(self) -> tuple[bool, int]:
-        """One scheduler step (TRACE-1032..TRACE-1036); returns whether it was quiet and its length."""
+        """One scheduler step (TRACE-1032..TRACE-1036); returns whether it was quiet and its length.
+
+        It starts as vLLM's ``schedule`` does, with the manager's ``new_step_starts`` (REQ-759)."""
         manager = self.manager
+        manager.new_step_starts()
         model = self.model
         size = self._size
         budget = model.max_num_batched_tokens

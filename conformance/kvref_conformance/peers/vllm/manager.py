@@ -17,9 +17,11 @@ values:
 - ``preempt`` does what ``Scheduler._preempt_request`` does: ``free``, then the request's fields;
 - nothing is checked here that vLLM does not check itself: a bad call reaches vLLM as it is.
 
-KV cache groups become vLLM's ``FullAttentionSpec`` and ``SlidingWindowSpec`` groups over one
-``BlockPool``; with a window the config asks for dense retention
-(``prefix_cache_retention_interval=None``: every full block cached, as chapter 07 specifies).
+KV cache groups become vLLM's ``FullAttentionSpec``, ``SlidingWindowSpec`` and ``MambaSpec``
+(``mamba_cache_mode="all"``, no speculative blocks) groups over one ``BlockPool``; with a window
+or a mamba group the config asks for dense retention (``prefix_cache_retention_interval=None``:
+every full block cached, as chapter 07 specifies). ``new_step_starts`` is passed on, as vLLM's
+scheduler calls it at the start of every ``schedule``.
 Statistics are recorded as vLLM 0.32's scheduler does, by ``record_prefix_cache_stats`` after an
 admission (kvref's ``stats_at="admission"``). Not offered: ``last_block="share"`` (vLLM always
 recomputes the last block), policies other than ``lru``, multimodal requests.
@@ -87,7 +89,13 @@ class VllmRequestManager:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_manager import KVCacheManager
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+            MambaSpec,
+            SlidingWindowSpec,
+        )
 
         hash_fn = get_hash_fn_by_name("sha256")  # the engine's default prefix_caching_hash_algo
         init_none_hash(hash_fn)
@@ -101,12 +109,15 @@ class VllmRequestManager:
                 "head_size": 8,
                 "dtype": torch.float16,
             }
-            if group.sliding_window is None:
+            if group.kind == "mamba":  # one state of 8 float16 values per block: the same page as attention's
+                spec = MambaSpec(block_size=block_size, shapes=((8,),), dtypes=(torch.float16,), mamba_cache_mode="all")
+                layers.append(KVCacheGroupSpec([f"mamba.{i}"], spec))
+            elif group.sliding_window is None:
                 layers.append(KVCacheGroupSpec([f"full.{i}"], FullAttentionSpec(**shape)))
             else:
                 spec = SlidingWindowSpec(**shape, sliding_window=group.sliding_window)
                 layers.append(KVCacheGroupSpec([f"window.{i}"], spec))
-        hybrid = len(layers) > 1 or groups[0].sliding_window is not None
+        hybrid = len(layers) > 1 or groups[0].window_tokens is not None
         config = KVCacheConfig(
             num_blocks=num_blocks,
             kv_cache_tensors=[],
@@ -129,7 +140,7 @@ class VllmRequestManager:
         self._block_size = block_size
         self._max_model_len = max_model_len
         self._events = enable_kv_cache_events
-        self._windows = {i for i, g in enumerate(groups) if g.sliding_window is not None}
+        self._windows = {i for i, g in enumerate(groups) if g.window_tokens is not None}
         self._requests: dict[str, tuple[Request, Any]] = {}
         self._hits: dict[str, tuple[KVCacheBlocks, Any]] = {}  # the last get_computed_blocks per request
         self._kvref_hash: dict[bytes, int] = {}  # vLLM BlockHash -> kvref hash
@@ -211,7 +222,9 @@ class VllmRequestManager:
 
     def capabilities(self) -> frozenset[str]:
         """``request-manager``, and ``events`` when vLLM reports them."""
-        return frozenset({"request-manager", "manager-sliding-window"} | ({"events"} if self._events else set()))
+        return frozenset(
+            {"request-manager", "manager-sliding-window", "manager-mamba"} | ({"events"} if self._events else set())
+        )
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """vLLM's ``get_computed_blocks`` (its third value, the hybrid junction, is 0 for one group)."""
@@ -259,6 +272,10 @@ class VllmRequestManager:
         )
         self._hits.pop(request.request_id, None)
         return None if got is None else self._blocks(got)
+
+    def new_step_starts(self) -> None:
+        """vLLM's ``new_step_starts``, as its scheduler calls it at the start of each step."""
+        self.manager.new_step_starts()
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """vLLM's ``record_prefix_cache_stats``, the scheduler's call after an admission."""

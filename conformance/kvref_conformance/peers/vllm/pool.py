@@ -63,7 +63,16 @@ def capabilities_of(caching: bool) -> frozenset[str]:
     if not caching:
         return frozenset({"pause", "policy-lru"})
     return frozenset(
-        {"prefix-cache", "events", "pause", "request-prefix", "policy-lru", "request-manager", "manager-sliding-window"}
+        {
+            "prefix-cache",
+            "events",
+            "pause",
+            "request-prefix",
+            "policy-lru",
+            "request-manager",
+            "manager-sliding-window",
+            "manager-mamba",
+        }
     )
 
 
