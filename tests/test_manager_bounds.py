@@ -127,7 +127,7 @@ def test_with_caching_off_the_manager_shows_no_hash_even_over_a_pool_that_has_ca
     m = RequestManager(ProtocolOnly(pool), block_size=4, max_model_len=64, enable_caching=False)
     assert m.block_hash(block) is None, f"[REQ-704] caching is off, yet block {block} shows a hash"
     view = m.snapshot()
-    hashes = [h for _, h in view["pool"]] if "pool" in view else None
+    hashes = [h for _, h in view["pools"][0]] if "pools" in view else None
     assert hashes == [None] * 8, f"a manager without caching shows hashes in its snapshot: {view}"
 
 

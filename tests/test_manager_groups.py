@@ -163,7 +163,7 @@ def test_a_managers_snapshot_holds_its_pools_own_snapshot() -> None:
     m = RequestManager(OracleBlockPool(8), block_size=4, max_model_len=64)
     assert m.allocate_slots(Request("a", list(range(5)), block_size=4), 5) is not None
     pool: Any = m.pool
-    assert m.snapshot()["pool"] == pool.snapshot(), "a pool with a snapshot is compared by it"
+    assert m.snapshot()["pools"] == [pool.snapshot()], "a pool with a snapshot is compared by it"
 
 
 @rule("REQ-708", "REQ-709", "REQ-718", "REQ-719")

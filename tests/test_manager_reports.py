@@ -120,12 +120,13 @@ def test_the_common_prefix_is_the_run_of_positions_every_scheduled_table_shares(
 def test_the_managers_snapshot_has_its_documented_fields_and_sees_every_change() -> None:
     m, req = admitted()
     seen = [m.snapshot()]
-    assert set(seen[0]) == {"tables", "num_cached", "ledger", "num_available", "pool"}, f"fields {sorted(seen[0])}"
+    fields = {"tables", "num_cached", "cached_this_step", "ledger", "num_available", "pools"}
+    assert set(seen[0]) == fields, f"fields {sorted(seen[0])}"
     assert seen[0]["tables"][0] == {"a": table(m)} and seen[0]["num_cached"][0] == {"a": 2}, f"{seen[0]}"
     m.free(req)
     seen.append(m.snapshot())
     changed = {k for k in seen[0] if seen[0][k] != seen[1][k]}
-    assert changed >= {"tables", "num_cached", "num_available", "pool"}, f"a free changed only {sorted(changed)}"
+    assert changed >= {"tables", "num_cached", "num_available", "pools"}, f"a free changed only {sorted(changed)}"
 
 
 class NoSnapshot:
@@ -146,6 +147,6 @@ def test_over_a_pool_without_a_snapshot_the_manager_reads_each_blocks_count_and_
     m = RequestManager(NoSnapshot(pool), block_size=4, max_model_len=64)  # type: ignore[arg-type]
     req = Request("a", list(range(6)), block_size=4)
     assert m.allocate_slots(req, 6) is not None
-    state = m.snapshot()["pool"]
+    state = m.snapshot()["pools"][0]
     want = tuple((pool.ref_count(b), pool.block_hash(b)) for b in range(8))
     assert state == want and state[1] == (1, pool.block_hash(1)) != (1, None), f"pool view {state}"

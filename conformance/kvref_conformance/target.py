@@ -189,11 +189,13 @@ class Target:
         enable_kv_cache_events: bool = True,
         last_block: str = "recompute",
         groups: Sequence[Any] | None = None,
+        pool_sizes: Sequence[int] | None = None,
     ) -> Any:
         """A new request-level manager (chapter 07) over ``num_blocks`` blocks, block 0 the null block.
 
         The target's own manager where it has one, else kvref's :class:`~kvref.oracle.manager.RequestManager`
-        over a new pool of the target (events on where both the pool and the call want them).
+        over a new pool of the target (events on where both the pool and the call want them); with
+        ``pool_sizes``, over one new pool of each size per group instead (REQ-735).
         """
         settings: dict[str, Any] = {
             "block_size": block_size,
@@ -209,8 +211,11 @@ class Target:
             return self.manager_factory(num_blocks, policy=policy, **settings)
         from kvref.oracle.manager import RequestManager
 
-        pool = self.create(num_blocks, policy=policy, enable_events=settings["enable_kv_cache_events"])
-        return RequestManager(pool, **settings)
+        events = settings["enable_kv_cache_events"]
+        if pool_sizes is not None:
+            pools = [self.create(size, policy=policy, enable_events=events) for size in pool_sizes]
+            return RequestManager(pools, **settings)
+        return RequestManager(self.create(num_blocks, policy=policy, enable_events=events), **settings)
 
     def data_plane(self) -> Any:
         """The target's data plane (chapter 08); ConfigError where it has none."""

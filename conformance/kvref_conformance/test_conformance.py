@@ -20,6 +20,7 @@ from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.manager import ManagerSuite
 from kvref_conformance.suites.manager_groups import ManagerGroupsSuite
 from kvref_conformance.suites.manager_mamba import ManagerMambaSuite
+from kvref_conformance.suites.manager_pools import ManagerPoolsSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
@@ -97,6 +98,10 @@ class TestManagerGroups(ManagerGroupsSuite):
 
 class TestManagerMamba(ManagerMambaSuite):
     """Chapter 07's mamba groups: full attention beside a mamba group (vLLM's MambaManager, mode "all")."""
+
+
+class TestManagerPools(ManagerPoolsSuite):
+    """Chapter 07 with one pool per KV cache group, each its own budget, where the backend offers it."""
 
 
 class TestContextDuties(ContextDutiesSuite):

@@ -36,6 +36,7 @@ CAPABILITIES: dict[str, str] = {
     "manager-common-prefix": "counts the blocks every scheduled request shares (get_num_common_prefix_blocks, REQ-718)",
     "context-duties": "runs its engine's own request path over its allocator (create_context, REQ-740..REQ-745)",
     "manager-sliding-window": "serves sliding-window KV cache groups beside full attention (REQ-730..REQ-734)",
+    "manager-pools": "gives each KV cache group a pool and budget of its own (REQ-735)",
     "manager-mamba": "serves mamba KV cache groups beside full attention (REQ-757..REQ-759)",
     "manager-share-last-block": "matches a prompt of whole blocks up to its last block, as Megatron-Core (REQ-705)",
     "error-order": "raises, for a call breaking several rules, the error of the first check broken (ERR-509)",

@@ -260,8 +260,8 @@ class KVCacheManager(Protocol):
         """Leading blocks every named request holds, per group (REQ-718)."""
         ...
 
-    def block_hash(self, block_id: int) -> int | None:
-        """The hash ``block_id`` is registered under, or None."""
+    def block_hash(self, block_id: int, *, group: int = 0) -> int | None:
+        """The key ``block_id`` is registered under in the pool of group ``group``, or None (REQ-735)."""
         ...
 
     def capabilities(self) -> frozenset[str]:

@@ -47,6 +47,8 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
     hybrid: bool = False
     #: Full attention beside a mamba group (REQ-757..REQ-759); each ``schedule`` is one step.
     mamba: bool = False
+    #: With ``hybrid``: each group in a pool of its own, of the base size and of half again (REQ-735).
+    pools: bool = False
 
     def make(self, num_blocks: int, **settings: Any) -> Any:
         """The manager under test (the planted bugs of ``tests/meta`` override this)."""
@@ -71,16 +73,20 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             self.window = 2  # a mamba group skips as a window of 2 tokens does (REQ-757)
             settings["groups"] = (FULL_ATTENTION, CacheGroup.mamba())
             num_blocks *= 2
+        sizes = (num_blocks // 2, num_blocks // 2 + num_blocks // 4) if self.pools else None
+        if sizes is not None:
+            settings["pool_sizes"] = sizes
         self.impl = self.make(num_blocks, **settings)
-        pool = OracleBlockPool(num_blocks, enable_events=self.events)
-        self.oracle = RequestManager(pool, **settings)
+        pools = [OracleBlockPool(n, enable_events=self.events) for n in sizes or (num_blocks,)]
+        oracle_settings = {k: v for k, v in settings.items() if k != "pool_sizes"}
+        self.oracle = RequestManager(pools if sizes else pools[0], **oracle_settings)
         note(f"manager = target.create_manager({num_blocks}, **{settings})")
         self.block_size = block_size
         self.pairs: dict[str, tuple[Request, Request]] = {}
         self.waiting: list[str] = []
         self.running: list[str] = []
         self.remote: list[str] = []  # admitted with their KV loading from a remote prefill (P/D)
-        self.shadow: dict[int, dict[int, int]] = {}  # impl block -> {slot: token written}
+        self.shadow: dict[tuple[int, int], dict[int, int]] = {}  # (pool, impl block) -> {slot: token written}
         self.serial = 0
 
     # ------------------------------------------------------------------ helpers
@@ -99,10 +105,14 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         """The implementation's side computes tokens ``start..end`` of ``rid`` into its blocks."""
         req = self.pairs[rid][0]
         size = self.block_size
-        for table in self.impl.get_block_ids(rid):
+        for group, table in enumerate(self.impl.get_block_ids(rid)):
             for pos in range(start, end):
                 if table[pos // size] != NULL_BLOCK:
-                    self.shadow.setdefault(table[pos // size], {})[pos % size] = req.all_token_ids[pos]
+                    self.shadow.setdefault(self.kv(group, table[pos // size]), {})[pos % size] = req.all_token_ids[pos]
+
+    def kv(self, group: int, block: int) -> tuple[int, int]:
+        """Where block ``block`` of group ``group`` keeps its KV: one store per pool (REQ-735)."""
+        return (group if self.pools else 0, block)
 
     def allocate(self, rid: str, what: str, hits: tuple[Any, Any] = (None, None), **kwargs: Any) -> bool:
         """``allocate_slots`` on both sides, each with its own hits; they must agree on None and on the blocks taken."""
@@ -297,7 +307,7 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             for i, block in enumerate(hits):
                 if block == NULL_BLOCK and group:
                     continue
-                held = tuple(self.shadow.get(block, {}).get(k) for k in range(size))
+                held = tuple(self.shadow.get(self.kv(group, block), {}).get(k) for k in range(size))
                 assert held == tuple(tokens[i * size : (i + 1) * size]), (
                     f"[REQ-704] hit {i} of family {family}'s prefix in group {group} is block {block}, "
                     f"which holds {held}"
@@ -320,14 +330,14 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
                 assert len(ti) == len(to), (
                     f"[REQ-708] {rid} holds {len(ti)} blocks in group {group}, the oracle {len(to)}"
                 )
-                hi = [None if b == NULL_BLOCK else self.impl.block_hash(b) for b in ti]
-                ho = [None if b == NULL_BLOCK else self.oracle.block_hash(b) for b in to]
+                hi = [None if b == NULL_BLOCK else self.impl.block_hash(b, group=group) for b in ti]
+                ho = [None if b == NULL_BLOCK else self.oracle.block_hash(b, group=group) for b in to]
                 assert hi == ho, f"[REQ-710] {rid}'s cached keys by position in group {group}: {hi}, the oracle {ho}"
                 nulls_i, nulls_o = [b == NULL_BLOCK for b in ti], [b == NULL_BLOCK for b in to]
                 assert nulls_i == nulls_o, f"[REQ-730] {rid}'s null blocks in group {group}: {ti}, the oracle {to}"
                 first = 0 if group == 0 or self.window is None else max(0, ri.num_computed_tokens - self.window + 1)
                 for pos in range(first, ri.num_computed_tokens if rid not in self.remote else 0):
-                    held = self.shadow.get(ti[pos // size], {}).get(pos % size)
+                    held = self.shadow.get(self.kv(group, ti[pos // size]), {}).get(pos % size)
                     assert held == ri.all_token_ids[pos], (
                         f"[REQ-721] {rid}'s token {pos} ({ri.all_token_ids[pos]}) is in block {ti[pos // size]} of "
                         f"group {group}, which holds {held} there: the table points at another request's KV"

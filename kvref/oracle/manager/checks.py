@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from kvref.contract.errors import ConfigError, InvalidTypeError, InvalidValueError
 from kvref.contract.manager import NULL_BLOCK, CacheGroup, KVCacheBlocks
@@ -10,26 +11,54 @@ from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
 from kvref.oracle.manager.groups import GroupTables
 
-__all__ = ["checked_groups", "checked_hits"]
+__all__ = ["checked_hits", "checked_setup"]
 
 
-def checked_groups(groups: object, pool: PrefixCache, *, use_eagle: bool, last_block: str) -> tuple[CacheGroup, ...]:
-    """``groups`` as a tuple of one or more CacheGroup (REQ-730); a sliding-window or mamba group needs
-    the pool's block 0 reserved (the null block) and neither EAGLE nor ``last_block="share"`` (REQ-757)."""
+def checked_setup(
+    pool: PrefixCache | Sequence[PrefixCache],
+    groups: object,
+    *,
+    enable_caching: bool,
+    enable_kv_cache_events: bool,
+    use_eagle: bool,
+    last_block: str,
+) -> tuple[tuple[CacheGroup, ...], list[PrefixCache]]:
+    """The groups, and the pool each draws from, of a new manager; ConfigError naming the rule otherwise.
+
+    ``groups`` is one or more CacheGroup (REQ-730). ``pool`` is one pool for every group, or a
+    sequence of one pool per group (REQ-735). A sliding-window or mamba group needs its pool's block 0
+    reserved (the null block) and neither EAGLE nor ``last_block="share"`` (REQ-730, REQ-757). Each
+    pool holds nothing yet (REQ-721), is a prefix cache when caching (REQ-704) and records events
+    when the manager reports them (REQ-717).
+    """
+    op = "RequestManager"
     specs = tuple(groups) if isinstance(groups, Iterable) and not isinstance(groups, (str, bytes)) else ()
     if not specs or not all(isinstance(g, CacheGroup) for g in specs):
-        raise ConfigError("REQ-730", "RequestManager: groups must be one or more CacheGroup")
-    if any(g.window_tokens is not None for g in specs):
-        if NULL_BLOCK not in pool.reserved_ids:
+        raise ConfigError("REQ-730", f"{op}: groups must be one or more CacheGroup")
+    pools: list[PrefixCache] = list(pool) if isinstance(pool, (list, tuple)) else [cast(PrefixCache, pool)] * len(specs)
+    if len(pools) != len(specs):
+        raise ConfigError("REQ-735", f"{op}: {len(pools)} pools for {len(specs)} groups; give one pool per group")
+    for spec, group_pool in zip(specs, pools, strict=True):
+        if spec.window_tokens is not None and NULL_BLOCK not in group_pool.reserved_ids:
             raise ConfigError(
-                "REQ-730", "RequestManager: a sliding-window or mamba group needs block 0 reserved (the null block)"
+                "REQ-730", f"{op}: a sliding-window or mamba group needs block 0 reserved in its pool (the null block)"
             )
-        if use_eagle or last_block != "recompute":
+    if any(g.window_tokens is not None for g in specs) and (use_eagle or last_block != "recompute"):
+        raise ConfigError(
+            "REQ-730", f"{op}: EAGLE and last_block='share' are not specified with a sliding-window or mamba group"
+        )
+    for each in {id(p): p for p in pools}.values():
+        if enable_caching and "prefix-cache" not in each.capabilities():
+            raise ConfigError("REQ-704", f"{op}: caching needs a pool with the prefix-cache capability")
+        if enable_kv_cache_events and not (enable_caching and "events" in each.capabilities()):
+            raise ConfigError("REQ-717", f"{op}: events need caching and a pool with events on")
+        if enable_kv_cache_events and getattr(each, "events_enabled", True) is False:
             raise ConfigError(
-                "REQ-730",
-                "RequestManager: EAGLE and last_block='share' are not specified with a sliding-window or mamba group",
+                "REQ-717", f"{op}: events are asked for but the pool records none; make it with enable_events=True"
             )
-    return specs
+        if each.num_in_use:
+            raise ConfigError("REQ-721", f"{op}: the pool already has {each.num_in_use} blocks in use")
+    return specs, pools
 
 
 def checked_hits(

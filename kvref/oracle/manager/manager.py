@@ -12,13 +12,11 @@ one pool under the request id. Every argument is checked before anything changes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from kvref.contract.errors import ConfigError, InvalidTypeError, InvalidValueError
 from kvref.contract.manager import (
     FULL_ATTENTION,
     LAST_BLOCK_MODES,
-    NULL_BLOCK,
     CacheGroup,
     KVCacheBlocks,
     ManagerEvent,
@@ -27,15 +25,15 @@ from kvref.contract.manager import (
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request, RequestStatus
 from kvref.contract.validate import as_count, as_int
-from kvref.oracle.manager.checks import checked_groups, checked_hits
+from kvref.oracle.manager.checks import checked_hits, checked_setup
 from kvref.oracle.manager.groups import GroupTables, longest_common_hit
 from kvref.oracle.manager.ledger import ManagerLedger
-from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
+from kvref.oracle.manager.views import ManagerViews
 
 __all__ = ["RequestManager"]
 
 
-class RequestManager:
+class RequestManager(ManagerViews):
     """vLLM's ``KVCacheManager`` over ``pool`` (chapter 07), for ``groups`` (one full-attention group by default).
 
     ``pool`` must be a chapter 03 prefix cache when ``enable_caching`` (with events on when
@@ -48,7 +46,7 @@ class RequestManager:
 
     def __init__(
         self,
-        pool: PrefixCache,
+        pool: PrefixCache | Sequence[PrefixCache],
         *,
         block_size: int,
         max_model_len: int,
@@ -70,19 +68,13 @@ class RequestManager:
             )
         if last_block not in LAST_BLOCK_MODES:
             raise ConfigError("REQ-705", f"RequestManager: last_block must be one of {sorted(LAST_BLOCK_MODES)}")
-        if enable_caching and "prefix-cache" not in pool.capabilities():
-            raise ConfigError("REQ-704", "RequestManager: caching needs a pool with the prefix-cache capability")
-        if enable_kv_cache_events and not (enable_caching and "events" in pool.capabilities()):
-            raise ConfigError("REQ-717", "RequestManager: events need caching and a pool with events on")
-        if enable_kv_cache_events and getattr(pool, "events_enabled", True) is False:
-            raise ConfigError(
-                "REQ-717",
-                "RequestManager: events are asked for but the pool records none; make it with enable_events=True",
-            )
-        if pool.num_in_use:
-            raise ConfigError("REQ-721", f"RequestManager: the pool already has {pool.num_in_use} blocks in use")
-        specs = checked_groups(groups, pool, use_eagle=use_eagle, last_block=last_block)
-        self.pool = pool
+        specs, pools = checked_setup(
+            pool, groups, enable_caching=enable_caching, enable_kv_cache_events=enable_kv_cache_events,
+            use_eagle=use_eagle, last_block=last_block,
+        )  # fmt: skip
+        #: The pool of group 0; :attr:`pools` holds every distinct pool, in group order (REQ-735).
+        self.pool = pools[0]
+        self.pools = tuple({id(p): p for p in pools}.values())
         self._block_size = size
         self._max_model_len = limit
         self.enable_caching = bool(enable_caching)
@@ -90,12 +82,13 @@ class RequestManager:
         self.enable_kv_cache_events = bool(enable_kv_cache_events)
         self.last_block = last_block
         self.stats_at = stats_at
-        self.groups = [GroupTables(i, spec, pool, size) for i, spec in enumerate(specs)]
+        self.groups = [GroupTables(i, spec, p, size) for i, (spec, p) in enumerate(zip(specs, pools, strict=True))]
         self._empty = KVCacheBlocks.empty(len(specs))
         self._requests: dict[str, Request] = {}
         self._ledger = ManagerLedger(log_stats=log_stats, block_size=size)
         if self.enable_kv_cache_events:
-            pool.take_events()  # what happened before the manager is not its to report
+            for each in self.pools:
+                each.take_events()  # what happened before the manager is not its to report
 
     # ------------------------------------------------------------------ properties
 
@@ -111,14 +104,14 @@ class RequestManager:
 
     @property
     def num_free_blocks(self) -> int:
-        """Free plus cached unreferenced blocks: what an allocation could take now."""
-        return self.pool.num_available
+        """Free plus cached unreferenced blocks: what allocations could take now, summed over the pools (REQ-735)."""
+        return sum(p.num_available for p in self.pools)
 
     @property
     def usage(self) -> float:
-        """``1 - num_available / num_usable`` (REQ-723)."""
-        usable = self.pool.num_usable
-        return 1.0 - self.pool.num_available / usable if usable else 0.0
+        """``1 - num_available / num_usable``, each summed over the pools (REQ-723, REQ-735)."""
+        usable = sum(p.num_usable for p in self.pools)
+        return 1.0 - self.num_free_blocks / usable if usable else 0.0
 
     def capabilities(self) -> frozenset[str]:
         """``request-manager``, with the pool's events where the manager reports them."""
@@ -272,9 +265,12 @@ class RequestManager:
         return KVCacheBlocks(tuple(tuple(f) for f in fresh)) if any(fresh) else self._empty
 
     def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
-        """Whether every group's new blocks and the cached hits it pins fit in the available blocks (REQ-709)."""
-        need = sum(g.blocks_to_take(rid, required, h, num_computed) for g, h in zip(self.groups, hits, strict=True))
-        return need <= self.pool.num_available
+        """Whether every group's new blocks and the cached hits it pins fit, pool by pool, in the available
+        blocks of the pool it draws from (REQ-709, REQ-734, REQ-735)."""
+        need: dict[int, int] = {}
+        for g, h in zip(self.groups, hits, strict=True):
+            need[id(g.pool)] = need.get(id(g.pool), 0) + g.blocks_to_take(rid, required, h, num_computed)
+        return all(need.get(id(p), 0) <= p.num_available for p in self.pools)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Register the blocks the first ``num_computed_tokens`` tokens fill wholly (REQ-711)."""
@@ -315,10 +311,11 @@ class RequestManager:
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block and return True, or return False while any block is in use (REQ-715)."""
-        if self.pool.num_in_use:
+        if any(p.num_in_use for p in self.pools):
             return False
         if self.enable_caching:
-            self.pool.reset()
+            for p in self.pools:
+                p.reset()
         self._ledger.mark_reset()
         return True
 
@@ -332,64 +329,11 @@ class RequestManager:
         """The events since the last call, oldest first; empty when events are off (REQ-717)."""
         if not self.enable_kv_cache_events:
             return []
-        events = self.pool.take_events()
-        return self._ledger.translate(events, self.pool.resident_hashes())
-
-    # ------------------------------------------------------------------ tables
-
-    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        """The request's blocks in token order, one list per group, the null block included (REQ-719)."""
-        return tuple(list(g.tables.get(request_id, ())) for g in self.groups)
-
-    def get_blocks(self, request_id: str) -> KVCacheBlocks:
-        """The request's blocks as :class:`KVCacheBlocks` (REQ-719)."""
-        return KVCacheBlocks(tuple(tuple(g.tables.get(request_id, ())) for g in self.groups))
-
-    def get_unhashed_block_ids(self, blocks: KVCacheBlocks) -> list[int]:
-        """The blocks of ``blocks`` not registered under any hash, the null block left out (REQ-719)."""
-        return [b for group in blocks.blocks for b in group if b != NULL_BLOCK and self.pool.block_hash(b) is None]
-
-    def block_hash(self, block_id: int) -> int | None:
-        """The key ``block_id`` is registered under (the block's hash in group 0), or None."""
-        return self.pool.block_hash(block_id) if self.enable_caching else None
-
-    def get_num_common_prefix_blocks(self, request_ids: Sequence[str], *, num_running: int | None = None) -> list[int]:
-        """Leading blocks every named request holds at the same position, per group (REQ-718)."""
-        return [
-            common_prefix_blocks([g.tables.get(rid, []) for rid in request_ids], self.pool.ref_count, num_running)
-            for g in self.groups
-        ]
-
-    def num_cached_blocks(self, request_id: str, group: int = 0) -> int:
-        """How many leading positions of the request's table in ``group`` are cached (or skipped)."""
-        return self.groups[group].num_cached.get(request_id, 0)
-
-    def check_invariants(self) -> None:
-        """Raise InvariantViolation naming the first broken part of REQ-721."""
-        verify_tables(self.pool, self.groups, self._requests, self._max_model_len)
-
-    def snapshot(self) -> dict[str, Any]:
-        """Tables, cached counts, statistics and the pool's own snapshot (or view), for ERR-501 checks."""
-        pool = self.pool
-        take = getattr(pool, "snapshot", None)
-        pool_state = (
-            take()
-            if callable(take)
-            else tuple(
-                (pool.ref_count(b), pool.block_hash(b) if self.enable_caching else None) for b in range(pool.num_blocks)
-            )
-        )
-        return {
-            "tables": [{rid: list(t) for rid, t in g.tables.items()} for g in self.groups],
-            "num_cached": [dict(g.num_cached) for g in self.groups],
-            "cached_this_step": [sorted(g.cached_this_step) for g in self.groups],
-            "ledger": self._ledger.snapshot(),
-            "num_available": pool.num_available,
-            "pool": pool_state,
-        }
+        events = [event for p in self.pools for event in p.take_events()]
+        return self._ledger.translate(events, frozenset().union(*(p.resident_hashes() for p in self.pools)))
 
     def __repr__(self) -> str:
         return (
             f"RequestManager(block_size={self._block_size}, requests={len(self._requests)}, groups={len(self.groups)}, "
-            f"usage={self.usage:.3f}, pool={self.pool!r})"
+            f"usage={self.usage:.3f}, pools={list(self.pools)!r})"
         )

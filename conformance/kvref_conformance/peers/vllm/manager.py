@@ -354,8 +354,8 @@ class VllmRequestManager:
         """The blocks of ``blocks`` that vLLM's blocks say carry no hash."""
         return [b for group in blocks.blocks for b in group if self.pool.blocks[b].block_hash is None]
 
-    def block_hash(self, block_id: int) -> int | None:
-        """The kvref hash of the vLLM block hash ``block_id`` carries, or None."""
+    def block_hash(self, block_id: int, *, group: int = 0) -> int | None:
+        """The kvref hash of the vLLM block hash ``block_id`` carries, or None (one pool: ``group`` names no other)."""
         from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 
         key = self.pool.blocks[block_id].block_hash
