@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvref_conformance.suites.block_arrays import BlockArraysSuite
 from kvref_conformance.suites.block_tables import BlockTablesSuite
+from kvref_conformance.suites.budgets import BudgetsSuite
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.data_device import DataDeviceChecksSuite
@@ -86,6 +87,10 @@ class TestBlockTables(BlockTablesSuite):
 
 class TestStartingOver(StartingOverSuite):
     """Chapters 01 and 04: evict ahead of an allocation and clear everything, where the backend offers them."""
+
+
+class TestBudgets(BudgetsSuite):
+    """Chapter 07's one-line summary of the budgets, on any pool with paused holders."""
 
 
 class TestManager(ManagerSuite):

@@ -8,11 +8,32 @@ many references a holder holds (``_references_of``); the mixin supplies the rest
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 from kvref.contract.errors import PausedHolderError
 from kvref.contract.validate import as_holder
 
-__all__ = ["PausedHolders"]
+__all__ = ["PausedHolders", "budget_line", "pool_budget_line"]
+
+
+def budget_line(total_used: int, total: int, active_used: int, paused_used: int, paused: int) -> str:
+    """The one line every implementation prints of its budgets (REQ-746), as Megatron-Core's
+    ``KVBlockAllocator`` prints itself: ``using: total U/T; active A/(T - P); paused Q/P``, with ``U``
+    the usable blocks not free (in use or cached) of ``T``, ``A`` and ``Q`` the distinct blocks
+    that active and paused holders hold, ``P`` the paused budget."""
+    return f"using: total {total_used}/{total}; active {active_used}/{total - paused}; paused {paused_used}/{paused}"
+
+
+def pool_budget_line(pool: Any) -> str:
+    """:func:`budget_line` of a chapter 01 pool with paused holders (REQ-746), read through its protocol:
+    ``num_usable``, ``num_free``, ``holders(block)``, ``is_paused(holder)`` and ``paused_limit``."""
+    active: set[int] = set()
+    paused: set[int] = set()
+    for block in range(pool.num_blocks):
+        for holder in pool.holders(block):
+            (paused if pool.is_paused(holder) else active).add(block)
+    usable = pool.num_usable
+    return budget_line(usable - pool.num_free, usable, len(active), len(paused), pool.paused_limit)
 
 
 class PausedHolders:

@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvref.contract.pausing import budget_line
 from kvref_conformance.suites.base import ConformanceSuite, requires
 from kvref_conformance.suites.base import rule as rule_ids
 from kvref_conformance.target import Target
@@ -148,6 +149,10 @@ class ContextMachine(RuleBasedStateMachine):
             f"requests (the chunked one included) hold {len(active)} distinct blocks and the paused {len(paused)}: "
             f"rows {rows}"
         )
+        used = (a.get_total_used(), a.total_count - 1, a.get_active_used(), a.get_paused_used(), a.paused_count)
+        assert str(a) == budget_line(*used), (  # the line, from the engine's own counts (REQ-740 checks them)
+            f"[REQ-746] the engine prints {str(a)!r}; kvref's line of the same counts is {budget_line(*used)!r}"
+        )
         hashes = a.block_hashes.tolist()
         cached = [b for b in range(a.total_count - 1) if a.block_ref_counts[b] == 0 and hashes[b] != -1]
         reachable = a.total_avail + (len(cached) if self.policy == "lru" else 0)
@@ -222,7 +227,7 @@ class ContextDutiesSuite(ConformanceSuite):
     def test_the_budgets_count_every_block_a_request_holds(self, impl: Target, policy: str) -> None:
         run(impl, policy, {"budgets"})
 
-    @rule_ids("REQ-741", "REQ-743", "REQ-744", "REQ-745")
+    @rule_ids("REQ-741", "REQ-743", "REQ-744", "REQ-745", "REQ-746")
     @requires("context-duties")
     def test_every_block_is_accounted_for_and_every_hit_is_honest(self, impl: Target) -> None:
         """With decode, pauses and resumptions: under ref-zero (lru's pauses meet REQ-742's scenario below)."""
