@@ -82,6 +82,13 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
         """Cached blocks in release order (lru order), oldest first."""
         return self.ops.tolist(self._lru_order.oldest(self._ncached)) if self._ncached else []
 
+    def _access_order(self) -> list[int]:
+        """The cached blocks, least recently accessed first (EVICT-411): what a snapshot compares."""
+        if not self._ncached:
+            return []
+        cached = self._lru_order.oldest(self._ncached)
+        return self.ops.tolist(cached[self.ops.argsort(self._access[cached])])
+
     def snapshot(self) -> dict[str, Any]:
         """A deep, comparable copy of the whole observable state, eviction orders included (ERR-501)."""
         ops = self.ops
@@ -108,7 +115,7 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
                 "head": ops.tolist(self._ehead[index_entries]),
             },
             "evictable": self.eviction_order(),
-            "access": ops.tolist(self._access) if self._policy.by_access else [],
+            "access": self._access_order() if self._policy.by_access else [],
             "registered": ops.tolist(fifo),
             "events": list(self._events),
             "stats": self.stats,

@@ -208,6 +208,10 @@ class Target:
         if groups is not None:  # chapter 07's KV cache groups (kvref.contract.manager.CacheGroup)
             settings["groups"] = tuple(groups)
         if self.manager_factory is not None:
+            if pool_sizes is not None:
+                from kvref.contract.errors import ConfigError
+
+                raise ConfigError("CONF-904", f"target {self.name!r}: its own manager takes no pool per group")
             return self.manager_factory(num_blocks, policy=policy, **settings)
         from kvref.oracle.manager import RequestManager
 

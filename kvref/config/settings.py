@@ -51,7 +51,7 @@ def _policy(value: object) -> str:
     try:
         return as_policy(value).value
     except KVRefError:
-        raise ValueError("one of lru, lru-leaf, ref-zero, fifo") from None
+        raise ValueError("one of lru, lru-leaf, ref-zero, fifo, lru-leaf-access") from None
 
 
 def _hash(value: object) -> str:

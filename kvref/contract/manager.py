@@ -48,7 +48,8 @@ class CacheGroup:
     ``sliding_window`` tokens, or mamba (a linear-attention state per request, vLLM's ``MambaManager``
     with ``mamba_cache_mode="all"``).
 
-    Every group of a manager has the manager's block size and draws its blocks from the one pool.
+    Every group of a manager has the manager's block size and draws its blocks from the manager's one
+    pool, or from a pool of its own (REQ-735).
     """
 
     kind: str = "full"

@@ -147,7 +147,7 @@ class MegatronBlockAllocator(HeldReferences):
         return self._policy
 
     def capabilities(self) -> frozenset[str]:
-        """Prefix cache, the two policies, paused holders (kept here)."""
+        """Prefix cache, the two policies, paused holders (kept here), evict and clear."""
         return _CAPABILITIES
 
     def ref_count(self, block_id: SupportsIndex) -> int:

@@ -74,3 +74,18 @@ class ManagerPoolsSuite(ConformanceSuite):
         with pytest.raises(ConfigError) as info:
             new_manager(impl, 20, groups=HYBRID, pool_sizes=(10,))
         assert info.value.rule == "REQ-735", f"[REQ-735] one pool for two groups: {info.value}"
+
+    @requires("events")
+    @rule("REQ-735", "REQ-717")
+    def test_events_over_several_pools_come_in_call_order_with_one_clear_per_reset(self, impl: Target) -> None:
+        m = self.split(impl)
+        a = prompt("a", range(9))
+        admit(m, a)
+        m.free(a)
+        assert m.reset_prefix_cache() is True
+        admit(m, prompt("c", range(50, 59)))
+        kinds = [type(e).__name__ for e in m.take_events()]
+        stored = "RequestBlockStored"
+        assert kinds == [stored] * 4 + ["AllBlocksCleared"] + [stored] * 4, (
+            f"[REQ-735] a's 2 blocks in each pool, one clear for the one reset, then c's: got {kinds}"
+        )

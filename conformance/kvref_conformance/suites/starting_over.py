@@ -12,7 +12,7 @@ import pytest
 from kvref.contract.errors import KVRefError, NotHeldError
 from kvref.contract.events import AllBlocksCleared
 from kvref_conformance.observe import observe
-from kvref_conformance.suites.base import ConformanceSuite, cache_chain, requires, rule
+from kvref_conformance.suites.base import LEAF_POLICIES, ConformanceSuite, cache_chain, requires, rule
 from kvref_conformance.target import Target
 
 __all__ = ["StartingOverSuite"]
@@ -65,6 +65,18 @@ class StartingOverSuite(ConformanceSuite):
         assert pool.evict(pool.num_cached + 1) is False, f"[EVICT-412] evict({pool.num_cached + 1}) must say False"
         assert observe(pool) == before, "[EVICT-412] a refused evict changed the pool"
         assert pool.evict(0) is True and observe(pool) == before, "[EVICT-412] evict(0) is True and changes nothing"
+
+    @requires("evict")
+    @rule("EVICT-412", "POOL-106", "EVICT-404")
+    @pytest.mark.parametrize("policy", LEAF_POLICIES)
+    def test_evict_cannot_take_an_ancestor_of_a_held_block(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 5, policy=policy)
+        ids = pool.allocate(3, holder="a")
+        pool.register(ids, [1, 2, 3])
+        pool.free([ids[1], ids[0]], holder="a")  # 1 and 2 cached, 3 still held below them
+        before = observe(pool)
+        assert pool.evict(1) is False, "[EVICT-412] hashes 1 and 2 are ancestors of the held 3: nothing can go"
+        assert observe(pool) == before, "[EVICT-412] a refused evict changed the pool"
 
     @requires("clear")
     @rule("POOL-124")

@@ -29,10 +29,12 @@ class StatefulSuite(ConformanceSuite):
         self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
         run_state_machine_as_test(make_machine(impl, policy), settings=settings())
 
-    @rule("POOL-116", "POOL-117", "PFX-320")
+    @rule("POOL-116", "POOL-117", "PFX-320", "EVICT-411")
     @requires("batching")
-    def test_the_batched_forms_behave_like_the_single_operations(self, impl: Target) -> None:
-        run_state_machine_as_test(make_machine(impl, "lru", batches=True), settings=settings())
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf-access"])
+    def test_the_batched_forms_behave_like_the_single_operations(self, impl: Target, policy: str) -> None:
+        self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
+        run_state_machine_as_test(make_machine(impl, policy, batches=True), settings=settings())
 
     @rule(
         "POOL-113", "POOL-114", "POOL-116", "POOL-121", "EVICT-401", "EVICT-403", "EVICT-406", "EVICT-408", "EVICT-411"

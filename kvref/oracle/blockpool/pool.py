@@ -36,7 +36,7 @@ class OracleBlockPool(ReferenceCounting, PrefixIndex, Eviction, BatchedCalls, Fu
     ``OracleBlockPool(num_blocks, *, policy="lru", reserved_ids=(0,), paused_limit=0,
     enable_events=False)``: ``num_blocks`` blocks, of which ``reserved_ids`` (the null block by
     default) are never handed out (POOL-102); ``policy`` is one of ``lru``, ``lru-leaf``,
-    ``ref-zero``, ``fifo`` (chapter 04); ``paused_limit`` is the soft limit on references held by
+    ``ref-zero``, ``fifo``, ``lru-leaf-access`` (chapter 04); ``paused_limit`` is the soft limit on references held by
     paused holders (POOL-113); ``enable_events`` turns on KV events (PFX-315).
     """
 
@@ -65,6 +65,7 @@ class OracleBlockPool(ReferenceCounting, PrefixIndex, Eviction, BatchedCalls, Fu
             "parent": dict(self._parent),
             "children": dict(self._children),
             "evictable": list(self._evictable),
+            "access": sorted(self._evictable, key=self._access.__getitem__) if self._policy.by_access else [],
             "registered": list(self._registered),
             "events": list(self._events),
             "stats": self.stats,

@@ -14,7 +14,7 @@ nothing before the request and nothing after it. It has two forms:
 - the general one (:meth:`FusedReplay._replay_general`) works from any state: each step as the protocol
   calls do it, with only the hit blocks given a transient reference, so that the policies and
   ``num_available`` see them pinned; parents and children are rebuilt once at the end when the
-  batch outweighs the cache (not under lru-leaf, whose eviction reads them);
+  batch outweighs the cache (not under lru-leaf or lru-leaf-access, whose eviction reads them);
 - while the cache is an LRU stack (:meth:`FusedReplay.lru_stack_holds`), :meth:`FusedReplay._replay_lru_stack` runs a
   plain LRU over one block per hash, which a replay keeps exact request after request.
 """

@@ -7,8 +7,8 @@ group of ``W`` tokens skips the first ``n - W + 1`` of ``n`` computed tokens, re
 they fill wholly (REQ-730) and finds its hits right to left (REQ-731). A mamba group is a window
 of 2 tokens (the state after the last computed token, REQ-757, REQ-758) that also refuses, for one
 step, a hit it cached in that step (REQ-759). Every group draws blocks
-from the manager's one pool, holding them under the request id, and caches them under its own
-keys (:func:`~kvref.contract.manager.group_key`, REQ-733).
+from its pool (the manager's one pool, or its own: REQ-735), holding them under the request id,
+and caches them under its own keys (:func:`~kvref.contract.manager.group_key`, REQ-733).
 """
 
 from __future__ import annotations

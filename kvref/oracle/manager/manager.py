@@ -5,8 +5,9 @@ prefix, the longest every KV cache group serves (REQ-704, REQ-732), pins those h
 allocates the rest when they fit (REQ-708, REQ-709), registers full blocks as they fill (REQ-710,
 REQ-711), releases what a sliding window leaves behind (REQ-730), frees tail first (REQ-713) and
 counts in tokens (REQ-716). Each group (``groups.py``) keeps its tables (vLLM's
-``req_to_blocks``) and cached counts (``num_cached_block``); every group holds its blocks in the
-one pool under the request id. Every argument is checked before anything changes.
+``req_to_blocks``) and cached counts (``num_cached_block``); every group holds its blocks under
+the request id in the one pool, or in a pool of its own (REQ-735); ``views.py`` has the read-only
+calls. Every argument is checked before anything changes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvref.contract.errors import ConfigError, InvalidTypeError, InvalidValueError
+from kvref.contract.events import AllBlocksCleared, KVEvent
 from kvref.contract.manager import (
     FULL_ATTENTION,
     LAST_BLOCK_MODES,
@@ -85,6 +87,7 @@ class RequestManager(ManagerViews):
         self.groups = [GroupTables(i, spec, p, size) for i, (spec, p) in enumerate(zip(specs, pools, strict=True))]
         self._empty = KVCacheBlocks.empty(len(specs))
         self._requests: dict[str, Request] = {}
+        self._pool_events: list[KVEvent] = []  # over several pools: their events in call order (REQ-735)
         self._ledger = ManagerLedger(log_stats=log_stats, block_size=size)
         if self.enable_kv_cache_events:
             for each in self.pools:
@@ -249,8 +252,10 @@ class RequestManager(ManagerViews):
         if full_sequence_must_fit:
             whole = -(-min(req.num_tokens, self._max_model_len) // size)
             if not self._fits(rid, whole, hits, total):
+                self._drain()
                 return None
         if not self._fits(rid, required, hits, total):
+            self._drain()
             return None
         if table is None:
             for g, group_hits in zip(groups, hits, strict=True):
@@ -262,6 +267,7 @@ class RequestManager(ManagerViews):
         fresh = [g.extend(rid, required) for g in groups]
         if self.enable_caching and not delay_cache_blocks:
             self._cache(req, min(total + new - draft, req.num_tokens, self._max_model_len))
+        self._drain()
         return KVCacheBlocks(tuple(tuple(f) for f in fresh)) if any(fresh) else self._empty
 
     def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
@@ -285,6 +291,7 @@ class RequestManager(ManagerViews):
             )
         if self.enable_caching:
             self._cache(req, count)
+            self._drain()
 
     def _cache(self, req: Request, num_tokens: int) -> None:
         for g in self.groups:
@@ -301,6 +308,7 @@ class RequestManager(ManagerViews):
         self._requests.pop(rid, None)
         for g in self.groups:
             g.free(rid)
+        self._drain()
 
     def preempt(self, request: Request) -> None:
         """Free the request and mark it preempted: it recomputes from its first token on resume (REQ-714)."""
@@ -314,8 +322,13 @@ class RequestManager(ManagerViews):
         if any(p.num_in_use for p in self.pools):
             return False
         if self.enable_caching:
+            self._drain()
             for p in self.pools:
                 p.reset()
+            if len(self.pools) > 1 and self.enable_kv_cache_events:  # one reset, one AllBlocksCleared (REQ-735)
+                for p in self.pools:
+                    p.take_events()
+                self._pool_events.append(AllBlocksCleared())
         self._ledger.mark_reset()
         return True
 
@@ -329,8 +342,18 @@ class RequestManager(ManagerViews):
         """The events since the last call, oldest first; empty when events are off (REQ-717)."""
         if not self.enable_kv_cache_events:
             return []
-        events = [event for p in self.pools for event in p.take_events()]
+        if len(self.pools) == 1:
+            return self._ledger.translate(self.pool.take_events(), self.pool.resident_hashes())
+        self._drain()
+        events, self._pool_events = self._pool_events, []
         return self._ledger.translate(events, frozenset().union(*(p.resident_hashes() for p in self.pools)))
+
+    def _drain(self) -> None:
+        """Over several pools, move each pool's events to the manager's list after every call that
+        changes a pool, so that they stay in call order (REQ-717, REQ-735); one pool keeps its own."""
+        if len(self.pools) > 1 and self.enable_kv_cache_events:
+            for p in self.pools:
+                self._pool_events.extend(p.take_events())
 
     def __repr__(self) -> str:
         return (

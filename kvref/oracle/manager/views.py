@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvref.contract.errors import InvalidValueError
 from kvref.contract.manager import NULL_BLOCK, KVCacheBlocks
 from kvref.contract.protocol import PrefixCache
 from kvref.contract.requests import Request
+from kvref.contract.validate import as_int
 from kvref.oracle.manager.groups import GroupTables
 from kvref.oracle.manager.ledger import ManagerLedger
 from kvref.oracle.manager.tables import common_prefix_blocks, verify_tables
@@ -59,7 +61,10 @@ class ManagerViews:
     def block_hash(self, block_id: int, *, group: int = 0) -> int | None:
         """The key ``block_id`` of group ``group`` is registered under (the block's hash in group 0), or
         None; ``group`` names the pool where each group has its own (REQ-735)."""
-        return self.groups[group].pool.block_hash(block_id) if self.enable_caching else None
+        g = as_int(group, op="block_hash", arg="group", rule="REQ-735")
+        if not 0 <= g < len(self.groups):
+            raise InvalidValueError("REQ-735", f"block_hash: group {g} outside [0, {len(self.groups)})")
+        return self.groups[g].pool.block_hash(block_id) if self.enable_caching else None
 
     def get_num_common_prefix_blocks(self, request_ids: Sequence[str], *, num_running: int | None = None) -> list[int]:
         """Leading blocks every named request holds at the same position, per group (REQ-718)."""

@@ -112,7 +112,8 @@ class ServingReplay:
         self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
         self._size = manager.block_size
-        self._capacity = manager.pool.num_usable
+        self._pools = manager.pools  # one, or one per KV cache group (REQ-735): every count sums them
+        self._capacity = sum(p.num_usable for p in self._pools)
         self._waiting: deque[_Live] = deque()
         self._running: list[_Live] = []
         self._finished: list[_Live] = []
@@ -138,7 +139,7 @@ class ServingReplay:
         nxt = 0
         pool = self.manager.pool
         caching = "prefix-cache" in pool.capabilities()
-        evictions_before = pool.stats.evictions if caching else 0
+        evictions_before = sum(p.stats.evictions for p in self._pools) if caching else 0
         started = time.perf_counter()
         while nxt < n or self._waiting or self._running:
             while nxt < n and specs[nxt].arrival_us <= self._now:
@@ -152,7 +153,7 @@ class ServingReplay:
             if steady and self.fast_forward:
                 self._skip_quiet_steps(duration, specs[nxt].arrival_us if nxt < n else None)
         seconds = time.perf_counter() - started
-        evictions = (pool.stats.evictions if caching else 0) - evictions_before
+        evictions = (sum(p.stats.evictions for p in self._pools) if caching else 0) - evictions_before
         return self._result(backend, policy or getattr(pool.policy, "value", ""), evictions, seconds)
 
     def _arrive(self, index: int, spec: ServedRequest) -> None:
@@ -321,7 +322,7 @@ class ServingReplay:
 
     def _account(self, duration: int, steps: int) -> None:
         """Blocks in use during ``steps`` steps of ``duration`` starting now (TRACE-1039)."""
-        in_use = self.manager.pool.num_in_use
+        in_use = sum(p.num_in_use for p in self._pools)
         tally = self._tally
         tally.steps += steps
         tally.in_use_time += in_use * duration * steps

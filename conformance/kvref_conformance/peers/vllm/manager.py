@@ -109,7 +109,7 @@ class VllmRequestManager:
                 "head_size": 8,
                 "dtype": torch.float16,
             }
-            if group.kind == "mamba":  # one state of 8 float16 values per block: the same page as attention's
+            if group.kind == "mamba":  # one state of 8 float16 values per block (vLLM never compares page sizes here)
                 spec = MambaSpec(block_size=block_size, shapes=((8,),), dtypes=(torch.float16,), mamba_cache_mode="all")
                 layers.append(KVCacheGroupSpec([f"mamba.{i}"], spec))
             elif group.sliding_window is None:
