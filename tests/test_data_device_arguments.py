@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.contract.errors import InvalidTypeError, InvalidValueError
+from kvref.contract.errors import BlockIdError, InvalidTypeError, InvalidValueError
 from kvref.oracle.data import ReqToTokenTable
 from kvref.oracle.data import table as table_module
 
@@ -54,3 +54,30 @@ def test_a_device_array_of_slots_is_written_without_being_read_back(name: str, m
     with pytest.raises(InvalidTypeError, match=r"\[ERR-503\]"):
         table.write(row, 0, np.array([1.5]))  # not integers: the host path refuses them
     assert [int(x) for x in tensors.to_host(table.read(row, 0, 8))] == got, "a refused write changed the row"
+
+
+@rule("DATA-825")
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_the_state_pool_resets_and_copies_device_slots_without_reading_them_back(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvref.oracle.data import states as states_module
+    from kvref.oracle.data.states import StatePool
+
+    tensors, array = library(name)
+    pool = StatePool(3, 1, 1, 2, 2, 2, 2, dtype="float32", checks="device", tensors=tensors)
+    for slot in (1, 2, 3):
+        pool.write_states(slot, np.full((1, 1, 1, 2, 2), slot, np.float32), np.full((1, 1, 2, 1), slot, np.float32))
+
+    def no_host_read(*args: object, **kwargs: object) -> object:
+        raise AssertionError(f"[DATA-825] the state pool read its slots back on the host: {args!r}")
+
+    monkeypatch.setattr(states_module, "host_indices", no_host_read)
+    pool.copy_states(array([1]), array([3]))
+    pool.reset_states(array([2]))
+    pool.reset_states(array([[9]]))  # out of range: refused on the device, reported by check()
+    monkeypatch.undo()
+    got = [float(tensors.to_host(pool.recurrent_state)[0, s].max()) for s in (1, 2, 3)]
+    assert got == [1.0, 0.0, 1.0], f"[DATA-825] slot 3 copied from 1, slot 2 zeroed: {got}"
+    with pytest.raises(BlockIdError, match=r"\[DATA-821\] reset_states \(call 2\): entry 0 \(value 9\)"):
+        pool.check()

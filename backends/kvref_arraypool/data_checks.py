@@ -1,9 +1,10 @@
-"""The data plane's slot checks made on the device (DATA-815..DATA-817), over any :class:`ArrayOps`.
+"""The data plane's slot checks made on the device (DATA-815..DATA-817, DATA-825), over any :class:`ArrayOps`.
 
 :class:`DeviceSlotChecks` is what :meth:`kvref.oracle.data.Tensors.device_checks` returns for a
 library that keeps arrays on a device (torch, CuPy; NumPy too, so the CPU runs the same path):
 a ``set_kv``, ``get_kv`` or ``copy_kv`` given its slots as an array of that library checks them
-here with array operations, never reading them back. The verdict of a call is a 0-d device bool;
+here with array operations, never reading them back; so does a state pool's ``reset_states`` or
+``copy_states`` (DATA-825), in its own record and in its own rules' words. The verdict of a call is a 0-d device bool;
 the caller predicates its writes on it (a refused call writes only the padding slot), and the
 first refused call's error waits in a :class:`~kvref_arraypool.deferred.DeviceErrorRecord` for
 :meth:`check`.
@@ -17,7 +18,7 @@ from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["DATA_ERRORS", "DeviceSlotChecks"]
 
-_RANGE, _PADDING, _TWICE, _OVERLAP = 1, 2, 3, 4
+_RANGE, _PADDING, _TWICE, _OVERLAP, _STATE_RANGE, _STATE_DST = 1, 2, 3, 4, 5, 6
 
 #: The errors the data plane's device checks record, by code (ERR-511's record, chapter 08's rules).
 DATA_ERRORS = {
@@ -25,6 +26,8 @@ DATA_ERRORS = {
     _PADDING: ErrorKind("DATA-802", InvalidValueError, "is a padding slot, which holds no data to read"),
     _TWICE: ErrorKind("DATA-807", InvalidValueError, "is a usable slot the call writes twice"),
     _OVERLAP: ErrorKind("DATA-809", InvalidValueError, "is a dst slot that repeats or is also a src slot"),
+    _STATE_RANGE: ErrorKind("DATA-821", BlockIdError, "is a state slot outside the pool"),
+    _STATE_DST: ErrorKind("DATA-823", InvalidValueError, "is slot 0, which a copy of states never writes"),
 }
 
 
@@ -92,6 +95,27 @@ class DeviceSlotChecks:
         accepted = self._note(codes, both, op)
         return ops.where(accepted, s, 0), ops.where(accepted, d, 0)
 
+    def states(self, flat: Array, *, op: str) -> Array:
+        """The slots a ``reset_states`` zeroes (DATA-821, DATA-825): each slot, or the reserved slot 0
+        for every entry of a refused call; an empty call is no call."""
+        if len(flat) == 0:
+            return flat
+        out, safe = self._range(flat)
+        accepted = self._note(self.ops.where(out, _STATE_RANGE, 0), flat, op)
+        return self.ops.where(accepted, safe, 0)
+
+    def state_copies(self, src: Array, dst: Array, *, op: str) -> tuple[Array, Array]:
+        """Sources and destinations of a ``copy_states`` (DATA-821, DATA-823, DATA-825), both slot 0 for
+        every entry of a refused call (a copy of slot 0 onto itself). One length, checked on the host."""
+        ops = self.ops
+        if len(src) == 0:
+            return src, dst
+        s_out, s = self._range(src)
+        d_out, d = self._range(dst)
+        codes = ops.concat([ops.where(s_out, _STATE_RANGE, 0), ops.where(d_out, _STATE_RANGE, _STATE_DST * (d == 0))])
+        accepted = self._note(codes, ops.concat([src, dst]), op)
+        return ops.where(accepted, s, 0), ops.where(accepted, d, 0)
+
     def _range(self, flat: Array) -> tuple[Array, Array]:
         out = (flat < 0) | (flat >= self.slots)
         return out, self.ops.where(out, self.slots, flat)
@@ -110,5 +134,5 @@ class DeviceSlotChecks:
         return self.record.note(codes, values)
 
     def check(self) -> None:
-        """Raise the first error a device check recorded since the last report, once (DATA-816)."""
+        """Raise the first error a device check recorded since the last report, once (DATA-816, DATA-825)."""
         self.record.report(self.record.read(), self._names)

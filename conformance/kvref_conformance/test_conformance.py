@@ -12,6 +12,7 @@ from kvref_conformance.suites.budgets import BudgetsSuite
 from kvref_conformance.suites.context_duties import ContextDutiesSuite
 from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.data_device import DataDeviceChecksSuite
+from kvref_conformance.suites.data_device_states import DataDeviceStatesSuite
 from kvref_conformance.suites.data_integrity import DataIntegritySuite
 from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
@@ -127,6 +128,10 @@ class TestDataPlane(DataPlaneSuite):
 
 class TestDataDeviceChecks(DataDeviceChecksSuite):
     """Chapter 08's checks on the device (DATA-815..DATA-817), where the selected backend makes them."""
+
+
+class TestDataDeviceStates(DataDeviceStatesSuite):
+    """Chapter 08's device checks of the state pool (DATA-825), where the backend has them."""
 
 
 class TestDataIntegrity(DataIntegritySuite):

@@ -44,6 +44,29 @@ class OverlapNotSeen(DeviceSlotChecks):
         return s, d
 
 
+class StateResetUnchecked(DeviceSlotChecks):
+    """A refused ``reset_states`` still zeroes the slots in range: the state of a live request is lost
+    because another entry of the call was bad (DATA-825)."""
+
+    def states(self, flat: Array, *, op: str) -> Array:
+        super().states(flat, op=op)
+        out, safe = self._range(flat)
+        return self.ops.where(out, 0, safe)
+
+
+class StateCopyIntoSlotZero(DeviceSlotChecks):
+    """``copy_states`` never looks for slot 0 among its dsts (DATA-823): the reserved slot takes a state."""
+
+    def state_copies(self, src: Array, dst: Array, *, op: str) -> tuple[Array, Array]:
+        ops = self.ops
+        s_out, s = self._range(src)
+        d_out, d = self._range(dst)
+        accepted = self.record.note(
+            ops.concat([ops.where(s_out, 5, 0), ops.where(d_out, 5, 0)]), ops.concat([src, dst])
+        )
+        return ops.where(accepted, s, 0), ops.where(accepted, d, 0)
+
+
 def _backend(checks: type[DeviceSlotChecks]) -> Any:
     class PlantedTensors(LibraryTensors):
         def device_checks(self, slots: int) -> DeviceSlotChecks:
@@ -67,6 +90,8 @@ DEVICE_DATA_BUGS: dict[str, set[str]] = {
     "VerdictIgnored": {"DATA-816"},
     "RepeatNotSeen": {"DATA-807", "DATA-816"},
     "OverlapNotSeen": {"DATA-809", "DATA-816"},
+    "StateResetUnchecked": {"DATA-825"},
+    "StateCopyIntoSlotZero": {"DATA-823", "DATA-825"},
 }
 
 for _name in DEVICE_DATA_BUGS:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
-from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, host_indices
+from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, chosen_checks, host_indices
 
 __all__ = ["KVBuffers"]
 
@@ -89,16 +89,7 @@ class KVBuffers:
     # ------------------------------------------------------------------ checks
 
     def _device_checks(self, checks: str | None) -> DeviceSlotChecks | None:
-        if checks is None:
-            checks = "device" if str(self.tensors.device).startswith("cuda") else "host"
-        if checks not in ("host", "device"):
-            raise ConfigError("DATA-815", f"KVBuffers: checks must be 'host' or 'device', got {checks!r}")
-        if checks == "host":
-            return None
-        made = self.tensors.device_checks(self.slots)
-        if made is None:
-            raise ConfigError("DATA-815", f"KVBuffers: {self.tensors.name} checks slots on the host only")
-        return made
+        return chosen_checks(self.tensors, self.slots, checks, owner="KVBuffers", rule="DATA-815")
 
     @property
     def device_checks(self) -> DeviceSlotChecks | None:

@@ -1,19 +1,21 @@
-"""The recurrent and conv states of linear-attention layers, by request slot and track slot (DATA-820..DATA-824)."""
+"""The recurrent and conv states of linear-attention layers, by request slot and track slot (DATA-820..DATA-825)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
-from kvref.oracle.data.tensors import NumpyTensors, Tensors, host_indices
+from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, chosen_checks, host_indices
 
 __all__ = ["StatePool"]
 
 
 class StatePool:
     """``StatePool(max_reqs, num_layers, num_v_heads, head_k_dim, head_v_dim, conv_dim, conv_kernel_size,
-    *, dtype="float16", max_track_slots=0, tensors=None)``: slot 0 reserved, request slots
-    ``[1, max_reqs]`` (the request table's rows), track slots after them (DATA-820, DATA-821)."""
+    *, dtype="float16", max_track_slots=0, tensors=None, checks=None)``: slot 0 reserved, request slots
+    ``[1, max_reqs]`` (the request table's rows), track slots after them (DATA-820, DATA-821).
+    ``checks="device"`` checks the slots of ``reset_states`` and ``copy_states`` given as arrays of the
+    tensor library on its device, never reading them back (DATA-825; the default on a CUDA device)."""
 
     def __init__(
         self,
@@ -28,6 +30,7 @@ class StatePool:
         dtype: str = "float16",
         max_track_slots: int = 0,
         tensors: Tensors | None = None,
+        checks: str | None = None,
     ) -> None:
         sizes = {
             "max_reqs": max_reqs, "num_layers": num_layers, "num_v_heads": num_v_heads, "head_k_dim": head_k_dim,
@@ -48,6 +51,17 @@ class StatePool:
         self.conv_state = t.zeros((num_layers, self.slots, conv_dim, conv_kernel_size - 1), dtype)
         self._track_free = list(range(self.slots - 1, max_reqs, -1))  # pop() hands out the lowest first
         self._track_held: set[int] = set()
+        self._checks = chosen_checks(t, self.slots, checks, owner="StatePool", rule="DATA-825")
+
+    @property
+    def device_checks(self) -> DeviceSlotChecks | None:
+        """The checks made on the device (DATA-825), or None when every call is checked on the host."""
+        return self._checks
+
+    def check(self) -> None:
+        """Raise the first error the device checks recorded since the last report, once (DATA-825)."""
+        if self._checks is not None:
+            self._checks.check()
 
     def _checked(self, slots: object, op: str, arg: str) -> Any:
         host = host_indices(slots, op=op, arg=arg).ravel()
@@ -56,18 +70,33 @@ class StatePool:
         return host
 
     def reset_states(self, slots: object) -> None:
-        """Zero both states of every slot given (DATA-822)."""
-        where = self.tensors.index(self._checked(slots, "reset_states", "slots"))
+        """Zero both states of every slot given (DATA-822); device slots are checked there (DATA-825)."""
+        checks = self._checks
+        taken = checks.take(slots) if checks is not None else None
+        if checks is not None and taken is not None:
+            where = checks.states(taken[0], op="reset_states")
+        else:
+            where = self.tensors.index(self._checked(slots, "reset_states", "slots"))
         self.recurrent_state[:, where] = 0
         self.conv_state[:, where] = 0
 
     def copy_states(self, src: object, dst: object) -> None:
-        """Make both states of each ``dst`` slot those of its ``src`` slot (DATA-823)."""
+        """Make both states of each ``dst`` slot those of its ``src`` slot (DATA-823); device slots are
+        checked there, their counts on the host from their shapes (DATA-825)."""
         op = "copy_states"
-        s, d = self._checked(src, op, "src"), self._checked(dst, op, "dst")
-        if len(s) != len(d) or (d.size and int(d.min()) == 0):
-            raise InvalidValueError("DATA-823", f"{op}: {len(s)} src and {len(d)} dst slots; slot 0 is never a dst")
-        si, di = self.tensors.index(s), self.tensors.index(d)
+        checks = self._checks
+        s_taken = checks.take(src) if checks is not None else None
+        d_taken = checks.take(dst) if checks is not None else None
+        if checks is not None and s_taken is not None and d_taken is not None:
+            s_flat, d_flat = s_taken[0], d_taken[0]
+            if len(s_flat) != len(d_flat):
+                raise InvalidValueError("DATA-823", f"{op}: {len(s_flat)} src and {len(d_flat)} dst slots")
+            si, di = checks.state_copies(s_flat, d_flat, op=op)
+        else:
+            s, d = self._checked(src, op, "src"), self._checked(dst, op, "dst")
+            if len(s) != len(d) or (d.size and int(d.min()) == 0):
+                raise InvalidValueError("DATA-823", f"{op}: {len(s)} src and {len(d)} dst slots; slot 0 is never a dst")
+            si, di = self.tensors.index(s), self.tensors.index(d)
         self.recurrent_state[:, di] = self.recurrent_state[:, si]
         self.conv_state[:, di] = self.conv_state[:, si]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvref.contract.errors import ConfigError, InvalidTypeError
 
-__all__ = ["DeviceSlotChecks", "NumpyTensors", "Tensors", "host_indices"]
+__all__ = ["DeviceSlotChecks", "NumpyTensors", "Tensors", "chosen_checks", "host_indices"]
 
 
 class DeviceSlotChecks(Protocol):
@@ -41,6 +41,14 @@ class DeviceSlotChecks(Protocol):
 
     def copies(self, src: Any, dst: Any, *, op: str, padding: int) -> tuple[Any, Any]:
         """Where ``copy_kv`` reads and writes each entry (DATA-802, DATA-804, DATA-809)."""
+        ...
+
+    def states(self, flat: Any, *, op: str) -> Any:
+        """The slots ``reset_states`` zeroes (DATA-821, DATA-825); every entry slot 0 when refused."""
+        ...
+
+    def state_copies(self, src: Any, dst: Any, *, op: str) -> tuple[Any, Any]:
+        """Where ``copy_states`` reads and writes each entry (DATA-821, DATA-823, DATA-825)."""
         ...
 
     def check(self) -> None:
@@ -121,6 +129,24 @@ class NumpyTensors:
     def device_checks(self, slots: int) -> None:
         """None: the reference checks every index on the host, at once."""
         return None
+
+
+def chosen_checks(
+    tensors: Tensors, slots: int, checks: str | None, *, owner: str, rule: str
+) -> DeviceSlotChecks | None:
+    """The checks ``checks`` asks of ``owner`` over ``slots`` rows: ``"device"`` (the library's checks
+    made on its device), ``"host"`` (None: every call checked at once), or None (device on CUDA);
+    anything else, or device checks from a library without them, is ConfigError naming ``rule``."""
+    if checks is None:
+        checks = "device" if str(tensors.device).startswith("cuda") else "host"
+    if checks not in ("host", "device"):
+        raise ConfigError(rule, f"{owner}: checks must be 'host' or 'device', got {checks!r}")
+    if checks == "host":
+        return None
+    made = tensors.device_checks(slots)
+    if made is None:
+        raise ConfigError(rule, f"{owner}: {tensors.name} checks slots on the host only")
+    return made
 
 
 def host_indices(values: object, *, op: str, arg: str = "indices") -> np.ndarray:
