@@ -65,17 +65,18 @@ def same_data(got: Any, want: Any, what: str, rule_id: str) -> None:
             )
 
 
-def reported(kv: Any, kind: type[KVRefError], rule_id: str, call: int, what: str) -> None:
-    """``check()`` raises ``kind`` naming ``rule_id`` and call ``call``, once."""
+def reported(kv: Any, kind: type[KVRefError], rule_id: str, call: int, what: str, *, rule_of: str = "DATA-816") -> None:
+    """``check()`` of ``kv`` (any part with device checks) raises ``kind`` naming ``rule_id`` and call
+    ``call``, once; a failure is reported under ``rule_of``."""
     seen: KVRefError | None = None
     try:
         kv.check()
     except KVRefError as exc:
         seen = exc
     assert isinstance(seen, kind) and seen.rule == rule_id, (
-        f"[DATA-816] check() after {what} raised {seen!r}; the host check raises {kind.__name__} {rule_id}"
+        f"[{rule_of}] check() after {what} raised {seen!r}; the host check raises {kind.__name__} {rule_id}"
     )
-    assert getattr(seen, "call_index", None) == call, f"[DATA-816] the report names {seen}; call {call} was refused"
+    assert getattr(seen, "call_index", None) == call, f"[{rule_of}] the report names {seen}; call {call} was refused"
     kv.check()  # once: a second check raises nothing
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvref.contract.errors import BlockIdError, InvalidValueError, KVRefError
+from kvref.contract.errors import BlockIdError, InvalidValueError
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
+from kvref_conformance.suites.data_device import reported
 from kvref_conformance.target import Target
 
 __all__ = ["DataDeviceStatesSuite"]
@@ -55,19 +56,6 @@ def same_states(got: Any, want: Any, what: str) -> None:
             raise AssertionError(f"[DATA-825] after {what}, slot {slot}'s {name} state differs from the host check's")
 
 
-def reported(pool: Any, kind: type[KVRefError], rule_id: str, call: int, what: str) -> None:
-    seen: KVRefError | None = None
-    try:
-        pool.check()
-    except KVRefError as exc:
-        seen = exc
-    assert isinstance(seen, kind) and seen.rule == rule_id, (
-        f"[DATA-825] check() after {what} raised {seen!r}; the host check raises {kind.__name__} {rule_id}"
-    )
-    assert getattr(seen, "call_index", None) == call, f"[DATA-825] the report names {seen}; call {call} was refused"
-    pool.check()  # once
-
-
 @requires("data-device-checks")
 class DataDeviceStatesSuite(ConformanceSuite):
     """DATA-825 on the target's tensor library."""
@@ -89,7 +77,7 @@ class DataDeviceStatesSuite(ConformanceSuite):
         mine.reset_states(device(mine, [3]))  # call 1: accepted
         theirs.reset_states([3])
         same_states(mine, theirs, f"a refused reset_states([2, {SLOTS}]) and reset_states([3])")
-        reported(mine, BlockIdError, "DATA-821", 0, f"reset_states([2, {SLOTS}])")
+        reported(mine, BlockIdError, "DATA-821", 0, f"reset_states([2, {SLOTS}])", rule_of="DATA-825")
 
     @rule("DATA-825", "DATA-823")
     @pytest.mark.parametrize("bad", ["dst 0", "src out of range"])
@@ -99,7 +87,7 @@ class DataDeviceStatesSuite(ConformanceSuite):
         mine.copy_states(device(mine, src), device(mine, dst))
         same_states(mine, theirs, f"a refused copy_states({src}, {dst})")
         kind, rule_id = (InvalidValueError, "DATA-823") if bad == "dst 0" else (BlockIdError, "DATA-821")
-        reported(mine, kind, rule_id, 0, f"copy_states({src}, {dst})")
+        reported(mine, kind, rule_id, 0, f"copy_states({src}, {dst})", rule_of="DATA-825")
 
     @rule("DATA-825", "DATA-823")
     def test_counts_that_differ_are_refused_at_once(self, impl: Target) -> None:

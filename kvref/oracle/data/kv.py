@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
-from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, chosen_checks, host_indices
+from kvref.oracle.data.tensors import (
+    DeviceChecked,
+    DeviceSlotChecks,
+    NumpyTensors,
+    Tensors,
+    chosen_checks,
+    host_indices,
+)
 
 __all__ = ["KVBuffers"]
 
@@ -26,7 +33,7 @@ def _span(host: np.ndarray) -> slice | None:
     return None
 
 
-class KVBuffers:
+class KVBuffers(DeviceChecked):
     """One K and one V buffer per layer (spec chapter 08).
 
     ``KVBuffers(size, layer_num, k_head_num, k_head_dim, *, v_head_num=None, v_head_dim=None,
@@ -90,16 +97,6 @@ class KVBuffers:
 
     def _device_checks(self, checks: str | None) -> DeviceSlotChecks | None:
         return chosen_checks(self.tensors, self.slots, checks, owner="KVBuffers", rule="DATA-815")
-
-    @property
-    def device_checks(self) -> DeviceSlotChecks | None:
-        """The checks made on the device (DATA-815), or None when every call is checked on the host."""
-        return self._checks
-
-    def check(self) -> None:
-        """Raise the first error the device checks recorded since the last report, once (DATA-816)."""
-        if self._checks is not None:
-            self._checks.check()
 
     def _layer(self, layer: object, op: str) -> int:
         if type(layer) is not int or not 0 <= layer < self.layer_num:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
-from kvref.oracle.data.tensors import DeviceSlotChecks, NumpyTensors, Tensors, chosen_checks, host_indices
+from kvref.oracle.data.tensors import DeviceChecked, NumpyTensors, Tensors, chosen_checks, host_indices
 
 __all__ = ["StatePool"]
 
 
-class StatePool:
+class StatePool(DeviceChecked):
     """``StatePool(max_reqs, num_layers, num_v_heads, head_k_dim, head_v_dim, conv_dim, conv_kernel_size,
     *, dtype="float16", max_track_slots=0, tensors=None, checks=None)``: slot 0 reserved, request slots
     ``[1, max_reqs]`` (the request table's rows), track slots after them (DATA-820, DATA-821).
@@ -52,16 +52,6 @@ class StatePool:
         self._track_free = list(range(self.slots - 1, max_reqs, -1))  # pop() hands out the lowest first
         self._track_held: set[int] = set()
         self._checks = chosen_checks(t, self.slots, checks, owner="StatePool", rule="DATA-825")
-
-    @property
-    def device_checks(self) -> DeviceSlotChecks | None:
-        """The checks made on the device (DATA-825), or None when every call is checked on the host."""
-        return self._checks
-
-    def check(self) -> None:
-        """Raise the first error the device checks recorded since the last report, once (DATA-825)."""
-        if self._checks is not None:
-            self._checks.check()
 
     def _checked(self, slots: object, op: str, arg: str) -> Any:
         host = host_indices(slots, op=op, arg=arg).ravel()

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvref.contract.errors import ConfigError, InvalidTypeError
 
-__all__ = ["DeviceSlotChecks", "NumpyTensors", "Tensors", "chosen_checks", "host_indices"]
+__all__ = ["DeviceChecked", "DeviceSlotChecks", "NumpyTensors", "Tensors", "chosen_checks", "host_indices"]
 
 
 class DeviceSlotChecks(Protocol):
@@ -129,6 +129,23 @@ class NumpyTensors:
     def device_checks(self, slots: int) -> None:
         """None: the reference checks every index on the host, at once."""
         return None
+
+
+class DeviceChecked:
+    """What a part of the data plane with device checks shows (DATA-815, DATA-816, DATA-825): the
+    checks it was made with (``_checks``, from :func:`chosen_checks`) and ``check()``."""
+
+    _checks: DeviceSlotChecks | None
+
+    @property
+    def device_checks(self) -> DeviceSlotChecks | None:
+        """The checks made on the device, or None when every call is checked on the host."""
+        return self._checks
+
+    def check(self) -> None:
+        """Raise the first error the device checks recorded since the last report, once (DATA-816)."""
+        if self._checks is not None:
+            self._checks.check()
 
 
 def chosen_checks(
