@@ -14,6 +14,7 @@ from kvref_conformance.suites.cuda_graph import CudaGraphSuite
 from kvref_conformance.suites.data_device import DataDeviceChecksSuite
 from kvref_conformance.suites.data_device_states import DataDeviceStatesSuite
 from kvref_conformance.suites.data_integrity import DataIntegritySuite
+from kvref_conformance.suites.data_integrity_radix import DataIntegrityRadixSuite
 from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
@@ -136,3 +137,7 @@ class TestDataDeviceStates(DataDeviceStatesSuite):
 
 class TestDataIntegrity(DataIntegritySuite):
     """Chapter 08 end to end: the selected backend's pool and data plane together."""
+
+
+class TestDataIntegrityRadix(DataIntegrityRadixSuite):
+    """Chapter 08 over chapter 06's radix cache and token-slot allocator, where the backend has them."""

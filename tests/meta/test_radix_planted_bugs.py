@@ -18,6 +18,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvref.contract.errors import KVRefError
 from kvref.oracle.radix import OracleRadixCache
+from tests.meta import radix_bugs
 from tests.meta.array_surface_bugs import ARRAY_BUGS
 from tests.meta.block_arrays_bugs import BLOCK_ARRAY_BUGS
 from tests.meta.block_tables_bugs import BLOCK_TABLES_BUGS
@@ -82,3 +83,38 @@ def test_the_block_tables_suite_catches_the_planted_bug(tmp_path: Path, bug: str
     assert code != 0, f"the block-tables suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+class _PlantedTreeTarget:
+    """The reference's data plane beside a planted radix tree over the reference allocator."""
+
+    name = "planted-tree"
+
+    def __init__(self, tree: type[OracleRadixCache]) -> None:
+        self.tree = tree
+
+    def data_plane(self) -> Any:
+        from kvref.oracle.data import DataPlane
+
+        return DataPlane.reference()
+
+    def create_radix(self, size: int, *, page_size: int = 1, **_: Any) -> Any:
+        from kvref.oracle.radix.allocator import OracleSlotAllocator
+
+        allocator = OracleSlotAllocator(size, page_size=page_size)
+        return allocator, self.tree(allocator)
+
+
+@pytest.mark.rule("RADIX-628", "DATA-801")
+def test_the_radix_integrity_machine_sees_a_locked_prefix_evicted_under_a_running_request() -> None:
+    from kvref_conformance.suites.data_integrity_radix import RadixIntegrityMachine
+
+    machine: Any = type("Integrity_EvictWhileLocked", (RadixIntegrityMachine,), {"target": _PlantedTreeTarget(
+        radix_bugs.EvictWhileLocked)})  # fmt: skip
+    with pytest.raises((AssertionError, KVRefError)) as caught:
+        run_state_machine_as_test(
+            machine, settings=settings(max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
+                                       report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+        )  # fmt: skip
+    seen = str(caught.value)  # the running request's KV overwritten, or its freed slots refused at insert
+    assert "[RADIX-628]" in seen or "[RADIX-626]" in seen, f"a locked prefix was evicted, but: {seen[:400]}"
