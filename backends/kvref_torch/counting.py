@@ -211,6 +211,28 @@ def _blocks_pair(pool: Any, n: int) -> Callable[[], object]:
     return lambda: pool.free(pool.allocate([n], [3])[0], 3)
 
 
+def _tables_rows(n: int) -> tuple[list[int], list[int]]:
+    """A decode step of ``min(n, 256)`` requests that needs ``n`` new blocks in all (blocks of one token)."""
+    requests = min(n, 256)
+    return list(range(requests)), [-(-n // requests)] * requests
+
+
+def _tables_step(tables: Any, n: int) -> Callable[[], object]:
+    """Chapter 07's batched step (REQ-750): every row grown in one call."""
+    slots, tokens = _tables_rows(n)
+    return lambda: tables.step(slots, tokens)
+
+
+def _tables_release(tables: Any, n: int) -> Callable[[], object]:
+    """The release of a step's requests, every row in one ``free`` (REQ-752)."""
+    slots, tokens = _tables_rows(n)
+    tables.step(slots, tokens)
+    return lambda: tables.release(slots)
+
+
+#: Chapter 07's batched step over the block array surface (REQ-750..REQ-756).
+TABLE_SCENARIOS: dict[str, Scenario] = {"block_tables_step": _tables_step, "block_tables_release": _tables_release}
+
 #: Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, int32 ids.
 BLOCK_SCENARIOS: dict[str, Scenario] = {
     "block_arrays_allocate": _blocks_allocate,
@@ -229,6 +251,7 @@ ARRAY_SCENARIOS: dict[str, Scenario] = {
     "slot_arrays_free": _arrays_free,
     "slot_arrays_pair": _arrays_pair,
     **BLOCK_SCENARIOS,
+    **TABLE_SCENARIOS,
 }
 
 #: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
@@ -252,8 +275,10 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
-            if op in BLOCK_SCENARIOS:
-                target: Any = backend.create_block_arrays(size, device=device)
+            if op in TABLE_SCENARIOS:
+                target: Any = backend.create_block_tables(2 * n + 16, block_size=1, max_blocks=64, device=device)
+            elif op in BLOCK_SCENARIOS:
+                target = backend.create_block_arrays(size, device=device)
             elif op in ARRAY_SCENARIOS:
                 target = backend.create_slot_arrays(size, device=device)
             elif op in SLOT_SCENARIOS:
