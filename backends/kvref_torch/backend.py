@@ -103,13 +103,14 @@ class TorchBackend:
         policy: str = "lru",
         sort: bool = True,
         max_tokens: int | None = None,
+        enable_events: bool = False,
         device: str | None = None,
     ) -> tuple[ArraySlotAllocator, OracleRadixCache]:
         """Chapter 06's allocator on device arrays and the oracle's radix tree over it, on the host (as SGLang's)."""
         from kvref.oracle.radix import OracleRadixCache
 
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens)
+        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens, enable_events=enable_events)
 
     def create_slot_arrays(
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None

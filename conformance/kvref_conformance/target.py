@@ -134,17 +134,27 @@ class Target:
         return self.slots_factory(size, page_size=page_size, sort=sort)
 
     def create_radix(
-        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, max_tokens: int | None = None
+        self,
+        size: int,
+        *,
+        page_size: int = 1,
+        policy: str = "lru",
+        sort: bool = True,
+        max_tokens: int | None = None,
+        enable_events: bool = False,
     ) -> Any:
         """A new (allocator, radix tree) pair of the implementation (chapter 06); ConfigError where it has none.
 
-        ``max_tokens`` (capability ``radix-capacity``, RADIX-633) is passed on only when given."""
+        ``max_tokens`` (capability ``radix-capacity``, RADIX-633) and ``enable_events`` (``radix-events``,
+        RADIX-634) are passed on only when given."""
         if self.radix_factory is None:
             from kvref.contract.errors import ConfigError
 
             raise ConfigError("CONF-904", f"target {self.name!r} has no radix cache")
-        capacity = {} if max_tokens is None else {"max_tokens": max_tokens}
-        return self.radix_factory(size, page_size=page_size, policy=policy, sort=sort, **capacity)
+        extra: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+        if enable_events:
+            extra["enable_events"] = True
+        return self.radix_factory(size, page_size=page_size, policy=policy, sort=sort, **extra)
 
     def create_slot_arrays(self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32") -> Any:
         """A new token-slot allocator with the array surface (ERR-510); ConfigError where it has none."""

@@ -27,6 +27,7 @@ from kvref_conformance.suites.manager_pools import ManagerPoolsSuite
 from kvref_conformance.suites.pool import PoolSuite
 from kvref_conformance.suites.prefix_cache import PrefixCacheSuite
 from kvref_conformance.suites.radix import RadixCacheSuite
+from kvref_conformance.suites.radix_events import RadixEventsSuite
 from kvref_conformance.suites.replay import ReplaySuite
 from kvref_conformance.suites.slot_arrays import SlotArraysSuite
 from kvref_conformance.suites.slot_extend import SlotExtendSuite
@@ -73,6 +74,10 @@ class TestSlotExtend(SlotExtendSuite):
 
 class TestRadix(RadixCacheSuite):
     """Chapter 06's radix cache over its allocator, where the selected backend has one."""
+
+
+class TestRadixEvents(RadixEventsSuite):
+    """Chapter 06's KV events of the radix tree, one per page, where the backend reports them."""
 
 
 class TestSlotArrays(SlotArraysSuite):

@@ -62,11 +62,12 @@ class OracleBackend:
         policy: str = "lru",
         sort: bool = True,
         max_tokens: int | None = None,
+        enable_events: bool = False,
         device: str | None = None,
     ) -> tuple[OracleSlotAllocator, OracleRadixCache]:
         """A new allocator and an :class:`OracleRadixCache` over it under ``policy`` (chapter 06)."""
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens)
+        return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens, enable_events=enable_events)
 
     def create(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import replace
 from itertools import count
-from typing import Any, SupportsIndex
+from typing import SupportsIndex
 
 from kvref.contract.errors import (
     CacheInUseError,
@@ -25,11 +25,13 @@ from kvref.contract.errors import (
     NotHeldError,
     UnknownHashError,
 )
+from kvref.contract.events import KVEvent
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
-from kvref.oracle.radix.invariants import check_tree
+from kvref.oracle.radix.events import PageEvents
 from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
 from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats, TokenSlotAllocator
 from kvref.oracle.radix.slot_checks import check_new_slots
+from kvref.oracle.radix.views import TreeViews
 
 __all__ = ["OracleRadixCache"]
 
@@ -38,17 +40,23 @@ __all__ = ["OracleRadixCache"]
 _ALLOCATOR_API = ("page_size", "num_pages", "is_allocated", "alloc", "free", "available_size")
 
 
-class OracleRadixCache:
+class OracleRadixCache(TreeViews):
     """Token radix tree, strict and plain (chapter 06): match, insert, lock/unlock, evict, reset.
 
     ``OracleRadixCache(allocator, *, policy="lru", max_tokens=None)``: pages are
     ``allocator.page_size`` tokens; ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``,
     ``priority`` (RADIX-628); ``max_tokens``, when given, is a capacity every insert enforces by
-    evicting (RADIX-633, seed 003's ``max_capacity`` counted in tokens).
+    evicting (RADIX-633, seed 003's ``max_capacity`` counted in tokens); ``enable_events`` keeps a KV
+    event per page stored or evicted for :meth:`take_events` (RADIX-634).
     """
 
     def __init__(
-        self, allocator: TokenSlotAllocator, *, policy: str = "lru", max_tokens: SupportsIndex | None = None
+        self,
+        allocator: TokenSlotAllocator,
+        *,
+        policy: str = "lru",
+        max_tokens: SupportsIndex | None = None,
+        enable_events: bool = False,
     ) -> None:
         # Any allocator of chapter 06's shape will do (the oracle's, or a device backend's).
         missing = [a for a in _ALLOCATOR_API if not hasattr(allocator, a)]
@@ -75,6 +83,11 @@ class OracleRadixCache:
         self._leaves = EvictableLeaves(self._policy)
         self._protected = 0
         self._stats = RadixStats()
+        if not isinstance(enable_events, bool):
+            raise InvalidTypeError(
+                "RADIX-634", f"OracleRadixCache: enable_events must be a bool, got {enable_events!r}"
+            )
+        self._events = PageEvents(self._page, enabled=enable_events)
 
     # ------------------------------------------------------------------ sizes
 
@@ -250,6 +263,7 @@ class OracleRadixCache:
                 self._owner[slot] = leaf
             self._leaves.offer(node)  # no longer a leaf
             self._leaves.offer(leaf)
+            self._events.stored(leaf)
         self._leaves.compact(len(self._nodes))
         over = 0 if self._max_tokens is None else len(self._owner) - self._max_tokens
         if over > 0:  # back down to the capacity (RADIX-633)
@@ -333,6 +347,7 @@ class OracleRadixCache:
     def _remove(self, leaf: Node) -> int:
         """Free ``leaf``'s slots, then forget it; a free the allocator refuses leaves the tree as it was."""
         self.allocator.free(leaf.slots)  # first: slots freed behind the tree's back make it raise here
+        self._events.removed(leaf)
         parent: Node = leaf.parent  # type: ignore[assignment]  # never a root
         del parent.children[leaf.tokens[: self._page]]
         leaf.alive = False
@@ -355,36 +370,13 @@ class OracleRadixCache:
         self._nodes.clear()
         self._owner.clear()
         self._leaves.clear()
+        self._events.cleared()
         s = self._stats
         self._stats = replace(s, resets=s.resets + 1)
 
-    # -------------------------------------------------------------- inspection
-
-    def node_tokens(self, node: SupportsIndex) -> tuple[int, ...]:
-        """The whole key from the root to ``node``."""
-        target = self._node(node, "node_tokens")
-        out: list[int] = []
-        for n in reversed(list(target.path()) if target is not None else []):
-            out.extend(n.tokens)
-        return tuple(out)
-
-    def cached_slots(self) -> frozenset[int]:
-        """Every slot the tree holds."""
-        return frozenset(self._owner)
-
-    def snapshot(self) -> dict[str, Any]:
-        """A deep, comparable copy of the tree: every node's key, slots, locks and keys (ERR-501)."""
-        nodes = {
-            n.ident: (n.namespace, n.tokens, tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
-            for n in self._nodes.values()
-        }
-        return {"nodes": nodes, "receipts": sorted(self._receipts), "protected": self._protected, "stats": self._stats}
-
-    def check_invariants(self) -> None:
-        """Every invariant of chapter 06's tree; raises InvariantViolation naming the rule."""
-        check_tree(
-            self, list(self._nodes.values()), self._owner, [n for n in self._receipts.values() if n], self._protected
-        )
+    def take_events(self) -> list[KVEvent]:
+        """The KV events since the last call, one per page, oldest first; none unless enabled (RADIX-634)."""
+        return self._events.take()
 
     def __repr__(self) -> str:
         return (
