@@ -10,7 +10,6 @@ import numpy as np
 from kvref.contract.errors import BlockIdError, ConfigError, InvalidValueError
 from kvref.oracle.data.tensors import (
     DeviceChecked,
-    DeviceSlotChecks,
     NumpyTensors,
     Tensors,
     chosen_checks,
@@ -83,7 +82,7 @@ class KVBuffers(DeviceChecked):
         self.layout, self.row, self.dtype = layout, row, dtype
         self.padding = block_size if layout == "paged" else 1  # slots [0, padding) absorb padded writes
         self.slots = size + self.padding
-        self._checks = self._device_checks(checks)
+        self._checks = chosen_checks(self.tensors, self.slots, checks, owner="KVBuffers", rule="DATA-815")
         self._mark: np.ndarray | None = None  # the host check of repeated slots, made when first needed
         self.k_buffer = [self.tensors.zeros(self._shape(self.k_shape), dtype) for _ in range(layer_num)]
         self.v_buffer = [self.tensors.zeros(self._shape(self.v_shape), dtype) for _ in range(layer_num)]
@@ -94,9 +93,6 @@ class KVBuffers(DeviceChecked):
         return (self.slots, heads_dim[0] * heads_dim[1]) if self.row == "flat" else (self.slots, *heads_dim)
 
     # ------------------------------------------------------------------ checks
-
-    def _device_checks(self, checks: str | None) -> DeviceSlotChecks | None:
-        return chosen_checks(self.tensors, self.slots, checks, owner="KVBuffers", rule="DATA-815")
 
     def _layer(self, layer: object, op: str) -> int:
         if type(layer) is not int or not 0 <= layer < self.layer_num:

@@ -1,29 +1,20 @@
 """KV events of the radix tree, one per page (RADIX-634): what a KV-aware router needs to mirror it.
 
-Every page a tree caches has a hash chained as chapter 02 chains block hashes: ``hash_block`` of
-its parent page's hash (:data:`ROOT_HASH` for a namespace's first page) and its tokens, the first
-page of a namespace other than the default ``None`` carrying it as a cache salt (``repr`` of it),
-as chapter 02 puts a request's salt in its first block only. An insert that stores a node reports
-``BlockStored`` for each of its pages in order, an eviction ``BlockRemoved`` for each page it
-frees, a reset ``AllBlocksCleared``. Splitting a node changes no page, so it reports nothing.
-Pages of one key are unique in a tree, so applying the events to a set (``apply_events``) gives
-exactly the hashes of the cached pages.
+Every page a tree caches has chapter 02's hash of the key up to it, in blocks of a page
+(``hash_token_blocks``), with the namespace (``repr`` of it; none for the default ``None``) as the
+cache salt. An insert that stores a node reports ``BlockStored`` for each of its pages in order,
+an eviction ``BlockRemoved`` for each page it frees, a reset ``AllBlocksCleared``. Splitting a
+node changes no page, so it reports nothing. Pages of one key are unique in a tree, so applying
+the events to a set (``apply_events``) gives exactly the hashes of the cached pages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
+from kvref.contract.hashing import hash_token_blocks
 from kvref.oracle.radix.nodes import Node
 
-__all__ = ["PageEvents", "first_page_keys"]
-
-
-def first_page_keys(namespace: Hashable) -> BlockExtraKeys | None:
-    """The extra keys of a namespace's first page (RADIX-634): its ``repr`` as a cache salt."""
-    return None if namespace is None else BlockExtraKeys(cache_salt=repr(namespace))
+__all__ = ["PageEvents"]
 
 
 class PageEvents:
@@ -35,20 +26,13 @@ class PageEvents:
         self._events: list[KVEvent] = []
 
     def page_hashes(self, node: Node) -> tuple[int | None, list[int]]:
-        """The hash ``node``'s first page chains on (None: the root), and the hash of each of its pages."""
-        parent: int | None = None
-        out: list[int] = []
-        for n in reversed(list(node.path())):
-            if out:
-                parent = out[-1]
-            out = []
-            for start in range(0, len(n.tokens), self.page):
-                before = out[-1] if out else parent
-                extra = first_page_keys(n.namespace) if before is None else None
-                out.append(
-                    hash_block(ROOT_HASH if before is None else before, n.tokens[start : start + self.page], extra)
-                )
-        return parent, out
+        """The hash ``node``'s first page chains on (None: the root), and the hash of each of its pages:
+        chapter 02's hashes of the whole key from the root, in pages, salted by the namespace."""
+        tokens = [t for n in reversed(list(node.path())) for t in n.tokens]
+        salt = None if node.namespace is None else repr(node.namespace)
+        hashes = hash_token_blocks(tokens, self.page, cache_salt=salt)
+        first = len(hashes) - len(node.tokens) // self.page
+        return (hashes[first - 1] if first else None), hashes[first:]
 
     def stored(self, node: Node) -> None:
         """``node`` was made by an insert: one ``BlockStored`` per page, in order."""
