@@ -8,8 +8,11 @@ uses the interpreter it runs in:
    whatever is missing (carry its wheel: ``pip install --no-index --no-deps WHEEL``);
 2. it installs kvref from this checkout, editable, without dependencies and without an index;
 3. it runs the conformance suite of torch and CuPy on ``cuda:0`` (results in ``results/gpu/``,
-   the device named in each file), the CUDA tests, the fused Triton kernels of ``torch-triton``
-   (where Triton is installed) and the benchmarks on ``cuda:0``.
+   the device named in each file; spread over processes with pytest-xdist where it is installed),
+   the CUDA tests, the fused Triton kernels of ``torch-triton`` (where Triton is installed), the
+   side-by-side pairs of ``scripts/gpu_pairs.py`` (with SGLang's allocators where
+   ``.sglang-allocators/`` holds them: ``scripts/sglang_allocators.py`` makes it) and the
+   benchmarks on ``cuda:0``.
 
 Run it from the repository root: ``python scripts/gpu_check.py [--skip-bench] [-- PYTEST ARGS]``.
 It exits non-zero at the first step that fails, and with status 3 (saying why) where there is no
@@ -26,12 +29,13 @@ import sys
 
 NEEDS = ("torch", "cupy", "numpy", "hypothesis", "pytest", "pytest_benchmark", "cbor2", "xxhash", "rich", "setuptools")
 RESULTS = "results/gpu"
+SGLANG = ".sglang-allocators"
 
 
-def run(*argv: str) -> None:
+def run(*argv: str, env: dict[str, str] | None = None) -> None:
     """Run ``argv`` with this interpreter; stop here with its status when it fails."""
     print("+", " ".join(argv), flush=True)
-    done = subprocess.run([sys.executable, *argv], check=False)
+    done = subprocess.run([sys.executable, *argv], check=False, env=env)
     if done.returncode:
         sys.exit(done.returncode)
 
@@ -63,9 +67,10 @@ def main() -> int:
         return 3
     run("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "-e", ".")
     os.makedirs(RESULTS, exist_ok=True)
+    spread = ["-n", str(min(6, os.cpu_count() or 1))] if importlib.util.find_spec("xdist") is not None else []
     for backend in ("torch", "cupy"):
         run("-m", "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
-            "--results", RESULTS)  # fmt: skip
+            "--results", RESULTS, "--", *spread)  # fmt: skip
     run("-m", "pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
     if importlib.util.find_spec("triton") is not None:  # the fused kernels, compiled: beside the array path
         run("-m", "pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", "-p", "no:cacheprovider")
@@ -74,6 +79,10 @@ def main() -> int:
     else:
         print("gpu_check: triton is not installed: the torch-triton kernels are not checked", file=sys.stderr)
     if not args.skip_bench:
+        env = dict(os.environ)
+        if os.path.isdir(SGLANG):  # SGLang's allocators, copied out of an installed SGLang, beside kvref's
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(SGLANG), env.get("PYTHONPATH")) if p)
+        run("scripts/gpu_pairs.py", "--device", "cuda:0", "--out", f"{RESULTS}/pairs", env=env)
         run("-m", "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--kvref-bench-device=cuda:0",
             f"--benchmark-json={RESULTS}/bench.json", "-p", "no:cacheprovider", *args.pytest_args)  # fmt: skip
     print(f"gpu_check: passed; results in {RESULTS}/")

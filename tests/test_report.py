@@ -70,7 +70,7 @@ def test_report_with_out_plots_each_benchmark_run_and_renders_replay_files(tmp_p
 def test_a_long_state_machine_failure_keeps_the_assertion_that_names_the_rule(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from kvref_conformance.results import ResultsRecorder
+    from kvref_conformance.results import ResultsRecorder, describe
     from kvref_conformance.target import Target
 
     program = "\n".join(f"E       state.step_{i}()" for i in range(2000))  # an unshrunk replay, far over the limit
@@ -78,7 +78,7 @@ def test_a_long_state_machine_failure_keeps_the_assertion_that_names_the_rule(tm
                f"Failing test case: <state machine>\n{program}\n"  # fmt: skip
     report = SimpleNamespace(when="call", skipped=False, outcome="failed", failed=True, longrepr=longrepr)
     recorder = ResultsRecorder(tmp_path, "ci")
-    recorder.record(Target.from_backend("oracle"), "t::test", ("EVICT-408",), report)
+    recorder.record(describe(Target.from_backend("oracle")), "t::test", ["EVICT-408"], report)
     [failure] = recorder.summarize("oracle")["failures"]
     replay = failure["replay"]
     assert "[EVICT-408] evicted 0" in replay, f"the clipped report lost the assertion message:\n{replay[:500]}"

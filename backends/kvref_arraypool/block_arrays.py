@@ -188,14 +188,16 @@ class DeviceBlockPool:
         ids = self._stack[counter - 1 - self._iota[:total]]
         counter -= total  # in place: the counter is a view into the record's array
         self._floor -= total
-        self._ref[ids] = 1
+        ops.fill_at(self._ref, ids, 1)
         self._gen[ids] += 1
         if one:
             s = owners[0]
-            self._bits[ids * self._words + s // _BITS] = 1 << (s % _BITS)  # fresh blocks: no other holder's bit
+            # fresh blocks: no other holder's bit
+            ops.fill_at(self._bits, ids * self._words + s // _BITS, 1 << (s % _BITS))
         else:
-            per = ops.asarray(np.repeat(np.array(owners, dtype=np.int64), wants))
-            self._bits[ids * self._words + per // _BITS] = 1 << (per % _BITS)
+            per = np.repeat(np.array(owners, dtype=np.int64), wants)  # each block's slot: its word and bit, one copy in
+            word_bit = ops.asarray(np.stack([per // _BITS, np.left_shift(1, per % _BITS)]))
+            self._bits[ids * self._words + word_bit[0]] = word_bit[1]
         return ops.cast(ids, self.dtype), offsets
 
     # ------------------------------------------------------- free and acquire
@@ -226,7 +228,7 @@ class DeviceBlockPool:
             zero = (self._ref[safe] == 0) & accepted
         else:  # two slots may release one block: it leaves at its last entry
             at = self._positions(m)
-            self._last[safe] = -1
+            ops.fill_at(self._last, safe, -1)
             ops.scatter_max(self._last, safe, at)
             zero = (self._last[safe] == at) & (self._ref[safe] == 0) & accepted
         rank = ops.cumsum(zero) - 1
@@ -306,7 +308,7 @@ class DeviceBlockPool:
             word, bit = safe * self._words + slot // _BITS, 1 << (slot % _BITS)
             if m > 1:
                 at = self._positions(m)
-                self._last[safe] = m
+                ops.fill_at(self._last, safe, m)
                 ops.scatter_min(self._last, safe, at)
                 twice = self._last[safe] != at
             else:

@@ -87,8 +87,8 @@ class DeviceSlotChecks:
         codes = ops.concat([ops.where(s_out, _RANGE, 0), ops.where(d_out, _RANGE, 0)])
         codes = ops.where(codes != 0, codes, _PADDING * (ops.concat([s, d]) < padding))
         # A dst that repeats, or that is also a src: mark the sources, then the first of each dst.
-        self._first[d] = self.slots
-        self._first[s] = -1
+        ops.fill_at(self._first, d, self.slots)
+        ops.fill_at(self._first, s, -1)
         repeated = ~self._first_occurrence(d, keep_marks=True)
         dup = ops.concat([ops.falses(len(src)), repeated])
         codes = ops.where(codes != 0, codes, ops.where(dup, _OVERLAP, 0))
@@ -125,7 +125,7 @@ class DeviceSlotChecks:
         ops, m = self.ops, len(safe)
         at = self._iota[:m] if m <= len(self._iota) else ops.arange(m)
         if not keep_marks:
-            self._first[safe] = m
+            ops.fill_at(self._first, safe, m)
         ops.scatter_min(self._first, safe, at)
         return self._first[safe] == at
 

@@ -64,10 +64,10 @@ def leaf_order(
     # copies are (an in-use copy or a younger cached one keeps the hash resident).
     ops.scatter_add(scratch, e, 1)
     all_in = scratch[e] == copies[e]
-    scratch[e] = 0
+    ops.fill_at(scratch, e, 0)
     ops.scatter_max(scratch2, e, stamps)
     last = all_in & (stamps == scratch2[e])
-    scratch2[e] = -1
+    ops.fill_at(scratch2, e, -1)
 
     lb = ops.nonzero(last)
     le = e[lb]
@@ -76,14 +76,14 @@ def leaf_order(
     pe = lpe[with_parent]
     ops.scatter_add(scratch, pe, 1)
     blocked = scratch[le] != children[le]
-    scratch[pe] = 0
+    ops.fill_at(scratch, pe, 0)
     value = ops.where(blocked, INF_TIME, stamps[lb])
 
     # Parent of each last copy, as a position among the last copies (-1: none in the window).
     scratch2[le] = ops.arange(len(lb))
     anc = ops.full(len(lb), -1)
     anc[with_parent] = scratch2[pe]
-    scratch2[le] = -1
+    ops.fill_at(scratch2, le, -1)
     while True:
         src = ops.nonzero(anc >= 0)
         if len(src) == 0:

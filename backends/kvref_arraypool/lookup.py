@@ -134,7 +134,7 @@ class PrefixLookup(ArrayPoolState):
         cached = self._lru_order.oldest(self._ncached) if self._ncached else self.ops.zeros(0)
         hashed = self.ops.nonzero(self._bhash >= 0)
         for array in (self._bhash, self._bentry, self._regstamp, self._evstamp):
-            array[hashed] = -1
+            self.ops.fill_at(array, hashed, -1)
         self._push_free(cached)
         self._ncached = 0
         self._lru_order.clear()

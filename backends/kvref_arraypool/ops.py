@@ -78,6 +78,21 @@ class ArrayOps(ABC):
     def flip(self, a: Array) -> Array:
         """``a`` reversed."""
 
+    def put(self, a: Array, idx: Array, values: Array | int) -> None:
+        """``a[idx] = values``: an array of values, or one Python int (:meth:`fill_at`, nothing copied in)."""
+        if isinstance(values, int):
+            self.fill_at(a, idx, values)
+        else:
+            a[idx] = values
+
+    @abstractmethod
+    def fill_at(self, a: Array, idx: Array, value: int) -> None:
+        """``a[idx] = value`` for a 1-d integer ``idx`` and a Python int, in place, with no host-to-device copy.
+
+        Spelled ``a[idx] = value``, torch lifts ``value`` into a host tensor and copies it to the
+        device, waiting for the copy (a host sync on every such line); this passes it to the kernel.
+        """
+
     @abstractmethod
     def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
         """``a[idx[i]] += values[i]`` for every ``i``, duplicates summed, in place."""
@@ -208,6 +223,10 @@ class NumpyLikeOps(ArrayOps):
     def flip(self, a: Array) -> Array:
         """``a[::-1]``."""
         return a[::-1]
+
+    def fill_at(self, a: Array, idx: Array, value: int) -> None:
+        """``a[idx] = value``: NumPy and CuPy pass the scalar to the kernel."""
+        a[idx] = value
 
     def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
         """``xp.add.at``: duplicates summed (NumPy, and CuPy >= 13)."""

@@ -66,9 +66,9 @@ class Pinning(ReferenceCounting):
         if distinct and not ops.any((owner != hids) & (owner != NOBODY)):
             cached = ids[owner == NOBODY]
             if len(cached):
-                self._evstamp[cached] = -1
+                ops.fill_at(self._evstamp, cached, -1)
                 self._ncached -= len(cached)
-            self._owner[ids] = hids
+            ops.put(self._owner, ids, hids)
             self._ref[ids] += 1
             return
         cnt: Array | int
@@ -89,7 +89,7 @@ class Pinning(ReferenceCounting):
             stays_sole = (holders_per_block[inverse] == 1) & ((current == NOBODY) | (current == uh))
             cached = blocks[self._ref[blocks] == 0]
         if len(cached):
-            self._evstamp[cached] = -1
+            ops.fill_at(self._evstamp, cached, -1)
             self._ncached -= len(cached)
         to_shared = ~stays_sole
         convert = ub[to_shared & (current >= 0)]
@@ -97,7 +97,7 @@ class Pinning(ReferenceCounting):
             convert = ops.unique(convert)[0]
         if len(convert):
             self._shared.insert((convert << HID_BITS) | self._owner[convert], self._ref[convert])
-        self._owner[ub[to_shared]] = SHARED
+        self.ops.fill_at(self._owner, ub[to_shared], SHARED)
         sk = uk[to_shared]
         sc = cnt if isinstance(cnt, int) else cnt[to_shared]
         slots = self._shared.find_slots(sk)
@@ -109,7 +109,7 @@ class Pinning(ReferenceCounting):
         if ops.any(absent):
             add = sk[absent]
             self._shared.insert(add, ops.full(len(add), sc) if isinstance(sc, int) else sc[absent])
-        self._owner[ub[stays_sole]] = uh if isinstance(uh, int) else uh[stays_sole]
+        ops.put(self._owner, ub[stays_sole], uh if isinstance(uh, int) else uh[stays_sole])
         if isinstance(cnt, int):
             self._ref[ids] += 1
         else:

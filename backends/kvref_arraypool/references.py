@@ -53,9 +53,9 @@ class ReferenceCounting(ArrayPoolState):
         return ids
 
     def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
-        self._ref[ids] = 1
+        self.ops.fill_at(self._ref, ids, 1)
         self._gen[ids] += 1
-        self._owner[ids] = hids
+        self.ops.put(self._owner, ids, hids)
         self._stamp_access(ids, sizes)
 
     def _take(self, n: int, op: str) -> Array:
@@ -195,7 +195,7 @@ class ReferenceCounting(ArrayPoolState):
             left = self._ref[ids] - 1
             self._ref[ids] = left
             zeroed = ids[left == 0]
-            self._owner[zeroed] = NOBODY
+            ops.fill_at(self._owner, zeroed, NOBODY)
         elif distinct and isinstance(hids, int):
             # One holder, distinct blocks: one reference each, some of them shared.
             shared = ids[self._owner[ids] == SHARED]
@@ -207,7 +207,7 @@ class ReferenceCounting(ArrayPoolState):
             left = self._ref[ids] - 1
             self._ref[ids] = left
             zeroed = ids[left == 0]
-            self._owner[zeroed] = NOBODY
+            ops.fill_at(self._owner, zeroed, NOBODY)
         else:
             uk, ub, cnt = self._pair_counts(ids, hids)
             shared = self._owner[ub] == SHARED
@@ -219,9 +219,9 @@ class ReferenceCounting(ArrayPoolState):
             ops.scatter_add(self._ref, ub, -cnt)
             blocks = ops.unique(ub)[0]
             zb = blocks[self._ref[blocks] == 0]
-            self._owner[zb] = NOBODY
+            ops.fill_at(self._owner, zb, NOBODY)
             # Zero order: the position of each block's last occurrence.
-            self._mark[zb] = -1
+            ops.fill_at(self._mark, zb, -1)
             ops.scatter_max(self._mark, ids, ops.arange(m))
             zeroed = zb[ops.argsort(self._mark[zb])]
         self._settle(zeroed)

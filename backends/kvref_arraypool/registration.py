@@ -94,7 +94,7 @@ class Registration(ArrayPoolState):
             self._nefree -= k
             self._index.insert(hs_dev[absent], new)
             self._ehash[new] = hs_dev[absent]
-            self._echildren[new] = 0
+            ops.fill_at(self._echildren, new, 0)
             entries = ops.copy(entries)
             entries[absent] = new
         # Parent entry of each position: the given parent's for the first, the previous hash's after.
@@ -102,7 +102,7 @@ class Registration(ArrayPoolState):
         base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
         fresh = ~resident
         fe = entries[fresh]
-        self._ecopies[fe] = 1
+        ops.fill_at(self._ecopies, fe, 1)
         self._ehead[fe] = ids[fresh]
         self._eparent[fe] = ops.asarray(prev_host)[fresh]
         fpe = pe[fresh]
@@ -129,10 +129,10 @@ class Registration(ArrayPoolState):
         e = self._bentry[victims]
         cached = self._evstamp[victims] >= 0
         self._ncached -= ops.count(cached)
-        self._evstamp[victims] = -1
-        self._bhash[victims] = -1
-        self._bentry[victims] = -1
-        self._regstamp[victims] = -1
+        ops.fill_at(self._evstamp, victims, -1)
+        ops.fill_at(self._bhash, victims, -1)
+        ops.fill_at(self._bentry, victims, -1)
+        ops.fill_at(self._regstamp, victims, -1)
         if m == 1:
             ue, inverse, cnt = e, ops.zeros(1), ops.full(1, 1)
         else:
@@ -160,8 +160,8 @@ class Registration(ArrayPoolState):
         dead = candidates[(self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0)]
         if len(dead):
             self._index.delete(self._ehash[dead])
-            self._ehash[dead] = -1
-            self._ehead[dead] = -1
+            ops.fill_at(self._ehash, dead, -1)
+            ops.fill_at(self._ehead, dead, -1)
             self._estack[self._nefree : self._nefree + len(dead)] = dead
             self._nefree += len(dead)
         self._trim_orders()

@@ -51,8 +51,8 @@ class SlotKernels(Protocol):
     """Fused ``alloc`` and ``free`` for one array library and device (``kvref_torch.slot_kernels``).
 
     Each does in one launch what the array path of :class:`DeviceSlotAllocator` does, over the
-    same arrays and record, with the same result; ``free`` handles up to ``max_free`` entries and
-    returns each entry's page and whether it was kept (released, or marked in an open group).
+    same arrays and record, with the same result; ``free`` handles up to ``max_free`` entries and,
+    in an open group, returns each entry's page and whether it was kept (marked); else None.
     """
 
     name: str
@@ -67,8 +67,8 @@ class SlotKernels(Protocol):
     def free(
         self, *, slots: Array, state: Array, first: Array, ring: Array, released: Array, record: Array, head: int,
         num_pages: int, page_size: int, sort: bool, group: bool,
-    ) -> tuple[Array, Array]:  # fmt: skip
-        """Check ``slots`` and release (or, in a group, mark) their pages; each entry's page and kept flag."""
+    ) -> tuple[Array, Array] | None:  # fmt: skip
+        """Check ``slots`` and release (or, in a group, mark) their pages; in a group, each page and kept flag."""
 
 
 _RING, _RELEASED = 0, 1  # the record's counters: the ring's length, the release list's length
@@ -183,7 +183,7 @@ class DeviceSlotAllocator:
         if self.kernels is not None:
             return self._alloc_fused(self.kernels, want)
         pages = self._pop(want)
-        self._state[pages] = _HELD
+        self.ops.fill_at(self._state, pages, _HELD)
         slots = pages if ps == 1 else (pages[:, None] * ps + self._offsets[None, :]).reshape(-1)
         self.ops.scatter_add(self._version, slots, 1)
         return self.ops.cast(slots, self.dtype)
@@ -257,13 +257,13 @@ class DeviceSlotAllocator:
         if m == 0:
             return
         if self.kernels is not None and m <= self.kernels.max_free:
-            page, keep = self.kernels.free(
+            parts = self.kernels.free(
                 slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
                 record=self.record.array, head=self._head, num_pages=self.num_pages, page_size=ps, sort=self.sort,
                 group=self._group is not None,
             )  # fmt: skip
-            if self._group is not None:
-                self._group.append((page, keep))
+            if self._group is not None and parts is not None:
+                self._group.append(parts)
             self._unconfirmed = True
             return
         given = ops.cast(given, "int64") if fused else given  # the array path works in int64
@@ -273,7 +273,7 @@ class DeviceSlotAllocator:
         codes = ops.where(out, 1, ops.where(page == 0, 2, ops.where(held, 0, 3)))
         accepted = self.record.note(codes, given)
         at = self._iota[:m] if m <= len(self._iota) else ops.arange(m)  # a call may name a slot many times
-        self._first[page] = m
+        ops.fill_at(self._first, page, m)
         ops.scatter_min(self._first, page, at)
         keep = (self._first[page] == at) & accepted
         if self._group is not None:

@@ -125,14 +125,14 @@ class HashTable:
             if len(rows):
                 at = window[rows, first[rows]]
                 tried = pending[rows]
-                claim[at] = -1  # the highest pending index wins a contested slot: the same winner on every
+                ops.fill_at(claim, at, -1)  # the highest pending index wins a contested slot: the same winner on every
                 ops.scatter_max(claim, at, tried)  # device and run (a plain scatter leaves it to the device)
                 got = claim[at] == tried
                 ws, wk = at[got], tried[got]
                 self.tombs -= ops.count(tkeys[ws] == TOMB)
                 tkeys[ws] = keys[wk]
                 self.values[ws] = values[wk]
-                won[rows[got]] = True
+                ops.fill_at(won, rows[got], True)
                 step[rows] = first[rows] + 1
             keep = ~won
             pending = pending[keep]
@@ -155,7 +155,7 @@ class HashTable:
         n = len(slots)
         if n == 0:
             return
-        self.keys[slots] = TOMB  # live + tombs stays as it was: only an insert can need a rebuild
+        self.ops.fill_at(self.keys, slots, TOMB)  # live + tombs stays as it was: only an insert can need a rebuild
         self.live -= n
         self.tombs += n
 

@@ -45,8 +45,8 @@ class CupyBackend:
     conformance_profile = "exact-order"
 
     def version(self) -> str:
-        """The installed cupy distribution's version, or ``numpy <v>`` when only NumPy is there."""
-        for dist in ("cupy-cuda12x", "cupy-cuda11x", "cupy"):
+        """The installed CuPy's version (any build: cupy-cuda12x, cupy-cuda13x, ...), or ``numpy <v>``."""
+        for dist in metadata.packages_distributions().get("cupy", []):
             try:
                 return metadata.version(dist)
             except metadata.PackageNotFoundError:

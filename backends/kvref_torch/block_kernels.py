@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kvref_torch.launching import Launcher
 from kvref_torch.record_kernels import note_first_error
 
 __all__ = ["MAX_CALL", "TritonBlockKernels"]
@@ -36,10 +37,10 @@ __all__ = ["MAX_CALL", "TritonBlockKernels"]
 #: The largest ``free`` or ``acquire`` done in one program; larger ones take the array path.
 MAX_CALL = 4096
 _ALLOCATE_BLOCK = 1024
-_STACK_COUNTER = 6
+_STACK_COUNTER = tl.constexpr(6)  # a global a compiled kernel reads must be a constexpr
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["total", "words", "word", "bit"])  # one compile per dtype (launching.py)
 def _allocate_kernel(
     stack_ptr, ref_ptr, gen_ptr, bits_ptr, rec_ptr, out_ptr, total, words, word, bit, BLOCK: tl.constexpr
 ):
@@ -55,7 +56,7 @@ def _allocate_kernel(
     tl.store(rec_ptr + _STACK_COUNTER, top - total)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m", "num_blocks", "words", "word", "bit"])
 def _call_kernel(
     ids_ptr,
     m,
@@ -111,6 +112,10 @@ def _call_kernel(
         tl.store(ref_ptr + safe, ref + 1, mask=keep)
 
 
+_launch_allocate = Launcher(_allocate_kernel)
+_launch_call = Launcher(_call_kernel)
+
+
 class TritonBlockKernels:
     """The fused calls :class:`~kvref_arraypool.block_arrays.DeviceBlockPool` makes for one-slot calls."""
 
@@ -126,8 +131,8 @@ class TritonBlockKernels:
     ) -> Any:
         """Pop ``total`` blocks for request slot ``slot``: one launch; returns the fresh ids."""
         out = torch.empty(total, dtype=torch.int32 if dtype == "int32" else torch.int64, device=stack.device)
-        _allocate_kernel[(1,)](
-            stack, ref, gen, bits, record, out, total, words, slot // 32, 1 << (slot % 32), BLOCK=_ALLOCATE_BLOCK
+        _launch_allocate(
+            (1,), stack, ref, gen, bits, record, out, total, words, slot // 32, 1 << (slot % 32), BLOCK=_ALLOCATE_BLOCK
         )
         self.launches += 1
         return out
@@ -139,8 +144,8 @@ class TritonBlockKernels:
         """Check and apply one ``free`` (or ``acquire``) of ``ids`` by request slot ``slot``: one launch."""
         m = len(ids)
         block = max(16, triton.next_power_of_2(m))
-        _call_kernel[(1,)](
-            ids, m, num_blocks, ref, bits, reserved, first, stack, record, words, slot // 32, 1 << (slot % 32),
+        _launch_call(
+            (1,), ids, m, num_blocks, ref, bits, reserved, first, stack, record, words, slot // 32, 1 << (slot % 32),
             FREE=free, BLOCK=block, num_warps=4 if block <= 1024 else 8,
         )  # fmt: skip
         self.launches += 1

@@ -6,8 +6,11 @@ on ``cpu`` as on ``cuda``, so the counts measured on a CPU-only machine are thos
 - **launches**: aten operations that run a kernel on CUDA (views, allocations and metadata do not);
 - **syncs**: points where the host must wait for the device: a scalar read
   (``int(t)``, ``bool(t)``), an output whose size depends on the data (``nonzero``, a boolean
-  mask, ``unique``), and every array the array core copies to the host (``ArrayOps.host_reads``);
-- **copies in**: host arrays copied to the device (``ArrayOps.host_writes``).
+  mask, ``unique``), every array the array core copies to the host (``ArrayOps.host_reads``), and
+  every tensor torch makes of a Python scalar (``lift_fresh``: ``a[idx] = 1`` makes one), which it
+  copies in from pageable memory and waits for (CUPTI shows a ``cudaStreamSynchronize`` after each);
+  the array core's own host arrays go in through pinned memory, queued (``ArrayOps.asarray``);
+- **copies in**: host arrays (``ArrayOps.host_writes``) and Python scalars copied to the device.
 
 :func:`measure` runs the scenarios of the launch budget (``kvref_torch/launch_budget.toml``): each
 operation of the array core at several batch sizes. ``python -m kvref_torch.counting`` prints
@@ -84,7 +87,7 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
         super().__init__()
         self.ops = ops
         self.cost = CallCost()
-        self._reads = self._writes = 0
+        self._reads = self._writes = self._lifts = 0
 
     def __enter__(self) -> CountLaunches:
         self._reads, self._writes = self.ops.host_reads, self.ops.host_writes
@@ -93,8 +96,12 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
-        self.cost.syncs += self.ops.host_reads - self._reads
-        self.cost.copies_in += self.ops.host_writes - self._writes
+        writes = self.ops.host_writes - self._writes
+        # Each asarray lifts its host array once (a pinned copy, queued); every other lift is a
+        # Python scalar (``a[idx] = x``), copied from pageable memory: the host waits for it.
+        scalars = max(0, self._lifts - writes)
+        self.cost.syncs += self.ops.host_reads - self._reads + scalars
+        self.cost.copies_in += writes + scalars
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -102,6 +109,8 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
         name = func.overloadpacket.__name__
         if name in _SYNCING or (name in ("index", "index_put", "index_put_") and _boolean_index(args)):
             self.cost.syncs += 1
+        if name == "lift_fresh":  # a tensor made of host data: ``ArrayOps.asarray``'s, or a Python scalar's
+            self._lifts += 1
         if not func.is_view and name not in _NO_KERNEL and not _host_scalar(name, kwargs):
             self.cost.launches += 1
             self.cost.by_op[name] += 1

@@ -52,13 +52,19 @@ class TorchOps(ArrayOps):
         return torch.arange(start, stop, dtype=torch.int64, device=self.torch_device)
 
     def asarray(self, host: np.ndarray) -> Array:
-        """A view of the host array on ``cpu``; a copy in device memory on CUDA."""
+        """A view of the host array on ``cpu``; a copy in device memory on CUDA, queued without a wait.
+
+        On CUDA the array is staged in pinned memory and copied with ``non_blocking=True``: a copy
+        from pageable memory makes the host wait for the device (a sync per call), a pinned one is
+        queued on the stream. torch's caching host allocator keeps the staging buffer until the
+        copy has run, so the caller may reuse ``host`` at once.
+        """
         self.host_writes += 1
         if not host.flags.writeable:  # torch.from_numpy warns on read-only memory; take a copy
             host = host.copy()
         tensor = torch.from_numpy(np.ascontiguousarray(host))
         if self.is_device:  # pragma: no cover - needs a CUDA device
-            return tensor.to(self.torch_device, non_blocking=False)
+            return tensor.pin_memory().to(self.torch_device, non_blocking=True)
         return tensor
 
     def to_host(self, a: Array) -> np.ndarray:
@@ -83,6 +89,10 @@ class TorchOps(ArrayOps):
         if isinstance(values, int):
             return torch.full(like.shape, values, dtype=torch.int64, device=self.torch_device)
         return values
+
+    def fill_at(self, a: Array, idx: Array, value: int) -> None:
+        """``index_fill_``: the value is a kernel argument, not a tensor copied in (as ``a[idx] = value`` makes it)."""
+        a.index_fill_(0, idx if idx.dtype == torch.int64 else idx.to(torch.int64), value)
 
     def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
         """``index_add_``."""

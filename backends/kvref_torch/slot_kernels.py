@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kvref_torch.launching import Launcher
 from kvref_torch.record_kernels import note_first_error
 
 __all__ = ["MAX_FREE", "TritonSlotKernels"]
@@ -37,7 +38,7 @@ _ALLOC_BLOCK = 1024
 _RING_COUNTER, _RELEASED_COUNTER = 6, 7
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m", "head", "num_pages", "page_size"])  # one compile per dtype (launching.py)
 def _free_kernel(
     slots_ptr,
     m,
@@ -74,9 +75,9 @@ def _free_kernel(
     first = tl.load(first_ptr + page, mask=live, other=-1)
     accepted = (tl.zeros([BLOCK], dtype=tl.int32) + pos) == BLOCK  # a vector: scalar & vector loses the bool type
     keep = live & (first == i) & accepted
-    tl.store(page_out_ptr + i, page, mask=live)
-    tl.store(keep_out_ptr + i, keep, mask=live)
-    if GROUP:
+    if GROUP:  # the group's parts, for its end
+        tl.store(page_out_ptr + i, page, mask=live)
+        tl.store(keep_out_ptr + i, keep, mask=live)
         tl.store(state_ptr + page, 2, mask=keep)  # freed in the open group: released at its end
     else:
         tl.store(state_ptr + page, 0, mask=keep)
@@ -93,7 +94,7 @@ def _free_kernel(
             tl.store(rec_ptr + 6, count + total)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["head", "want", "num_pages", "page_size"])
 def _alloc_kernel(
     ring_ptr, state_ptr, version_ptr, rec_ptr, out_ptr, head, want, num_pages, page_size, BLOCK: tl.constexpr
 ):
@@ -109,6 +110,10 @@ def _alloc_kernel(
     tl.store(out_ptr + i, slot.to(out_ptr.dtype.element_ty), mask=live)
     if tl.program_id(0) == 0:
         tl.store(rec_ptr + 6, tl.load(rec_ptr + 6) - want)
+
+
+_launch_alloc = Launcher(_alloc_kernel)
+_launch_free = Launcher(_free_kernel)
 
 
 class TritonSlotKernels:
@@ -129,25 +134,28 @@ class TritonSlotKernels:
         n = want * page_size
         out = torch.empty(n, dtype=torch.int32 if dtype == "int32" else torch.int64, device=ring.device)
         grid = (triton.cdiv(n, _ALLOC_BLOCK),)
-        _alloc_kernel[grid](ring, state, version, record, out, head, want, num_pages, page_size, BLOCK=_ALLOC_BLOCK)
+        _launch_alloc(grid, ring, state, version, record, out, head, want, num_pages, page_size, BLOCK=_ALLOC_BLOCK)
         self.launches += 1
         return out
 
     def free(
         self, *, slots: Any, state: Any, first: Any, ring: Any, released: Any, record: Any, head: int,
         num_pages: int, page_size: int, sort: bool, group: bool,
-    ) -> tuple[Any, Any]:  # fmt: skip
+    ) -> tuple[Any, Any] | None:  # fmt: skip
         """Check and release (or, in a group, mark) the pages ``slots`` name: one launch.
 
-        Returns each entry's page and whether it was released (the group's parts).
+        In a group, returns each entry's page and whether it was marked (the group's parts); else None.
         """
         m = len(slots)
-        page = torch.empty(m, dtype=torch.int64, device=slots.device)
-        keep = torch.empty(m, dtype=torch.bool, device=slots.device)
+        if group:
+            page = torch.empty(m, dtype=torch.int64, device=slots.device)
+            keep = torch.empty(m, dtype=torch.bool, device=slots.device)
+        else:  # nothing is written there: no outputs to make
+            page, keep = first, state
         block = max(16, triton.next_power_of_2(m))
-        _free_kernel[(1,)](
-            slots, m, state, first, ring, released, record, page, keep, head, num_pages, page_size,
+        _launch_free(
+            (1,), slots, m, state, first, ring, released, record, page, keep, head, num_pages, page_size,
             SORT=sort, GROUP=group, BLOCK=block, num_warps=4 if block <= 1024 else 8,
         )  # fmt: skip
         self.launches += 1
-        return page, keep
+        return (page, keep) if group else None

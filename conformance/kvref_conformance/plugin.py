@@ -7,6 +7,10 @@ header (backend, version, device, capabilities, Hypothesis profile, every ``KVRE
 applies known deviations as strict xfails; skips dependents of a failed prerequisite rule;
 reports state-machine steps per second; and writes one results file per implementation.
 A backend that cannot load stops the run with the reason: nothing falls back to the oracle.
+
+Under pytest-xdist (``-n N``) each test's rules, outcome and state-machine steps travel on its
+report to the controlling process, which writes the same results file a plain run writes; only
+the skipping of dependents is per worker (a worker skips what depends on a rule it saw fail).
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from kvref_conformance.deviations import Deviation, load_deviations
 from kvref_conformance.profiles import register_profiles, selected_profile
-from kvref_conformance.results import ResultsRecorder
+from kvref_conformance.results import ResultsRecorder, describe
 from kvref_conformance.session import FAILED_RULES, PROFILE, TARGET_KEY, failed_rules
 from kvref_conformance.suites.base import ConformanceSuite
 from kvref_conformance.target import Target
@@ -30,6 +34,8 @@ __all__ = ["kvref_target", "selected_target"]
 _SELECTED = pytest.StashKey[Target | None]()
 _RECORDER = pytest.StashKey[ResultsRecorder]()
 _DEVIATIONS = pytest.StashKey[dict[str, list[Deviation]]]()
+_RESULT_PROPERTY = "kvref_conformance"
+_STEPS_SEEN = pytest.StashKey[dict[str, tuple[int, float]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     results_dir = Path(config.getoption("kvref_results") or "results/conformance")
     config.stash[_RECORDER] = ResultsRecorder(results_dir, profile)
     config.stash[_DEVIATIONS] = {}
+    config.pluginmanager.register(_ReportCollector(config), "kvref_conformance_reports")
 
 
 def _resolve(name: str, device: str | None) -> Target:
@@ -168,25 +175,56 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     target = item.stash.get(TARGET_KEY, None)
     if target is None:
         return
-    rules = tuple(r for m in item.iter_markers("rule") for r in m.args)
+    rules = [r for m in item.iter_markers("rule") for r in m.args]
     if report.failed:  # a failing setup or call: the rule cannot be relied on by its dependents
         failed_rules(item.config, target.name).update(rules)
-    item.config.stash[_RECORDER].record(target, item.nodeid, rules, report)
+    # On the report, so that it travels from a pytest-xdist worker to the process that writes the results.
+    result = {"implementation": describe(target), "rules": rules, "steps": _new_steps(item.config)}
+    report.user_properties.append((_RESULT_PROPERTY, result))
+
+
+def _new_steps(config: pytest.Config) -> dict[str, list[float]]:
+    """State-machine steps and seconds run in this process since the last report: ``{machine: [steps, s]}``."""
+    from kvref_conformance.machines import STEP_COUNTS, STEP_SECONDS
+
+    seen = config.stash.setdefault(_STEPS_SEEN, {})
+    new = {}
+    for name, steps in STEP_COUNTS.items():
+        before = seen.get(name, (0, 0.0))
+        if steps != before[0]:
+            new[name] = [steps - before[0], STEP_SECONDS.get(name, 0.0) - before[1]]
+            seen[name] = (steps, STEP_SECONDS.get(name, 0.0))
+    return new
+
+
+class _ReportCollector:
+    """Records each conformance test's reports: in a plain run, and in the controlling process under pytest-xdist."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, found in report.user_properties:
+            if key != _RESULT_PROPERTY:
+                continue
+            value = cast(dict[str, Any], found)  # what pytest_runtest_makereport attached
+            recorder = self.config.stash[_RECORDER]
+            recorder.record(value["implementation"], report.nodeid, value["rules"], report)
+            for name, (steps, seconds) in value["steps"].items():
+                recorder.add_steps(name, int(steps), seconds)
+            for deviation in self.config.stash[_DEVIATIONS].get(value["implementation"]["name"], []):
+                deviation.used = deviation.used or deviation.matches(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from kvref_conformance.machines import STEP_COUNTS, STEP_SECONDS
-
     recorder = config.stash.get(_RECORDER, None)
-    if recorder is None or not recorder.targets:
-        return
+    if recorder is None or not recorder.targets or hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: the controlling process writes the results
     tr = terminalreporter
     tr.section("kvref conformance")
-    for name, steps in sorted(STEP_COUNTS.items()):
-        seconds = STEP_SECONDS.get(name, 0.0)
-        rate = steps / seconds if seconds else 0.0
+    for name, machine in sorted(recorder.steps.items()):
+        steps, seconds, rate = machine["steps"], machine["seconds"], machine["steps_per_second"]
         tr.write_line(f"state machine {name}: {steps} steps in {seconds:.1f} s, {rate:,.0f} steps/s")
-        recorder.steps[name] = {"steps": steps, "seconds": round(seconds, 3), "steps_per_second": round(rate)}
     for target_name, deviations in config.stash[_DEVIATIONS].items():
         for deviation in deviations:
             if not deviation.used:

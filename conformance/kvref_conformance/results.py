@@ -58,9 +58,20 @@ def _outcome(report: Any) -> str | None:
     return None
 
 
+def describe(target: Target) -> dict[str, Any]:
+    """What a results file says of the implementation: plain data, so it can travel from a pytest-xdist worker."""
+    return {
+        "name": target.name,
+        "version": target.version,
+        "device": target.device,
+        "capabilities": sorted(target.capabilities),
+        "profile": target.profile,
+    }
+
+
 @dataclass
 class _TargetResults:
-    target: Target
+    implementation: dict[str, Any]
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -74,12 +85,13 @@ class ResultsRecorder:
         self.steps: dict[str, dict[str, float]] = {}
         self.unmatched: dict[str, list[str]] = {}
 
-    def record(self, target: Target, nodeid: str, rules: tuple[str, ...], report: Any) -> None:
-        """Note one report phase of one test."""
+    def record(self, implementation: dict[str, Any], nodeid: str, rules: list[str], report: Any) -> None:
+        """Note one report phase of one test of ``implementation`` (:func:`describe`)."""
         outcome = _outcome(report)
         if outcome is None:
             return
-        entry = self.targets.setdefault(target.name, _TargetResults(target)).tests.setdefault(
+        name = implementation["name"]
+        entry = self.targets.setdefault(name, _TargetResults(implementation)).tests.setdefault(
             nodeid, {"rules": list(rules), "outcome": outcome}
         )
         if outcome == "failed" or entry["outcome"] == "passed":
@@ -90,6 +102,13 @@ class ResultsRecorder:
             entry["replay"] = f"{entry['replay']}\n\n[{report.when}] {text}" if "replay" in entry else text
         if outcome == "xfailed":
             entry["reason"] = str(getattr(report, "wasxfail", ""))
+
+    def add_steps(self, machine: str, steps: int, seconds: float) -> None:
+        """Add ``steps`` state-machine steps of ``machine`` run in ``seconds`` (from any worker)."""
+        entry = self.steps.setdefault(machine, {"steps": 0, "seconds": 0.0, "steps_per_second": 0})
+        entry["steps"] += steps
+        entry["seconds"] = round(entry["seconds"] + seconds, 3)
+        entry["steps_per_second"] = round(entry["steps"] / entry["seconds"]) if entry["seconds"] else 0
 
     def summarize(self, name: str) -> dict[str, Any]:
         """The results document of one target."""
@@ -114,16 +133,9 @@ class ResultsRecorder:
             for nodeid, test in data.tests.items()
             if test["outcome"] == "failed"
         ]
-        target = data.target
         return {
             "format": 1,
-            "implementation": {
-                "name": target.name,
-                "version": target.version,
-                "device": target.device,
-                "capabilities": sorted(target.capabilities),
-                "profile": target.profile,
-            },
+            "implementation": data.implementation,
             "hypothesis_profile": self.hypothesis_profile,
             "python": platform.python_version(),
             "summary": _count(data.tests.values()),

@@ -56,3 +56,30 @@ def test_the_report_renders_results_side_by_side(tmp_path: Path) -> None:
     assert [d["implementation"]["name"] for d in docs] == ["oracle", "tests.meta.bugs:ScatterFree"]
     assert "| 01-pool | pass | **fail**" in text, text
     assert "POOL-107" in text
+
+
+@pytest.mark.rule("POOL-107")
+def test_a_run_spread_over_processes_writes_the_results_a_plain_run_writes(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    chosen = "TestPool or TestSlots or (TestStateful and pool_behaves)"  # rule tests and a state machine's steps
+    plain = run_suite("oracle", tmp_path / "plain", "--", "-k", chosen)
+    spread = run_suite("oracle", tmp_path / "spread", "--", "-k", chosen, "-n", "2")
+    assert "gw1" in spread[1] or "2 workers" in spread[1], f"not spread over processes:\n{spread[1][-1500:]}"
+    assert plain[0] == spread[0] == 0, f"the oracle failed: plain {plain[0]}, spread {spread[0]}\n{spread[1][-1500:]}"
+    for key in ("summary", "chapters", "rules", "implementation"):
+        assert spread[2][key] == plain[2][key], f"under pytest-xdist the results' {key} differ from a plain run's"
+    steps = {name: m["steps"] for name, m in spread[2]["state_machines"].items()}
+    assert steps and steps == {n: m["steps"] for n, m in plain[2]["state_machines"].items()}, (
+        f"state-machine steps under pytest-xdist {steps} are not the plain run's (each worker's must add up)"
+    )
+
+
+@pytest.mark.rule("POOL-107")
+def test_a_failure_in_a_run_spread_over_processes_reaches_the_results(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    code, output, results = run_suite(
+        "tests.meta.bugs:ScatterFree", tmp_path, "--no-shrink", "--", "-k", "TestPool and free_drops", "-n", "2"
+    )
+    assert code != 0 and "[gw" in output, f"the planted bug passed, or the run was not spread:\n{output[-1500:]}"
+    failed = [f["test"] for f in results["failures"]]
+    assert any("free_drops" in t for t in failed), f"the failure a worker saw is not in the results: {failed}"

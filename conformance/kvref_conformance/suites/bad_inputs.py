@@ -76,6 +76,14 @@ WRONG_SEQS: list[object] = [
     5, "abc", b"ab", None, 3.0, {1: 2}, {1}, frozenset({1}), memoryview(b"\x01"), np.zeros((2, 2), dtype=np.int64)
 ]  # fmt: skip
 
+
+def shown(value: object) -> str:
+    """A case's value as its test id shows it: the same in every process (no memory address)."""
+    if isinstance(value, memoryview):
+        return f"memoryview({value.tobytes()!r})"
+    return repr(value)
+
+
 CASES: list[Case] = [
     # allocate
     ("allocate: negative count", lambda w: w.pool.allocate(-1), InvalidValueError, "ERR-504"),
@@ -107,7 +115,7 @@ CASES: list[Case] = [
     ),
     *[
         (
-            f"allocate: count {v!r}",
+            f"allocate: count {shown(v)}",
             (lambda bad: lambda w: w.pool.allocate(bad))(v),
             InvalidTypeError,
             "ERR-503",
@@ -160,7 +168,7 @@ CASES: list[Case] = [
     ("acquire: id 0, a generation", lambda w: w.pool.acquire([0], generations=[5]), ReservedBlockError, "POOL-118"),
     *[
         (
-            f"free: element {v!r}",
+            f"free: element {shown(v)}",
             (lambda bad: lambda w: w.pool.free([w.held[0], bad], holder="r"))(v),
             InvalidTypeError,
             "ERR-503",
@@ -169,7 +177,7 @@ CASES: list[Case] = [
     ],
     *[
         (
-            f"free: ids {type(v).__name__} {v!r}",
+            f"free: ids {type(v).__name__} {shown(v)}",
             (lambda bad: lambda w: w.pool.free(bad, holder="r"))(v),
             InvalidTypeError,
             "ERR-503",
@@ -194,12 +202,12 @@ CASES: list[Case] = [
         "POOL-119",
     ),
     *[
-        (f"acquire: ids {v!r}", (lambda bad: lambda w: w.pool.acquire(bad))(v), InvalidTypeError, "ERR-503")
+        (f"acquire: ids {shown(v)}", (lambda bad: lambda w: w.pool.acquire(bad))(v), InvalidTypeError, "ERR-503")
         for v in WRONG_SEQS
     ],
     *[
         (
-            f"acquire: element {v!r}",
+            f"acquire: element {shown(v)}",
             (lambda bad: lambda w: w.pool.acquire([bad]))(v),
             InvalidTypeError,
             "ERR-503",
