@@ -34,8 +34,8 @@ class PrefixLookup(ArrayPoolState):
         safe = ops.where(entries >= 0, entries, 0)
         prev = ops.asarray(np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]]))
         ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
-        misses = ops.nonzero(~ok)
-        length = int(misses[0]) if len(misses) else m
+        missed = np.flatnonzero(~ops.to_host(ok))  # one read: where the chain first misses
+        length = int(missed[0]) if len(missed) else m
         return self._ehead[safe[:length]]
 
     def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+import numpy as np
+
 from kvref.contract.checks import explain_acquire
 from kvref.contract.validate import IntsLike, as_holder
 from kvref_arraypool.inputs import index_array
@@ -62,9 +64,20 @@ class Pinning(ReferenceCounting):
             return
         self._stamp_access(ids, sizes)
         owner = self._owner[ids]
-        distinct = self._distinct(ids)
-        if distinct and not ops.any((owner != hids) & (owner != NOBODY)):
-            cached = ids[owner == NOBODY]
+        m = len(ids)
+        if m <= self._n:  # distinct, held by no other holder, and which are cached: one host read
+            parts = [(owner != hids) & (owner != NOBODY), owner == NOBODY]
+            if m > 1:
+                pos = self._positions[:m]
+                self._mark[ids] = pos
+                parts.append(self._mark[ids] != pos)
+            flags = ops.to_host(ops.concat(parts))
+            clash, unheld = bool(flags[:m].any()), flags[m : 2 * m]
+            distinct = not flags[2 * m :].any()
+        else:
+            distinct, clash, unheld = False, True, np.zeros(0, dtype=bool)
+        if distinct and not clash:
+            cached = self._part(ids, unheld)
             if len(cached):
                 ops.fill_at(self._evstamp, cached, -1)
                 self._ncached -= len(cached)

@@ -194,9 +194,11 @@ class ReferenceCounting(ArrayPoolState):
         if distinct and (sole or not ops.any(self._owner[ids] < 0)):
             left = self._ref[ids] - 1
             self._ref[ids] = left
-            zeroed = ids[left == 0]
+            zeroed, hashed = self._reaching_zero(ids, left)
             ops.fill_at(self._owner, zeroed, NOBODY)
-        elif distinct and isinstance(hids, int):
+            self._settle(zeroed, hashed)
+            return
+        if distinct and isinstance(hids, int):
             # One holder, distinct blocks: one reference each, some of them shared.
             shared = ids[self._owner[ids] == SHARED]
             if len(shared):
@@ -206,8 +208,10 @@ class ReferenceCounting(ArrayPoolState):
                 self._shared.delete_at(slots[left == 0])
             left = self._ref[ids] - 1
             self._ref[ids] = left
-            zeroed = ids[left == 0]
+            zeroed, hashed = self._reaching_zero(ids, left)
             ops.fill_at(self._owner, zeroed, NOBODY)
+            self._settle(zeroed, hashed)
+            return
         else:
             uk, ub, cnt = self._pair_counts(ids, hids)
             shared = self._owner[ub] == SHARED
@@ -226,20 +230,38 @@ class ReferenceCounting(ArrayPoolState):
             zeroed = zb[ops.argsort(self._mark[zb])]
         self._settle(zeroed)
 
-    def _settle(self, zeroed: Array) -> None:
-        """Blocks whose last reference just went, in release order: free, cached or dropped."""
+    def _reaching_zero(self, ids: Array, left: Array) -> tuple[Array, np.ndarray]:
+        """The distinct ``ids`` whose count ``left`` is zero, in order, and whether each is hashed.
+
+        One host read for both (the common release: one sync here beside the validation's).
+        """
+        ops = self.ops
+        m = len(ids)
+        flags = ops.to_host(ops.concat([left == 0, self._bhash[ids] >= 0]))
+        zero, hashed = flags[:m], flags[m:]
+        if zero.all():
+            return ids, hashed
+        at = np.flatnonzero(zero)
+        return (ids[ops.asarray(at)] if len(at) else ops.zeros(0)), hashed[at]
+
+    def _settle(self, zeroed: Array, hashed: np.ndarray | None = None) -> None:
+        """Blocks whose last reference just went, in release order: free, cached or dropped.
+
+        ``hashed``: whether each is hashed, where the caller read it already (else one read here).
+        """
         if len(zeroed) == 0:
             return
-        hashed = self._bhash[zeroed] >= 0
+        if hashed is None:
+            hashed = self.ops.to_host(self._bhash[zeroed] >= 0)
         if self._policy is _REF_ZERO:
-            dropped = zeroed[hashed]
+            dropped = self._part(zeroed, hashed)
             if len(dropped):
                 self._unregister(dropped)
                 self._evictions += len(dropped)
             self._push_free(zeroed)
             return
-        self._push_free(zeroed[~hashed])
-        cached = zeroed[hashed]
+        self._push_free(self._part(zeroed, ~hashed))
+        cached = self._part(zeroed, hashed)
         k = len(cached)
         if k:
             stamps = self._stamps(k)

@@ -283,6 +283,14 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._mark[ids] = pos
         return not self.ops.any(self._mark[ids] != pos)
 
+    def _part(self, blocks: Array, which: np.ndarray) -> Array:
+        """The entries of ``blocks`` where the host flags ``which`` are set, in order (no device read)."""
+        if which.all():
+            return blocks
+        if not which.any():
+            return self.ops.zeros(0)
+        return blocks[self.ops.asarray(np.flatnonzero(which))]
+
     def _in_range(self, host_ids: np.ndarray) -> bool:
         return len(host_ids) == 0 or (int(host_ids.min()) >= 0 and int(host_ids.max()) < self._n)
 

@@ -73,7 +73,7 @@ class HashTable:
         slot = self._home(keys)
         seen = tkeys[slot]
         hit = seen == keys
-        out[hit] = slot[hit]
+        out = ops.where(hit, slot, out)  # no mask index: no wait
         go_on = ops.nonzero(~hit & (seen != EMPTY))
         pending = go_on
         slot = slot[go_on] + 1
