@@ -29,33 +29,36 @@ from triton.runtime.driver import driver
 
 __all__ = ["Launcher"]
 
-_INT32 = (-(2**31), 2**31 - 1)
+_INT32_LOW, _INT32_HIGH = -(2**31), 2**31 - 1
+_TENSOR = torch.Tensor
 
 
 def _hook_set(hook: Any) -> bool:
     """Whether a launch hook of Triton's calls something: None, or (Triton 3.5 on) an empty ``HookChain``, does not."""
-    if hook is None:
-        return False
-    calls = getattr(hook, "calls", None)
-    return calls is None or len(calls) > 0
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def _hooks_set() -> bool:
     """Whether Triton's launch hooks are set (a profiler): then its dispatch must run, as it calls them."""
     runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    enter, leave = getattr(runtime, "launch_enter_hook", None), getattr(runtime, "launch_exit_hook", None)
-    return _hook_set(enter) or _hook_set(leave)
+    return _hook_set(getattr(runtime, "launch_enter_hook", None)) or _hook_set(
+        getattr(runtime, "launch_exit_hook", None)
+    )
 
 
-def _part(value: Any) -> Any:
-    """What one argument adds to the key of a specialisation."""
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, int):
-        return _INT32[0] <= value <= _INT32[1]
-    return value
+def _key(args: tuple[Any, ...], keywords: dict[str, Any]) -> tuple[Any, ...]:
+    """The key of a call's specialisation (see the module): per argument, in one comprehension (a hot path).
+
+    A tensor: its dtype and whether its address is 16-aligned; an int (not a bool): whether it fits
+    32 bits; anything else (a bool, a float, a tensor subclass): itself. Then the keywords, in order.
+    """
+    parts = [
+        (a.dtype, a.data_ptr() & 15 == 0)
+        if type(a) is _TENSOR
+        else ((_INT32_LOW <= a <= _INT32_HIGH) if type(a) is int else a)
+        for a in args
+    ]
+    return (*parts, *keywords.items())
 
 
 class Launcher:
@@ -77,16 +80,29 @@ class Launcher:
         if not self.direct or _hooks_set():
             self.kernel[grid](*args, **keywords)
             return
-        key = (tuple(_part(a) for a in args), tuple(sorted(keywords.items())))
+        key = _key(args, keywords)
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self.kernel[grid](*args, **keywords)
             if compiled is not None and hasattr(compiled, "packed_metadata"):
                 self.compiled[key] = compiled
             return
-        values = [*args, *(keywords[name] for name in self.names[len(args) :])]
         run = compiled.run  # loads the module on first use, which sets compiled.function
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        active = driver.active
+        stream = active.get_current_stream(active.get_current_device())
         grid_1 = grid[1] if len(grid) > 1 else 1
         grid_2 = grid[2] if len(grid) > 2 else 1
-        run(grid[0], grid_1, grid_2, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)
+        constexprs = [keywords[name] for name in self.names[len(args) :]]
+        run(
+            grid[0],
+            grid_1,
+            grid_2,
+            stream,
+            compiled.function,
+            compiled.packed_metadata,
+            None,
+            None,
+            None,
+            *args,
+            *constexprs,
+        )
