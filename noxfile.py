@@ -212,17 +212,19 @@ SGLANG_IMPORTS = [
 SGLANG_RADIX_IMPORTS = [
     "transformers==5.19.0", "dill==0.4.1", "apache-tvm-ffi==0.1.15.post2", "sentencepiece==0.2.3",
     "compressed-tensors==0.20.0", "gguf==0.19.0",
+    # UnifiedRadixCache (what the scheduler builds for most models) imports these on top
+    "openai==3.57.0", "partial-json-parser==0.2.1.1.post7",
 ]  # fmt: skip
 
 
 @nox.session(name="peer-sglang", python=PYTHON)
 def peer_sglang(session: nox.Session) -> None:
-    """The conformance suite on SGLang's token and paged allocators and its RadixCache over them;
-    writes results/conformance/sglang*.json."""
+    """The conformance suite on SGLang's token and paged allocators with its RadixCache over them and,
+    as ``sglang-unified*``, with its UnifiedRadixCache; writes results/conformance/sglang*.json."""
     install(session, "conformance", torch=True)
     session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
     session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
-    for backend in ("sglang", "sglang-paged"):
+    for backend in ("sglang", "sglang-paged", "sglang-unified", "sglang-unified-paged"):
         session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
 
 

@@ -12,7 +12,7 @@ from kvref.config.registry import backend_statuses
 from kvref_conformance.deviations import load_deviations
 
 rule = pytest.mark.rule
-PEERS = ["vllm", "vllm-nocache", "sglang", "sglang-paged", "megatron"]
+PEERS = ["vllm", "vllm-nocache", "sglang", "sglang-paged", "sglang-unified", "sglang-unified-paged", "megatron"]
 DEVIATIONS = Path(importlib.import_module("kvref_conformance").__file__ or "").parent / "deviations"
 
 

@@ -177,12 +177,26 @@ def _radix_cache_imports() -> bool:
     return True
 
 
-class SglangBackend:
-    """The ``sglang`` (token allocator) and ``sglang-paged`` (pages of :data:`PAGE_SIZE`) entry points."""
+@cache
+def _unified_cache_imports() -> bool:
+    """Whether ``UnifiedRadixCache`` imports here (it needs ``openai`` and ``partial_json_parser`` besides)."""
+    if not _radix_cache_imports():
+        return False
+    try:
+        import sglang.srt.mem_cache.unified_radix_cache  # noqa: F401
+    except Exception:  # as above
+        return False
+    return True
 
-    def __init__(self, name: str, *, page_size: int) -> None:
+
+class SglangBackend:
+    """The ``sglang`` (token allocator) and ``sglang-paged`` (pages of :data:`PAGE_SIZE`) entry points, with
+    ``RadixCache`` as the radix cache; ``sglang-unified`` and ``sglang-unified-paged`` with ``UnifiedRadixCache``."""
+
+    def __init__(self, name: str, *, page_size: int, unified: bool = False) -> None:
         self.name = name
         self.page_size = page_size
+        self.unified = unified
 
     def version(self) -> str:
         """The installed sglang version."""
@@ -217,7 +231,7 @@ class SglangBackend:
         compared by counts only.
         """
         order = {"slot-order"} if self.page_size == 1 else set()
-        radix = {"radix-cache"} if _radix_cache_imports() else set()
+        radix = {"radix-cache"} if (_unified_cache_imports() if self.unified else _radix_cache_imports()) else set()
         return frozenset({"pause", "policy-lru", "token-slots", "slot-extend", *order, *radix})
 
     def create_slots(
@@ -235,11 +249,14 @@ class SglangBackend:
     def create_radix(
         self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
     ) -> tuple[SglangSlots, Any]:
-        """SGLang's allocator and its ``RadixCache`` over it, driven as its scheduler drives them."""
+        """SGLang's allocator and its ``RadixCache`` (or ``UnifiedRadixCache``) over it, driven as its scheduler
+        drives them."""
         from kvref_conformance.peers.sglang_radix import SglangRadixTree
+        from kvref_conformance.peers.sglang_unified import SglangUnifiedTree
 
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-        return slots, SglangRadixTree(slots.allocator, page_size=page_size, policy=policy)
+        tree = SglangUnifiedTree if self.unified else SglangRadixTree
+        return slots, tree(slots.allocator, page_size=page_size, policy=policy)
 
     def create(
         self,
@@ -264,3 +281,8 @@ class SglangBackend:
 backend = SglangBackend("sglang", page_size=1)
 #: ``PagedTokenToKVPoolAllocator`` with pages of :data:`PAGE_SIZE` tokens (entry point ``sglang-paged``).
 backend_paged = SglangBackend("sglang-paged", page_size=PAGE_SIZE)
+#: The token allocator with ``UnifiedRadixCache``, what SGLang's scheduler builds for most models
+#: (entry point ``sglang-unified``).
+backend_unified = SglangBackend("sglang-unified", page_size=1, unified=True)
+#: The paged allocator with ``UnifiedRadixCache`` (entry point ``sglang-unified-paged``).
+backend_unified_paged = SglangBackend("sglang-unified-paged", page_size=PAGE_SIZE, unified=True)

@@ -19,7 +19,8 @@ vision models, ``torchvision``. PyPI's torchvision does not import beside torch'
 where torchvision is missing :func:`load_radix_cache` imports ``transformers`` first (it then
 knows torchvision is absent) and puts an empty ``torchvision`` module in its place; nothing the
 radix cache runs touches it. SGLang's scheduler in 0.5.23 uses ``UnifiedRadixCache`` for most
-models; ``RadixCache`` serves all-SWA models, FlexKV and the simulated queue tree (spec chapter 06).
+models (``peers/sglang_unified.py``, backends ``sglang-unified*``); ``RadixCache`` serves FlexKV
+and the simulated queue tree (spec chapter 06).
 """
 
 from __future__ import annotations
