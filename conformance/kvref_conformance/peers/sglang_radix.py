@@ -35,7 +35,7 @@ from typing import Any
 
 from kvref.oracle.radix import LockReceipt, MatchResult
 
-__all__ = ["SglangRadixTree", "load_radix_cache"]
+__all__ = ["SglangRadixTree", "cache_params", "load_radix_cache"]
 
 
 def _stand_in_for_torchvision() -> None:
@@ -69,26 +69,32 @@ def load_radix_cache() -> Any:
     return radix_cache
 
 
+def cache_params(allocator: Any, *, page_size: int, policy: str, **more: Any) -> Any:
+    """SGLang's ``CacheInitParams`` for a tree over ``allocator``: no request pool, caching on."""
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+    return CacheInitParams(
+        disable=False,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=allocator,
+        page_size=page_size,
+        eviction_policy=policy,
+        **more,
+    )
+
+
 class SglangRadixTree:
     """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``)."""
 
     def __init__(self, allocator: Any, *, page_size: int, policy: str) -> None:
         import torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 
         radix_cache = load_radix_cache()
         self._torch = torch
         self._key = radix_cache.RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
-        params = CacheInitParams(
-            disable=False,
-            req_to_token_pool=None,
-            token_to_kv_pool_allocator=allocator,
-            page_size=page_size,
-            eviction_policy=policy,
-        )
-        self.cache = radix_cache.RadixCache(params)
+        self.cache = radix_cache.RadixCache(cache_params(allocator, page_size=page_size, policy=policy))
         self._nodes: dict[int, Any] = {}
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)

@@ -32,7 +32,7 @@ from itertools import count
 from typing import Any
 
 from kvref.oracle.radix import LockReceipt, MatchResult
-from kvref_conformance.peers.sglang_radix import load_radix_cache
+from kvref_conformance.peers.sglang_radix import cache_params, load_radix_cache
 
 __all__ = ["SglangUnifiedTree"]
 
@@ -45,7 +45,6 @@ class SglangUnifiedTree:
 
         load_radix_cache()  # SGLang's import chain, on a CPU-only torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -53,14 +52,7 @@ class SglangUnifiedTree:
         self._torch = torch
         self._radix_key = RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
-        params = CacheInitParams(
-            disable=False,
-            req_to_token_pool=None,
-            token_to_kv_pool_allocator=allocator,
-            page_size=page_size,
-            eviction_policy=policy,
-            tree_components=(ComponentType.FULL,),
-        )
+        params = cache_params(allocator, page_size=page_size, policy=policy, tree_components=(ComponentType.FULL,))
         self.cache = UnifiedRadixCache(params)
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
