@@ -87,9 +87,12 @@ class Registration(ArrayPoolState):
         ops = self.ops
         m = len(hs)
         hs_dev = ops.asarray(hs)
-        absent = ops.nonzero(entries < 0)
-        k = len(absent)
+        # Which hashes have no entry yet and which are resident: one host read; the rest indexes by host positions.
+        flags = ops.to_host(ops.concat([entries < 0, resident]))
+        absent_at, resident_here = np.flatnonzero(flags[:m]), flags[m:]
+        k = len(absent_at)
         if k:
+            absent = ops.asarray(absent_at)
             new = ops.copy(self._estack[self._nefree - k : self._nefree])
             self._nefree -= k
             self._index.insert(hs_dev[absent], new)
@@ -100,16 +103,18 @@ class Registration(ArrayPoolState):
         # Parent entry of each position: the given parent's for the first, the previous hash's after.
         pe = ops.concat([ops.full(1, parent_entry), entries[:-1]])
         base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
-        fresh = ~resident
+        fresh_at = np.flatnonzero(~resident_here)
+        fresh = ops.asarray(fresh_at)
         fe = entries[fresh]
         ops.fill_at(self._ecopies, fe, 1)
         self._ehead[fe] = ids[fresh]
-        self._eparent[fe] = ops.asarray(prev_host)[fresh]
-        fpe = pe[fresh]
-        self._epentry[fe] = fpe
-        self._edepth[fe] = ops.arange(base, base + m)[fresh]
-        ops.scatter_add(self._echildren, fpe[fpe >= 0], 1)
-        self._ecopies[entries[resident]] += 1
+        self._eparent[fe] = ops.asarray(prev_host[fresh_at])
+        self._epentry[fe] = pe[fresh]
+        self._edepth[fe] = ops.asarray(base + fresh_at)
+        # Every position after the first has a parent entry (the previous hash's); the first, the given parent's.
+        with_parent = fresh_at[(fresh_at > 0) | (parent_entry >= 0)]
+        ops.scatter_add(self._echildren, pe[ops.asarray(with_parent)], 1)
+        self._ecopies[entries[ops.asarray(np.flatnonzero(resident_here))]] += 1
         self._bhash[ids] = hs_dev
         self._bentry[ids] = entries
         stamps = self._stamps(m)
@@ -117,8 +122,7 @@ class Registration(ArrayPoolState):
         if self._policy is _FIFO:
             self._fifo_order.push(ids, stamps)
         if self._events_on:
-            new_pos = ops.to_host(ops.nonzero(fresh))
-            for i in new_pos.tolist():
+            for i in fresh_at.tolist():
                 p = int(prev_host[i])
                 self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
 
