@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kvref_arraypool.data_checks import DeviceSlotChecks
 from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
-from kvref_arraypool.ops import ArrayOps
+from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 from kvref_arraypool.table import EMPTY, TOMB, HashTable
 
 from kvref.contract.errors import BlockIdError, InvalidValueError
@@ -152,3 +154,31 @@ def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops
     exact = _table(ops, 16, growable=True)
     exact.insert(arr(ops, *range(35)), arr(ops, *range(35)))  # 35 keys at 30% need 116.7 slots: 128, not 256
     assert exact.capacity == 128, f"[STATE-006] 35 keys grew a table to {exact.capacity} slots; 128 hold them at 27%"
+
+
+@rule("STATE-006")
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_table_under_crowded_inserts_and_deletes_finds_what_a_dict_finds(data: st.DataObject) -> None:
+    """Inserts of many keys at once into a small table (contested slots, long probes, reused tombstones)."""
+    ops = NumpyLikeOps(np, device="host", is_device=False)
+    growable = data.draw(st.booleans(), label="growable")
+    table = _table(ops, 4 if growable else 12, growable=growable)  # a fixed table holds its hint, no more
+    model: dict[int, int] = {}
+    for step in range(data.draw(st.integers(1, 12), label="steps")):
+        deleting = len(model) > 0 and data.draw(st.booleans(), label=f"delete at {step}")
+        if deleting:
+            gone = data.draw(st.lists(st.sampled_from(sorted(model)), unique=True, min_size=1), label="deleted")
+            table.delete(arr(ops, *gone))
+            for key in gone:
+                del model[key]
+        else:
+            fresh = data.draw(st.lists(st.integers(0, 400).filter(lambda k: k not in model), unique=True, max_size=9))
+            fresh = fresh if growable else fresh[: 12 - len(model)]
+            table.insert(arr(ops, *fresh), arr(ops, *[k * 10 + step for k in fresh]))
+            model.update({k: k * 10 + step for k in fresh})
+        probe = sorted(set(model) | {1000, 1001})
+        got = dict(zip(probe, host(table.find(arr(ops, *probe))), strict=True))
+        want = {k: model.get(k, -1) for k in probe}
+        assert got == want, f"after step {step} the table finds {got}, a dict {want}"
+        assert table.live == len(model), f"live {table.live} for {len(model)} keys"

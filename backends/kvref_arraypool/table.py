@@ -15,6 +15,8 @@ CONF-908).
 
 from __future__ import annotations
 
+import numpy as np
+
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["EMPTY", "TOMB", "HashTable"]
@@ -115,34 +117,38 @@ class HashTable:
         slot = self._home(keys)
         pending = ops.arange(n)
         claim = self._claim_scratch()
+        spare = self.capacity  # the claim of a key with no open slot in its window: a slot of no one
         tkeys = self.keys
         while len(pending):
             window = self._window(slot)
             found, first = ops.first_true(tkeys[window] < 0)
-            rows = ops.nonzero(found)
-            step = ops.full(len(pending), _WIDTH)
-            won = ops.falses(len(pending))
-            if len(rows):
-                at = window[rows, first[rows]]
-                tried = pending[rows]
-                ops.fill_at(claim, at, -1)  # the highest pending index wins a contested slot: the same winner on every
-                ops.scatter_max(claim, at, tried)  # device and run (a plain scatter leaves it to the device)
-                got = claim[at] == tried
-                ws, wk = at[got], tried[got]
-                self.tombs -= ops.count(tkeys[ws] == TOMB)
+            at = ops.where(found, window[ops.arange(len(pending)), first], spare)
+            ops.fill_at(claim, at, -1)  # the highest pending index wins a contested slot: the same winner on every
+            ops.scatter_max(claim, at, pending)  # device and run (a plain scatter leaves it to the device)
+            got = found & (claim[at] == pending)
+            tomb = got & (tkeys[ops.where(found, at, 0)] == TOMB)
+            # Which keys won a slot, and which of those slots held a tombstone: the round's one host read.
+            flags = ops.to_host(ops.concat([got, tomb]))
+            won_at = np.flatnonzero(flags[: len(pending)])
+            self.tombs -= int(flags[len(pending) :].sum())
+            if len(won_at):
+                won = ops.asarray(won_at)
+                ws, wk = at[won], pending[won]
                 tkeys[ws] = keys[wk]
                 self.values[ws] = values[wk]
-                ops.fill_at(won, rows[got], True)
-                step[rows] = first[rows] + 1
-            keep = ~won
-            pending = pending[keep]
-            slot = (slot[keep] + step[keep]) & (self.capacity - 1)
+            rest = np.flatnonzero(~flags[: len(pending)])
+            if len(rest) == 0:
+                break
+            left = ops.asarray(rest)
+            step = ops.where(found, first + 1, _WIDTH)
+            pending = pending[left]
+            slot = (slot[left] + step[left]) & (self.capacity - 1)
         self.live += n
 
     def _claim_scratch(self) -> Array:
         scratch = getattr(self, "_claim", None)
-        if scratch is None or len(scratch) != self.capacity:
-            scratch = self.ops.full(self.capacity, -1)
+        if scratch is None or len(scratch) != self.capacity + 1:  # one spare slot past the table's
+            scratch = self.ops.full(self.capacity + 1, -1)
             self._claim = scratch
         return scratch
 
