@@ -127,47 +127,57 @@ class Registration(ArrayPoolState):
                 self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
 
     def _unregister(self, victims: Array) -> None:
-        """Remove the hash registration of ``victims`` (in order); a hash leaves with its last copy."""
+        """Remove the hash registration of ``victims`` (in order); a hash leaves with its last copy.
+
+        Three host reads: the victims' entries and which were cached; after the copies drop, each
+        entry's copies left, whether its head copy left and its parent; then which entries are dead.
+        """
         ops = self.ops
         m = len(victims)
-        e = self._bentry[victims]
-        cached = self._evstamp[victims] >= 0
-        self._ncached -= ops.count(cached)
+        first = ops.to_host(ops.concat([self._bentry[victims], ops.cast(self._evstamp[victims] >= 0, "int64")]))
+        e_host, cached = first[:m], first[m:]
+        self._ncached -= int(cached.sum())
         ops.fill_at(self._evstamp, victims, -1)
         ops.fill_at(self._bhash, victims, -1)
         ops.fill_at(self._bentry, victims, -1)
         ops.fill_at(self._regstamp, victims, -1)
-        if m == 1:
-            ue, inverse, cnt = e, ops.zeros(1), ops.full(1, 1)
-        else:
-            ue, inverse, cnt = ops.unique(e)
-        self._ecopies[ue] -= cnt
-        left = self._ecopies[ue]
-        lost_head = ue[(left > 0) & (self._bentry[self._ehead[ue]] != ue)]
+        ue_host, inverse, cnt = np.unique(e_host, return_inverse=True, return_counts=True)
+        k = len(ue_host)
+        ue = ops.asarray(ue_host)
+        self._ecopies[ue] -= ops.asarray(cnt.astype(np.int64))
+        second = ops.to_host(
+            ops.concat([self._ecopies[ue], ops.cast(self._bentry[self._ehead[ue]] != ue, "int64"), self._epentry[ue]])
+        )
+        left, head_gone, parent = second[:k], second[k : 2 * k] != 0, second[2 * k :]
+        lost_head = ue_host[(left > 0) & head_gone]
         if len(lost_head):
-            self._renew_heads(lost_head)
-        gone_mask = left == 0
-        gone = ue[gone_mask]
-        if len(gone) == 0:
+            self._renew_heads(ops.asarray(lost_head))
+        gone_at = np.flatnonzero(left == 0)
+        if len(gone_at) == 0:
             self._trim_orders()
             return
-        if self._events_on:
-            last = ops.full(len(ue), -1)
-            ops.scatter_max(last, inverse, ops.arange(m))
-            order = ops.argsort(last[gone_mask])
-            for h in ops.tolist(self._ehash[gone[order]]):
+        gone_host = ue_host[gone_at]
+        if self._events_on:  # in the order their last copy left: the last position of each among the victims
+            last = np.full(k, -1, dtype=np.int64)
+            np.maximum.at(last, inverse, np.arange(m, dtype=np.int64))
+            order = np.argsort(last[gone_at], kind="stable")
+            for h in ops.tolist(self._ehash[ops.asarray(gone_host[order])]):
                 self._events.append(BlockRemoved(h))
-        gpe = self._epentry[gone]
-        gpe = gpe[gpe >= 0]
-        ops.scatter_add(self._echildren, gpe, -1)
-        candidates = ops.unique(ops.concat([gone, gpe]))[0] if len(gone) + len(gpe) > 1 else gone
-        dead = candidates[(self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0)]
-        if len(dead):
+        gpe_host = parent[gone_at]
+        gpe_host = gpe_host[gpe_host >= 0]
+        if len(gpe_host):
+            ops.scatter_add(self._echildren, ops.asarray(gpe_host), -1)
+        candidates_host = np.unique(np.concatenate([gone_host, gpe_host]))
+        candidates = ops.asarray(candidates_host)
+        idle = ops.to_host((self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0))
+        dead_host = candidates_host[idle]
+        if len(dead_host):
+            dead = ops.asarray(dead_host)
             self._index.delete(self._ehash[dead])
             ops.fill_at(self._ehash, dead, -1)
             ops.fill_at(self._ehead, dead, -1)
-            self._estack[self._nefree : self._nefree + len(dead)] = dead
-            self._nefree += len(dead)
+            self._estack[self._nefree : self._nefree + len(dead_host)] = dead
+            self._nefree += len(dead_host)
         self._trim_orders()
 
     def _renew_heads(self, entries: Array) -> None:

@@ -84,14 +84,20 @@ class HashTable:
             seen2 = tkeys[window]
             want = keys[pending]
             found, first = ops.first_true((seen2 == want[:, None]) | (seen2 == EMPTY))
-            rows = ops.nonzero(found)
-            if len(rows):
-                at = window[rows, first[rows]]
-                is_key = tkeys[at] == want[rows]
-                out[pending[rows[is_key]]] = at[is_key]
-            rest = ~found
-            pending = pending[rest]
-            slot = slot[rest] + _WIDTH
+            at = window[ops.arange(len(pending)), first]  # where each search stopped (anywhere if it did not)
+            is_key = found & (tkeys[at] == want)
+            # Which searches stopped, and which of those at their key: the round's one host read.
+            flags = ops.to_host(ops.concat([found, is_key]))
+            stopped, hit_at = flags[: len(pending)], np.flatnonzero(flags[len(pending) :])
+            if len(hit_at):
+                hits = ops.asarray(hit_at)
+                out[pending[hits]] = at[hits]
+            rest = np.flatnonzero(~stopped)
+            if len(rest) == 0:
+                break
+            going = ops.asarray(rest)
+            pending = pending[going]
+            slot = slot[going] + _WIDTH
         return out
 
     def find(self, keys: Array, default: int = -1) -> Array:
