@@ -182,3 +182,14 @@ def test_a_table_under_crowded_inserts_and_deletes_finds_what_a_dict_finds(data:
         want = {k: model.get(k, -1) for k in probe}
         assert got == want, f"after step {step} the table finds {got}, a dict {want}"
         assert table.live == len(model), f"live {table.live} for {len(model)} keys"
+
+
+@rule("STATE-006")
+def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_library(ops: ArrayOps) -> None:
+    a = ops.zeros(6)
+    ops.fill_at(a, arr(ops, 4, 1, 4), 7)  # a position named twice is written once
+    assert host(a) == [0, 7, 0, 0, 7, 0], f"fill_at at positions gave {host(a)}"
+    ops.fill_at(a, ops.asarray(np.array([True, False, False, True, False, False])), -1)
+    assert host(a) == [-1, 7, 0, -1, 7, 0], f"fill_at under a mask gave {host(a)}: a mask is not the positions 0 and 1"
+    ops.put(a, arr(ops, 2, 5), arr(ops, 20, 50))
+    assert host(a) == [-1, 7, 20, -1, 7, 50], f"put of an array gave {host(a)}"

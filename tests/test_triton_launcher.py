@@ -136,3 +136,21 @@ def test_under_the_interpreter_every_call_dispatches(monkeypatch: pytest.MonkeyP
     for _ in range(2):
         launcher((1,), x, 5, FLAG=True, BLOCK=16, num_warps=4)
     assert len(kernel.dispatches) == 2, "under TRITON_INTERPRET a call bypassed the interpreter"
+
+
+def test_a_call_on_another_device_dispatches(direct: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher, kernel = direct
+    x = torch.zeros(8, dtype=torch.int64)
+    launcher((1,), x, 5, FLAG=True, BLOCK=16, num_warps=4)
+    fake = types.SimpleNamespace(get_current_device=lambda: 1, get_current_stream=lambda device: 99)
+    monkeypatch.setattr(launching, "driver", types.SimpleNamespace(active=fake))
+    launcher((1,), x, 5, FLAG=True, BLOCK=16, num_warps=4)
+    assert len(kernel.dispatches) == 2, "a kernel compiled and loaded on device 0 was launched on device 1"
+
+
+def test_a_bool_and_an_int_in_one_position_are_two_specialisations(direct: Any) -> None:
+    launcher, kernel = direct
+    x = torch.zeros(8, dtype=torch.int64)
+    launcher((1,), x, 5, FLAG=True, BLOCK=16, num_warps=4)
+    launcher((1,), x, True, FLAG=True, BLOCK=16, num_warps=4)
+    assert len(kernel.dispatches) == 2, "a bool reused the kernel compiled for an i32 in its place"

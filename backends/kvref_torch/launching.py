@@ -50,12 +50,13 @@ def _key(args: tuple[Any, ...], keywords: dict[str, Any]) -> tuple[Any, ...]:
     """The key of a call's specialisation (see the module): per argument, in one comprehension (a hot path).
 
     A tensor: its dtype and whether its address is 16-aligned; an int (not a bool): whether it fits
-    32 bits; anything else (a bool, a float, a tensor subclass): itself. Then the keywords, in order.
+    32 bits; anything else (a bool, a float, a NumPy int, a tensor subclass): its type and itself.
+    Then the keywords, in order. The caller adds the device: Triton compiles and loads per device.
     """
     parts = [
         (a.dtype, a.data_ptr() & 15 == 0)
         if type(a) is _TENSOR
-        else ((_INT32_LOW <= a <= _INT32_HIGH) if type(a) is int else a)
+        else (("i32" if _INT32_LOW <= a <= _INT32_HIGH else "i64") if type(a) is int else (type(a), a))
         for a in args
     ]
     return (*parts, *keywords.items())
@@ -80,7 +81,9 @@ class Launcher:
         if not self.direct or _hooks_set():
             self.kernel[grid](*args, **keywords)
             return
-        key = _key(args, keywords)
+        active = driver.active
+        device = active.get_current_device()
+        key = (device, *_key(args, keywords))
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self.kernel[grid](*args, **keywords)
@@ -88,8 +91,7 @@ class Launcher:
                 self.compiled[key] = compiled
             return
         run = compiled.run  # loads the module on first use, which sets compiled.function
-        active = driver.active
-        stream = active.get_current_stream(active.get_current_device())
+        stream = active.get_current_stream(device)
         grid_1 = grid[1] if len(grid) > 1 else 1
         grid_2 = grid[2] if len(grid) > 2 else 1
         constexprs = [keywords[name] for name in self.names[len(args) :]]

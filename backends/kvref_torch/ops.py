@@ -92,7 +92,10 @@ class TorchOps(ArrayOps):
 
     def fill_at(self, a: Array, idx: Array, value: int) -> None:
         """``index_fill_``: the value is a kernel argument, not a tensor copied in (as ``a[idx] = value`` makes it)."""
-        a.index_fill_(0, idx if idx.dtype == torch.int64 else idx.to(torch.int64), value)
+        if idx.dtype == torch.bool:  # a mask over the whole array, not positions
+            a.masked_fill_(idx, value)
+        else:
+            a.index_fill_(0, idx if idx.dtype == torch.int64 else idx.to(torch.int64), value)
 
     def scatter_add(self, a: Array, idx: Array, values: Array | int) -> None:
         """``index_add_``."""
