@@ -1,12 +1,15 @@
-"""Benchmarks of chapter 06's radix cache, the oracle beside SGLang's: evict, match and insert against the leaves.
+"""Benchmarks of chapter 06's radix cache, the oracle beside SGLang's: match, insert, lock/unlock and evict.
 
-SGLang's ``RadixCache.evict`` re-heapifies every evictable leaf on each call, so one call's cost
-grows with the leaves (about 0.2 s at 100k leaves on a 2-core machine, the radix issue measured);
-kvref's oracle keeps its leaves in a heap with lazy deletion, so one evict costs O(log n) per
-node evicted. Each round here evicts one leaf and inserts one back, so the tree stays at its
-size; the extra info names the leaves, so a report can plot cost against them. Where SGLang's
-``RadixCache`` imports (``nox -s bench-peers``) it runs the same rounds over its own allocator,
-through the peer adapter (``kvref_conformance.peers.sglang_radix``), in the same run.
+Each tree holds ``leaves`` leaves (1e3, 1e4, 1e5), every one a 4-token key under one shared first
+token, over a token-slot allocator of page 1. SGLang's ``RadixCache.evict`` re-heapifies every
+evictable leaf on each call, so one call's cost grows with the leaves; kvref's oracle keeps its
+leaves in a heap with lazy deletion, so one evict costs O(log n) per node evicted.
+
+Where SGLang's ``RadixCache`` imports (``nox -s bench-peers``) the same rounds run on it in the
+same run, through its own calls as its scheduler makes them (``match_prefix`` then
+``path_device_indices`` for a match's slots, ``insert`` with the allocator's tensor, ``lock`` and
+``unlock``, ``evict``), not through the conformance adapter, whose list conversions would add
+to SGLang's time. The extra info names the leaves, so a report can plot cost against them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pytest
 from kvref.oracle.radix import OracleRadixCache, OracleSlotAllocator
 
 LEAVES = [1_000, 10_000, 100_000]
+#: Tokens of each leaf key: the shared root token and three of the leaf's own.
+DEPTH = 4
 
 
 def implementations() -> list[str]:
@@ -32,29 +37,95 @@ def implementations() -> list[str]:
 
 
 IMPLEMENTATIONS = implementations()
-#: Tokens of each leaf key below the shared root page.
-DEPTH = 4
 
 
-def grown(leaves: int, policy: str = "lru", impl: str = "oracle") -> tuple[Any, Any, list[int]]:
-    """An allocator and a tree of ``leaves`` leaves, each a 4-token key under one shared first token, and a count."""
-    size = leaves * DEPTH + 64
-    tree: Any
-    if impl == "sglang":
-        from kvref_conformance.peers.sglang import SglangSlots
-        from kvref_conformance.peers.sglang_radix import SglangRadixTree
+class OracleDriver:
+    """kvref's oracle tree over its allocator: the calls an engine would make."""
 
-        alloc: Any = SglangSlots(size, page_size=1, sort=False)
-        tree = SglangRadixTree(alloc.allocator, page_size=1, policy=policy)
-    else:
-        alloc = OracleSlotAllocator(size)
-        tree = OracleRadixCache(alloc, policy=policy)
+    def __init__(self, size: int, policy: str) -> None:
+        self.allocator = OracleSlotAllocator(size)
+        self.tree = OracleRadixCache(self.allocator, policy=policy)
+
+    def alloc(self, n: int) -> Any:
+        return self.allocator.alloc(n)
+
+    def free(self, slots: Any) -> None:
+        self.allocator.free(slots)
+
+    def insert(self, key: list[int], slots: Any) -> int:
+        return self.tree.insert(key, slots)
+
+    def match(self, key: list[int]) -> tuple[int, Any]:
+        """The cached length and the node; the slots come with the result."""
+        found = self.tree.match(key)
+        return found.length, found.node
+
+    def lock(self, node: Any) -> Any:
+        return self.tree.lock(node)
+
+    def unlock(self, receipt: Any) -> None:
+        self.tree.unlock(receipt)
+
+    def evict(self, n: int) -> int:
+        return self.tree.evict(n)
+
+    def evictable(self) -> int:
+        return self.tree.evictable_size()
+
+
+class SglangDriver:
+    """SGLang 0.5.23's ``RadixCache`` over its ``TokenToKVPoolAllocator``, called as its scheduler calls them."""
+
+    def __init__(self, size: int, policy: str) -> None:
+        import torch
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+
+        from kvref_conformance.peers.sglang_radix import cache_params, load_radix_cache
+
+        radix = load_radix_cache()
+        self.allocator = TokenToKVPoolAllocator(size, torch.float16, "cpu", None, False)
+        self.cache = radix.RadixCache(cache_params(self.allocator, page_size=1, policy=policy))
+        self._key, self._evict, self._insert, self._match = radix.RadixKey, EvictParams, InsertParams, MatchPrefixParams
+
+    def alloc(self, n: int) -> Any:
+        return self.allocator.alloc(n)
+
+    def free(self, slots: Any) -> None:
+        self.allocator.free(slots)
+
+    def insert(self, key: list[int], slots: Any) -> int:
+        return int(self.cache.insert(self._insert(key=self._key(key), value=slots)).prefix_len)
+
+    def match(self, key: list[int]) -> tuple[int, Any]:
+        """``match_prefix``, then the prefix's slots as the scheduler reads them (``path_device_indices``)."""
+        found = self.cache.match_prefix(self._match(key=self._key(key)))
+        self.cache.path_device_indices(found.last_device_node)
+        return int(found.device_prefix_len), found.last_device_node
+
+    def lock(self, node: Any) -> Any:
+        return self.cache.lock(node)
+
+    def unlock(self, receipt: Any) -> None:
+        self.cache.unlock(receipt)
+
+    def evict(self, n: int) -> int:
+        return int(self.cache.evict(self._evict(num_tokens=n)).num_tokens_evicted)
+
+    def evictable(self) -> int:
+        return int(self.cache.evictable_size())
+
+
+def grown(leaves: int, policy: str = "lru", impl: str = "oracle", spare: int = 64) -> tuple[Any, list[int]]:
+    """A driver whose tree holds ``leaves`` leaves with ``spare`` slots free, and the counter naming the next leaf."""
+    size = leaves * DEPTH + spare
+    driver: Any = SglangDriver(size, policy) if impl == "sglang" else OracleDriver(size, policy)
     for i in range(leaves):
         key = [0, i + 1, i + 1, i + 1]
-        slots = alloc.alloc(DEPTH) or []
-        have = tree.insert(key, slots)
-        alloc.free(slots[:have])
-    return alloc, tree, [leaves + 1]
+        slots = driver.alloc(DEPTH)
+        have = driver.insert(key, slots)
+        driver.free(slots[:have])  # the shared first token was cached: its slot is a duplicate
+    return driver, [leaves + 1]
 
 
 def describe(benchmark: Any, op: str, leaves: int, impl: str) -> None:
@@ -74,20 +145,19 @@ def test_radix_evict_one_leaf_then_insert_one(
     benchmark: Any, measuring: bool, leaves: int, policy: str, impl: str
 ) -> None:
     need(leaves, measuring)
-    alloc, tree, counter = grown(leaves, policy, impl)
+    driver, counter = grown(leaves, policy, impl)
 
     def round_() -> None:
-        freed = tree.evict(1)
+        freed = driver.evict(1)
         key = [0, counter[0], counter[0], counter[0]]
         counter[0] += 1
-        slots = alloc.alloc(DEPTH) or []
-        have = tree.insert(key, slots)
-        alloc.free(slots[:have])  # the shared first token was cached: its slot is a duplicate
-        assert freed == DEPTH - 1, f"evict(1) freed {freed} tokens from a tree of 3-token leaves"
+        slots = driver.alloc(DEPTH)
+        driver.free(slots[: driver.insert(key, slots)])
+        assert freed == DEPTH - 1, f"{impl}: evict(1) freed {freed} tokens from a tree of 3-token leaves"
 
     describe(benchmark, f"evict-{policy}", leaves, impl)
     benchmark(round_)
-    assert tree.evictable_size() == 1 + 3 * leaves, "the tree must keep its size round after round"
+    assert driver.evictable() == 1 + 3 * leaves, f"{impl}: the tree must keep its size round after round"
 
 
 @pytest.mark.benchmark_suite
@@ -95,11 +165,34 @@ def test_radix_evict_one_leaf_then_insert_one(
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_radix_match_a_cached_key(benchmark: Any, measuring: bool, leaves: int, impl: str) -> None:
     need(leaves, measuring)
-    _, tree, _ = grown(leaves, impl=impl)
+    driver, _ = grown(leaves, impl=impl)
     key = [0, leaves // 2 + 1, leaves // 2 + 1, leaves // 2 + 1, 7, 7]
     describe(benchmark, "match", leaves, impl)
-    result = benchmark(tree.match, key)
-    assert result.length == DEPTH, f"match found {result.length} of {DEPTH} cached tokens"
+    length, _node = benchmark(driver.match, key)
+    assert length == DEPTH, f"{impl}: match found {length} of {DEPTH} cached tokens"
+
+
+@pytest.mark.benchmark_suite
+@pytest.mark.parametrize("leaves", LEAVES)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_radix_match_lock_unlock(benchmark: Any, measuring: bool, leaves: int, impl: str) -> None:
+    """A request's life on the tree without its insert: match its prefix, lock it while it runs, unlock."""
+    need(leaves, measuring)
+    driver, _ = grown(leaves, impl=impl)
+    key = [0, leaves // 3 + 1, leaves // 3 + 1, leaves // 3 + 1, 9]
+
+    def round_() -> None:
+        _, node = driver.match(key)
+        driver.unlock(driver.lock(node))
+
+    describe(benchmark, "match-lock-unlock", leaves, impl)
+    benchmark(round_)
+    assert driver.evictable() == 1 + 3 * leaves, f"{impl}: every lock taken was released, so all is evictable"
+
+
+#: Rounds of the insert benchmark: each keeps one slot, so the allocator is sized for them and
+#: nothing is evicted (an evict in the round would time SGLang's evict, not its insert).
+INSERT_ROUNDS = 5_000
 
 
 @pytest.mark.benchmark_suite
@@ -107,15 +200,17 @@ def test_radix_match_a_cached_key(benchmark: Any, measuring: bool, leaves: int, 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_radix_insert_a_key_sharing_its_first_pages(benchmark: Any, measuring: bool, leaves: int, impl: str) -> None:
     need(leaves, measuring)
-    alloc, tree, counter = grown(leaves, impl=impl)
+    driver, counter = grown(leaves, impl=impl, spare=64 + 5 * INSERT_ROUNDS)
+    cached = [0]
 
     def round_() -> None:
-        key = [0, 1, 1, 1, counter[0]]  # splits nothing after the first round: a new leaf under a cached path
+        key = [0, 1, 1, 1, counter[0]]  # a new one-token leaf under a cached path: splits nothing after round 1
         counter[0] += 1
-        slots = alloc.alloc(len(key)) or []
-        have = tree.insert(key, slots)
-        alloc.free(slots[:have])
-        tree.evict(1)  # keep the allocator from running dry: the oldest leaf goes
+        slots = driver.alloc(len(key))
+        have = driver.insert(key, slots)
+        driver.free(slots[:have])
+        cached[0] = have
 
     describe(benchmark, "insert", leaves, impl)
-    benchmark(round_)
+    benchmark.pedantic(round_, rounds=INSERT_ROUNDS if measuring else 1, iterations=1)
+    assert cached[0] == DEPTH, f"{impl}: insert found {cached[0]} of the key's {DEPTH} cached tokens"

@@ -231,7 +231,8 @@ class SglangBackend:
         compared by counts only.
         """
         order = {"slot-order"} if self.page_size == 1 else set()
-        radix = {"radix-cache"} if (_unified_cache_imports() if self.unified else _radix_cache_imports()) else set()
+        imports = _unified_cache_imports() if self.unified else _radix_cache_imports()
+        radix = {"radix-cache", "radix-events"} if imports else set()  # events rewritten by content (sglang_events)
         return frozenset({"pause", "policy-lru", "token-slots", "slot-extend", *order, *radix})
 
     def create_slots(
@@ -247,16 +248,23 @@ class SglangBackend:
         return SglangSlots(size, page_size=page_size, sort=sort)
 
     def create_radix(
-        self, size: int, *, page_size: int = 1, policy: str = "lru", sort: bool = True, device: str | None = None
+        self,
+        size: int,
+        *,
+        page_size: int = 1,
+        policy: str = "lru",
+        sort: bool = True,
+        device: str | None = None,
+        enable_events: bool = False,
     ) -> tuple[SglangSlots, Any]:
         """SGLang's allocator and its ``RadixCache`` (or ``UnifiedRadixCache``) over it, driven as its scheduler
-        drives them."""
+        drives them; ``enable_events`` turns on SGLang's ``enable_kv_cache_events``."""
         from kvref_conformance.peers.sglang_radix import SglangRadixTree
         from kvref_conformance.peers.sglang_unified import SglangUnifiedTree
 
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
         tree = SglangUnifiedTree if self.unified else SglangRadixTree
-        return slots, tree(slots.allocator, page_size=page_size, policy=policy)
+        return slots, tree(slots.allocator, page_size=page_size, policy=policy, enable_events=enable_events)
 
     def create(
         self,

@@ -84,25 +84,48 @@ def cache_params(allocator: Any, *, page_size: int, policy: str, **more: Any) ->
 
 
 class SglangRadixTree:
-    """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``)."""
+    """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``).
 
-    def __init__(self, allocator: Any, *, page_size: int, policy: str) -> None:
+    A namespace goes to SGLang as the key's ``extra_key`` (the LoRA path); in a tree with events
+    it goes as the key's ``cache_salt`` (``repr(namespace)``), the namespace SGLang's KV events
+    carry, so that :class:`~kvref_conformance.peers.sglang_events.SglangEventTranslator` can
+    read a chain's namespace from its first event as RADIX-634 salts it.
+    """
+
+    def __init__(self, allocator: Any, *, page_size: int, policy: str, enable_events: bool = False) -> None:
         import torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 
+        from kvref_conformance.peers.sglang_events import SglangEventTranslator
+
         radix_cache = load_radix_cache()
         self._torch = torch
-        self._key = radix_cache.RadixKey
+        self._radix_key = radix_cache.RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
-        self.cache = radix_cache.RadixCache(cache_params(allocator, page_size=page_size, policy=policy))
+        params = cache_params(allocator, page_size=page_size, policy=policy, enable_kv_cache_events=enable_events)
+        self.cache = radix_cache.RadixCache(params)
+        self._events = SglangEventTranslator(page_size) if enable_events else None
+        if enable_events:  # the constructor resets the new tree, which records an AllBlocksCleared: a router
+            self.cache.take_events()  # attached to the fresh cache reads an empty cache either way
         self._nodes: dict[int, Any] = {}
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
 
+    def _key(self, tokens: Sequence[int], namespace: Any) -> Any:
+        if self._events is not None and namespace is not None:
+            return self._radix_key(list(tokens), cache_salt=repr(namespace))
+        return self._radix_key(list(tokens), extra_key=namespace)
+
+    def take_events(self) -> list[Any]:
+        """SGLang's ``take_events()``, rewritten in chapter 06's hashes by their content (RADIX-634)."""
+        if self._events is None:
+            return []
+        return self._events.translate(self.cache.take_events())
+
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
         """``match_prefix``; the prefix's slots are the path's KV indices."""
         match_params = self._params[0]
-        found = self.cache.match_prefix(match_params(key=self._key(list(tokens), extra_key=namespace)))
+        found = self.cache.match_prefix(match_params(key=self._key(tokens, namespace)))
         node = found.last_device_node
         slots = [int(s) for s in self.cache.path_device_indices(node).tolist()]
         ident = 0 if node is self.cache.root_node else int(node.id)
@@ -126,7 +149,7 @@ class SglangRadixTree:
         """``insert``: the length already cached, which the caller's duplicates cover."""
         insert_params = self._params[1]
         value = self._torch.tensor(list(slots), dtype=self._torch.int64)
-        key = self._key(list(tokens), extra_key=namespace)
+        key = self._key(tokens, namespace)
         return int(self.cache.insert(insert_params(key=key, value=value, priority=priority)).prefix_len)
 
     def evict(self, num_tokens: int) -> int:

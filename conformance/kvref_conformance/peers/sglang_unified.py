@@ -40,8 +40,10 @@ __all__ = ["SglangUnifiedTree"]
 class SglangUnifiedTree:
     """``UnifiedRadixCache`` (full attention) with the oracle tree's calls."""
 
-    def __init__(self, allocator: Any, *, page_size: int, policy: str) -> None:
+    def __init__(self, allocator: Any, *, page_size: int, policy: str, enable_events: bool = False) -> None:
         import torch
+
+        from kvref_conformance.peers.sglang_events import SglangEventTranslator
 
         load_radix_cache()  # SGLang's import chain, on a CPU-only torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
@@ -52,19 +54,35 @@ class SglangUnifiedTree:
         self._torch = torch
         self._radix_key = RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
-        params = cache_params(allocator, page_size=page_size, policy=policy, tree_components=(ComponentType.FULL,))
+        params = cache_params(
+            allocator, page_size=page_size, policy=policy, tree_components=(ComponentType.FULL,),
+            enable_kv_cache_events=enable_events,
+        )  # fmt: skip
         self.cache = UnifiedRadixCache(params)
+        self._events = SglangEventTranslator(page_size) if enable_events else None
+        if enable_events:  # the constructor's AllBlocksCleared, as in SglangRadixTree
+            self.cache.take_events()
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
 
     def _key(self, tokens: Sequence[int], namespace: Any) -> Any:
+        """The namespace as ``extra_key``; with events as ``cache_salt``, as :class:`SglangRadixTree` passes it."""
+        if self._events is not None and namespace is not None:
+            return self._radix_key(array("q", tokens), cache_salt=repr(namespace))
         return self._radix_key(array("q", tokens), extra_key=namespace)
+
+    def take_events(self) -> list[Any]:
+        """SGLang's ``take_events()``, rewritten in chapter 06's hashes by their content (RADIX-634)."""
+        if self._events is None:
+            return []
+        return self._events.translate(self.cache.take_events())
 
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
         """``match_prefix``; the prefix's slots are the path's KV indices from the namespace's root."""
         found = self.cache.match_prefix(self._params[0](key=self._key(tokens, namespace)))
         node = int(found.last_device_node)  # a node id (a namespace's root on a miss); opaque to the suite
-        slots = self.cache.tree_core.collect_full_device_indices(node, self.cache.root_node_handle(namespace))
+        root = self.cache.root_node_handle(None if self._events is not None else namespace)  # salts share a root
+        slots = self.cache.tree_core.collect_full_device_indices(node, root)
         return MatchResult([int(s) for s in slots.tolist()], int(found.device_prefix_len), node)
 
     def lock(self, node: int) -> LockReceipt:

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from kvref.contract.errors import ConfigError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, apply_events
 from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
+from kvref_conformance.suites.radix import PAGES
 from kvref_conformance.target import Target
 
 __all__ = ["RadixEventsSuite"]
@@ -43,10 +45,14 @@ class RadixEventsSuite(ConformanceSuite):
 
     @staticmethod
     def tree(impl: Target, page: int) -> tuple[Any, Any]:
-        return impl.create_radix(32 * page, page_size=page, enable_events=True)  # type: ignore[no-any-return]
+        """A new allocator and tree with events, or a skip where the target has none of pages of ``page``."""
+        try:
+            return impl.create_radix(32 * page, page_size=page, enable_events=True)  # type: ignore[no-any-return]
+        except ConfigError as exc:
+            pytest.skip(f"{impl.name}: {exc}")
 
     @rule("RADIX-634")
-    @pytest.mark.parametrize("page", [1, 2])
+    @pytest.mark.parametrize("page", PAGES)
     def test_an_insert_reports_each_page_it_stores_chained_on_the_one_before(self, impl: Target, page: int) -> None:
         allocator, tree = self.tree(impl, page)
         key = list(range(10, 10 + 3 * page))
@@ -75,7 +81,7 @@ class RadixEventsSuite(ConformanceSuite):
         )
 
     @rule("RADIX-634", "RADIX-628", "RADIX-630")
-    @pytest.mark.parametrize("page", [1, 2])
+    @pytest.mark.parametrize("page", PAGES)
     def test_applying_the_events_gives_exactly_the_cached_pages(self, impl: Target, page: int) -> None:
         allocator, tree = self.tree(impl, page)
         keys: list[tuple[list[int], Hashable]] = []

@@ -13,7 +13,6 @@ how much of the key was already cached; the slots the caller passed for that par
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import replace
 from itertools import count
 from typing import SupportsIndex
 
@@ -82,7 +81,8 @@ class OracleRadixCache(TreeViews):
         self._receipts: dict[int, Node | None] = {}
         self._leaves = EvictableLeaves(self._policy)
         self._protected = 0
-        self._stats = RadixStats()
+        # matches, queried tokens, hit tokens, evicted tokens, resets: counted here, read as RadixStats
+        self._counts = [0, 0, 0, 0, 0]
         if not isinstance(enable_events, bool):
             raise InvalidTypeError(
                 "RADIX-634", f"OracleRadixCache: enable_events must be a bool, got {enable_events!r}"
@@ -121,7 +121,7 @@ class OracleRadixCache(TreeViews):
     @property
     def stats(self) -> RadixStats:
         """Cumulative statistics (RADIX-632)."""
-        return self._stats
+        return RadixStats(*self._counts)
 
     # ---------------------------------------------------------------- helpers
 
@@ -144,9 +144,8 @@ class OracleRadixCache(TreeViews):
     def _aligned(self, tokens: IntsLike, op: str) -> tuple[int, ...]:
         """The key's tokens up to its last whole page (RADIX-621)."""
         toks = as_block_id_list(tokens, op=op, arg="tokens")
-        for t in toks:
-            if t < 0:
-                raise InvalidValueError("ERR-504", f"{op}: token id {t} is negative")
+        if toks and min(toks) < 0:
+            raise InvalidValueError("ERR-504", f"{op}: token id {min(toks)} is negative")
         return tuple(toks[: len(toks) // self._page * self._page])
 
     def _common(self, child: Node, key: tuple[int, ...], at: int) -> int:
@@ -205,22 +204,25 @@ class OracleRadixCache(TreeViews):
         """
         key = self._aligned(tokens, "match")
         root = self._root(namespace, "match", create=False)
+        counts = self._counts
+        counts[0] += 1
+        counts[1] += len(key)
         if root is None:
-            s = self._stats
-            self._stats = replace(s, matches=s.matches + 1, queried_tokens=s.queried_tokens + len(key))
             return MatchResult([], 0, 0)
         node, length = self._walk(root, key, self._tick())
+        if node.is_root:
+            return MatchResult([], 0, 0)
+        counts[2] += length
+        node.hits += 1
+        if self._policy == "lfu":  # the only key that counts hits; the walk offered the rest
+            self._leaves.offer(node)
+        self._leaves.compact(len(self._nodes))
+        if node.parent is root:
+            return MatchResult(list(node.slots), length, node.ident)
         slots: list[int] = []
         for n in reversed(list(node.path())):
             slots.extend(n.slots)
-        if not node.is_root:
-            node.hits += 1
-            self._leaves.offer(node)
-        s = self._stats
-        self._stats = replace(
-            s, matches=s.matches + 1, queried_tokens=s.queried_tokens + len(key), hit_tokens=s.hit_tokens + length
-        )
-        return MatchResult(slots, length, 0 if node.is_root else node.ident)
+        return MatchResult(slots, length, node.ident)
 
     def insert(
         self, tokens: IntsLike, slots: IntsLike, *, namespace: Hashable = None, priority: SupportsIndex = 0
@@ -339,9 +341,7 @@ class OracleRadixCache(TreeViews):
             except KVRefError:
                 self._leaves.offer(leaf)  # still cached: the allocator refused its slots
                 raise
-        if freed:
-            s = self._stats
-            self._stats = replace(s, evicted_tokens=s.evicted_tokens + freed)
+        self._counts[3] += freed
         return freed
 
     def _remove(self, leaf: Node) -> int:
@@ -371,8 +371,7 @@ class OracleRadixCache(TreeViews):
         self._owner.clear()
         self._leaves.clear()
         self._events.cleared()
-        s = self._stats
-        self._stats = replace(s, resets=s.resets + 1)
+        self._counts[4] += 1
 
     def take_events(self) -> list[KVEvent]:
         """The KV events since the last call, one per page, oldest first; none unless enabled (RADIX-634)."""

@@ -22,7 +22,7 @@ class TreeViews:
     _owner: dict[int, Node]
     _receipts: dict[int, Node | None]
     _protected: int
-    _stats: RadixStats
+    _counts: list[int]  # RadixStats' fields, in order
 
     def _node(self, value: object, op: str) -> Node | None:
         raise NotImplementedError
@@ -45,7 +45,12 @@ class TreeViews:
             n.ident: (n.namespace, n.tokens, tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
             for n in self._nodes.values()
         }
-        return {"nodes": nodes, "receipts": sorted(self._receipts), "protected": self._protected, "stats": self._stats}
+        return {
+            "nodes": nodes,
+            "receipts": sorted(self._receipts),
+            "protected": self._protected,
+            "stats": RadixStats(*self._counts),
+        }
 
     def check_invariants(self) -> None:
         """Every invariant of chapter 06's tree; raises InvariantViolation naming the rule."""

@@ -1,0 +1,65 @@
+"""SGLang's KV events rewritten in chapter 06's hashes (RADIX-634), by their content.
+
+SGLang 0.5.23's ``KVCacheEventRecorder`` hashes a page with SHA-256 of its token bytes chained
+through the node's hash values, and joins consecutive pages of one chain into one ``BlockStored``
+(``block_hashes`` and ``token_ids`` of several pages, ``parent_block_hash`` of the first) and
+consecutive removals into one ``BlockRemoved``. Hash values are each engine's own, so the
+events are compared by what they say: each stored page is rehashed from its own tokens, chained
+on the kvref hash of the page SGLang names as its parent, and salted with the event's
+``cache_salt`` when it starts a chain (RADIX-634's salt is ``repr(namespace)``; the adapters
+pass that as SGLang's cache salt in trees with events). A removal or a parent that names a hash
+SGLang never stored cannot be rewritten; it comes out as a ``BlockRemoved`` (or a parent) of
+:func:`unknown`, which no rule's hash equals, so the suite reports it in the step it happens.
+The translator keeps no state beyond the hashes it has seen, and checks nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
+
+__all__ = ["SglangEventTranslator", "unknown"]
+
+
+def unknown(sglang_hash: int) -> int:
+    """The stand-in for an SGLang hash that no store named: negative, so never a chapter-02 hash."""
+    return -1 - abs(int(sglang_hash))
+
+
+class SglangEventTranslator:
+    """Rewrites one SGLang tree's event stream into kvref's ``BlockStored``/``BlockRemoved``/``AllBlocksCleared``."""
+
+    def __init__(self, page_size: int) -> None:
+        self._page = page_size
+        self._hashes: dict[int, int] = {}  # SGLang's hash of a page -> kvref's
+
+    def translate(self, events: list[Any]) -> list[KVEvent]:
+        """kvref's events for ``events`` (what ``take_events`` of SGLang's cache returned), in order."""
+        out: list[KVEvent] = []
+        for event in events:
+            kind = type(event).__name__
+            if kind == "BlockStored":
+                out.extend(self._stored(event))
+            elif kind == "BlockRemoved":
+                out.extend(BlockRemoved(self._hashes.get(h, unknown(h))) for h in event.block_hashes)
+            elif kind == "AllBlocksCleared":
+                out.append(AllBlocksCleared())
+            else:  # an event kind chapter 06 has no word for: passed on, so a comparison shows it
+                out.append(event)
+        return out
+
+    def _stored(self, event: Any) -> list[KVEvent]:
+        tokens = [int(t) for t in event.token_ids]
+        pages = [tokens[i : i + self._page] for i in range(0, len(tokens), self._page)]
+        sglang_parent = event.parent_block_hash
+        parent = None if sglang_parent is None else self._hashes.get(sglang_parent, unknown(sglang_parent))
+        salt = BlockExtraKeys(cache_salt=event.cache_salt) if event.cache_salt is not None else None
+        out: list[KVEvent] = []
+        for sglang_hash, page in zip(event.block_hashes, pages, strict=False):
+            ours = hash_block(ROOT_HASH if parent is None else parent, page, salt if parent is None else None)
+            self._hashes[sglang_hash] = ours
+            out.append(BlockStored(ours, parent))
+            parent = ours
+        return out
