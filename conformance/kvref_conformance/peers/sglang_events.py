@@ -35,9 +35,13 @@ class SglangEventTranslator:
         self._page = page_size
         self._hashes: dict[int, int] = {}  # SGLang's hash of a page -> kvref's
 
-    def translate(self, events: list[Any]) -> list[KVEvent]:
-        """kvref's events for ``events`` (what ``take_events`` of SGLang's cache returned), in order."""
-        out: list[KVEvent] = []
+    def translate(self, events: list[Any]) -> list[Any]:
+        """kvref's events for ``events`` (what ``take_events`` of SGLang's cache returned), in order.
+
+        An event it cannot read (a kind chapter 06 has no word for, a store whose hashes and
+        pages do not pair up) is passed on as SGLang's object, which no kvref event equals.
+        """
+        out: list[Any] = []
         for event in events:
             kind = type(event).__name__
             if kind == "BlockStored":
@@ -50,14 +54,16 @@ class SglangEventTranslator:
                 out.append(event)
         return out
 
-    def _stored(self, event: Any) -> list[KVEvent]:
+    def _stored(self, event: Any) -> list[Any]:
         tokens = [int(t) for t in event.token_ids]
         pages = [tokens[i : i + self._page] for i in range(0, len(tokens), self._page)]
+        if len(pages) != len(event.block_hashes):  # no page-for-hash reading: shown as SGLang wrote it
+            return [event]
         sglang_parent = event.parent_block_hash
         parent = None if sglang_parent is None else self._hashes.get(sglang_parent, unknown(sglang_parent))
         salt = BlockExtraKeys(cache_salt=event.cache_salt) if event.cache_salt is not None else None
         out: list[KVEvent] = []
-        for sglang_hash, page in zip(event.block_hashes, pages, strict=False):
+        for sglang_hash, page in zip(event.block_hashes, pages, strict=True):
             ours = hash_block(ROOT_HASH if parent is None else parent, page, salt if parent is None else None)
             self._hashes[sglang_hash] = ours
             out.append(BlockStored(ours, parent))
