@@ -1,4 +1,5 @@
-"""What the fused-kernel tests share: the outcome of a call, and the launch counter kept off the interpreter.
+"""What the fused-kernel tests share: the outcome of a call, the launch counter kept off the interpreter, and
+the machine that holds a slot allocator's fused calls to its array path.
 
 Triton's interpreter moves tensors with torch operations that a compiled kernel does not make;
 :func:`outside_the_counter` hides them from :class:`kvref_torch.counting.CountLaunches` on the CPU,
@@ -8,7 +9,14 @@ so the counts the tests assert are those of a GPU.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant
+from hypothesis.stateful import rule as step
+from kvref_arraypool.ops import ArrayOps
+from kvref_arraypool.slot_arrays import DeviceSlotAllocator, SlotKernels
 
 from kvref.contract.errors import KVRefError
 
@@ -27,3 +35,81 @@ def outside_the_counter(device: str) -> Any:
     from torch.utils._python_dispatch import _disable_current_modes
 
     return _disable_current_modes() if device == "cpu" else contextlib.nullcontext()
+
+
+class FusedBesideArrays(RuleBasedStateMachine):
+    """The same calls on the fused and the array path; the same state and errors after each.
+
+    A subclass names ``ops`` (the array layer), ``kernels`` (a factory of the fused calls) and
+    ``as_input`` (a list of ints as the library's int32 array, what an engine passes to ``free``).
+    """
+
+    page = 1
+    sort = True
+    ops: Callable[[], ArrayOps]
+    kernels: Callable[[], SlotKernels]
+    as_input: Callable[[list[int]], Any]
+
+    @initialize()
+    def create(self) -> None:
+        def make(kernels: SlotKernels | None) -> DeviceSlotAllocator:
+            return DeviceSlotAllocator(
+                12 * self.page, ops=self.ops(), page_size=self.page, sort=self.sort, kernels=kernels
+            )
+
+        self.fused, self.plain = make(type(self).kernels()), make(None)
+        self.held: list[list[int]] = []
+        self.group = False
+
+    @step(pages=st.integers(0, 5))
+    def alloc(self, pages: int) -> None:
+        results: list[Any] = []
+        errors = [outcome(lambda a=a: results.append(a.alloc(pages * self.page))) for a in (self.fused, self.plain)]
+        assert errors[0] == errors[1], (
+            f"alloc({pages * self.page}): fused raised {errors[0]}, the array path {errors[1]}"
+        )
+        if errors[0] is None:
+            got, want = results
+            assert (got is None) == (want is None), f"alloc: fused gave {got}, the array path {want}"
+            if got is not None:
+                assert got.dtype == want.dtype and got.tolist() == want.tolist(), (
+                    f"alloc({pages * self.page}): fused gave {got.tolist()} ({got.dtype}), "
+                    f"the array path {want.tolist()} ({want.dtype})"
+                )
+                self.held.append(got.tolist())
+
+    @step(i=st.integers(0, 99), again=st.booleans(), extra=st.sampled_from([None, 0, -1, 10_000]))
+    def free(self, i: int, again: bool, extra: int | None) -> None:
+        if not self.held:
+            return
+        named = list(self.held[i % len(self.held)])
+        if not again:
+            self.held.pop(i % len(self.held))
+        if extra is not None:
+            named.insert(len(named) // 2, extra)
+        for a in (self.fused, self.plain):
+            a.free(type(self).as_input(named))
+
+    @step()
+    def toggle_group(self) -> None:
+        for a in (self.fused, self.plain):
+            a.free_group_end() if self.group else a.free_group_begin()
+        self.group = not self.group
+
+    @step()
+    def check(self) -> None:
+        got, want = outcome(self.fused.check), outcome(self.plain.check)
+        assert got == want, f"check(): fused raised {got}, the array path {want}"
+
+    @step()
+    def clear(self) -> None:
+        for a in (self.fused, self.plain):
+            a.clear()
+        self.held.clear()
+        self.group = False
+
+    @invariant()
+    def same_state(self) -> None:
+        if hasattr(self, "fused"):
+            got, want = self.fused.snapshot(), self.plain.snapshot()
+            assert got == want, f"after the same calls the fused state is {got}, the array path's {want}"

@@ -22,7 +22,7 @@ from kvref.contract.checks import pages_to_free
 from kvref.contract.extend import decode_prefixes, plan_extend
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
-from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+from kvref_arraypool.slot_arrays import DeviceSlotAllocator, SlotKernels
 
 __all__ = ["ArraySlotAllocator"]
 
@@ -30,8 +30,16 @@ __all__ = ["ArraySlotAllocator"]
 class ArraySlotAllocator:
     """Token slots in pages over device arrays; the oracle's allocator, slot for slot (chapter 06)."""
 
-    def __init__(self, size: SupportsIndex, *, ops: ArrayOps, page_size: SupportsIndex = 1, sort: bool = True) -> None:
-        self._adopt(DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype="int64"))
+    def __init__(
+        self,
+        size: SupportsIndex,
+        *,
+        ops: ArrayOps,
+        page_size: SupportsIndex = 1,
+        sort: bool = True,
+        kernels: SlotKernels | None = None,
+    ) -> None:
+        self._adopt(DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype="int64", kernels=kernels))
 
     @classmethod
     def over(cls, arrays: DeviceSlotAllocator) -> ArraySlotAllocator:

@@ -16,6 +16,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
     from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -118,7 +119,10 @@ class CupyBackend:
         """Chapter 06's token-slot allocator on CuPy (or, without CUDA, NumPy) arrays."""
         from kvref_arraypool.slots import ArraySlotAllocator
 
-        return ArraySlotAllocator(size, ops=self._ops(self.device(device)), page_size=page_size, sort=sort)
+        where = self.device(device)
+        return ArraySlotAllocator(
+            size, ops=self._ops(where), page_size=page_size, sort=sort, kernels=host_slot_kernels(where)
+        )
 
     def create_radix(
         self,
@@ -143,8 +147,11 @@ class CupyBackend:
         """Chapter 06's allocator with the array surface (ERR-510..ERR-514): CuPy (or NumPy) arrays in and out."""
         from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
-        ops = self._ops(self.device(device))
-        return DeviceSlotAllocator(size, ops=ops, page_size=page_size, sort=sort, dtype=dtype)
+        where = self.device(device)
+        kernels = host_slot_kernels(where)
+        return DeviceSlotAllocator(
+            size, ops=self._ops(where), page_size=page_size, sort=sort, dtype=dtype, kernels=kernels
+        )
 
     def create_block_arrays(
         self,
@@ -215,6 +222,15 @@ class CupyBackend:
             enable_events=enable_events,
             name=name,
         )
+
+
+def host_slot_kernels(device: str) -> HostSlotKernels | None:
+    """On the host (NumPy), the slot allocator's fused calls (``kvref_arraypool.host_slot_kernels``); on CUDA, None."""
+    if device != "host":
+        return None
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
+
+    return HostSlotKernels(view=lambda a: a, wrap=lambda a: a)
 
 
 #: The object the entry point names.

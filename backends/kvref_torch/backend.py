@@ -16,6 +16,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
@@ -93,7 +94,10 @@ class TorchBackend:
 
         from kvref_torch.ops import TorchOps
 
-        return ArraySlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort)
+        where = self.device(device)
+        return ArraySlotAllocator(
+            size, ops=TorchOps(where), page_size=page_size, sort=sort, kernels=host_slot_kernels(where)
+        )
 
     def create_radix(
         self,
@@ -120,7 +124,10 @@ class TorchBackend:
 
         from kvref_torch.ops import TorchOps
 
-        return DeviceSlotAllocator(size, ops=TorchOps(self.device(device)), page_size=page_size, sort=sort, dtype=dtype)
+        where = self.device(device)
+        return DeviceSlotAllocator(
+            size, ops=TorchOps(where), page_size=page_size, sort=sort, dtype=dtype, kernels=host_slot_kernels(where)
+        )
 
     def create_block_arrays(
         self,
@@ -180,6 +187,16 @@ class TorchBackend:
             enable_events=enable_events,
             name=f"torch ({where})",
         )
+
+
+def host_slot_kernels(device: str) -> HostSlotKernels | None:
+    """On ``cpu``, the slot allocator's fused calls as NumPy over the tensors' own memory; on CUDA, None."""
+    if device != "cpu":
+        return None
+    import torch
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
+
+    return HostSlotKernels(view=lambda t: t.numpy(), wrap=torch.from_numpy)
 
 
 #: The object the entry point names.

@@ -277,8 +277,16 @@ BATCHES = (1, 16, 256, 4096)
 
 
 def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str, dict[int, CallCost]]:
-    """The cost of one call of every scenario at every batch size, each on a fresh lru pool."""
+    """The cost of one call of every scenario at every batch size, each on a fresh lru pool.
+
+    Token-slot allocators are built as CUDA builds them, on the array path: on ``cpu`` the backend
+    gives them host kernels (NumPy over the tensors' memory), which launch nothing a GPU would.
+    """
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+    from kvref_arraypool.slots import ArraySlotAllocator
+
     from kvref_torch.backend import backend
+    from kvref_torch.ops import TorchOps
 
     out: dict[str, dict[int, CallCost]] = {}
     for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
@@ -288,10 +296,10 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
                 target: Any = backend.create_block_tables(2 * n + 16, block_size=1, max_blocks=64, device=device)
             elif op in BLOCK_SCENARIOS:
                 target = backend.create_block_arrays(size, device=device)
-            elif op in ARRAY_SCENARIOS:
-                target = backend.create_slot_arrays(size, device=device)
+            elif op in ARRAY_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
+                target = DeviceSlotAllocator(size, ops=TorchOps(backend.device(device)))
             elif op in SLOT_SCENARIOS:
-                target = backend.create_slots(size, device=device)
+                target = ArraySlotAllocator(size, ops=TorchOps(backend.device(device)))
             else:
                 target = backend.create(size, device=device, policy="lru")
             call = scenario(target, n)
