@@ -1,5 +1,5 @@
 """What the fused-kernel tests share: the outcome of a call, the launch counter kept off the interpreter, and
-the machine that holds a slot allocator's fused calls to its array path.
+the machines that hold a slot allocator's and a block pool's fused calls to their array paths.
 
 Triton's interpreter moves tensors with torch operations that a compiled kernel does not make;
 :func:`outside_the_counter` hides them from :class:`kvref_torch.counting.CountLaunches` on the CPU,
@@ -15,6 +15,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant
 from hypothesis.stateful import rule as step
+from kvref_arraypool.block_arrays import DeviceBlockPool
+from kvref_arraypool.block_errors import BlockKernels
 from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator, SlotKernels
 
@@ -37,7 +39,7 @@ def outside_the_counter(device: str) -> Any:
     return _disable_current_modes() if device == "cpu" else contextlib.nullcontext()
 
 
-class FusedBesideArrays(RuleBasedStateMachine):
+class SlotsFusedBesideArrays(RuleBasedStateMachine):
     """The same calls on the fused and the array path; the same state and errors after each.
 
     A subclass names ``ops`` (the array layer), ``kernels`` (a factory of the fused calls) and
@@ -107,6 +109,74 @@ class FusedBesideArrays(RuleBasedStateMachine):
             a.clear()
         self.held.clear()
         self.group = False
+
+    @invariant()
+    def same_state(self) -> None:
+        if hasattr(self, "fused"):
+            got, want = self.fused.snapshot(), self.plain.snapshot()
+            assert got == want, f"after the same calls the fused state is {got}, the array path's {want}"
+
+
+#: The block machine's pool: blocks and request slots.
+BLOCKS, SLOTS = 12, 40
+
+
+class BlocksFusedBesideArrays(RuleBasedStateMachine):
+    """The block pool's calls on the fused and the array path; the same state and errors after each.
+
+    A subclass names ``ops``, ``kernels`` (a factory of the fused calls), ``as_ids`` (a list of
+    ints as the library's int32 array) and ``as_slots`` (one request slot per entry: ``n``, ``slot``).
+    """
+
+    ops: Callable[[], ArrayOps]
+    kernels: Callable[[], BlockKernels]
+    as_ids: Callable[[list[int]], Any]
+    as_slots: Callable[[int, int], Any]
+
+    @initialize()
+    def create(self) -> None:
+        def make(kernels: BlockKernels | None) -> DeviceBlockPool:
+            return DeviceBlockPool(BLOCKS, ops=self.ops(), max_requests=SLOTS, kernels=kernels)
+
+        self.fused, self.plain = make(type(self).kernels()), make(None)
+        self.given: list[tuple[list[int], int]] = []  # what each allocation handed out, and to whom
+
+    @step(counts=st.lists(st.integers(0, 4), min_size=1, max_size=3), slot=st.integers(0, SLOTS - 1))
+    def allocate(self, counts: list[int], slot: int) -> None:
+        slots = [slot] * len(counts) if len(counts) == 1 or slot % 2 else [(slot + i) % SLOTS for i in counts]
+        results: list[Any] = []
+        errors = [outcome(lambda p=p: results.append(p.allocate(counts, slots))) for p in (self.fused, self.plain)]
+        assert errors[0] == errors[1], f"allocate({counts}, {slots}): fused raised {errors[0]}, arrays {errors[1]}"
+        if errors[0] is None:
+            (got, _), (want, _) = results
+            assert got.dtype == want.dtype and got.tolist() == want.tolist(), (
+                f"allocate({counts}, {slots}): fused gave {got.tolist()} ({got.dtype}), arrays {want.tolist()}"
+            )
+            if len(set(slots)) == 1:
+                self.given.append((got.tolist(), slots[0]))
+
+    @step(i=st.integers(0, 99), op=st.sampled_from(["free", "acquire"]), other=st.integers(0, SLOTS),
+          extra=st.sampled_from([None, 0, -1, 10_000, "repeat"]), per_entry=st.booleans())  # fmt: skip
+    def call(self, i: int, op: str, other: int, extra: Any, per_entry: bool) -> None:
+        if not self.given:
+            return
+        named, slot = self.given[i % len(self.given)]
+        named = list(named)
+        slot = slot if op == "free" and other % 3 else other % SLOTS
+        if extra == "repeat":
+            named += named[:1]
+        elif extra is not None:
+            named.insert(len(named) // 2, extra)
+        ids = type(self).as_ids(named)
+        slots: Any = type(self).as_slots(len(named), slot) if per_entry else slot
+        for p in (self.fused, self.plain):
+            getattr(p, op)(ids, slots)
+
+    @step()
+    def check(self) -> None:
+        got, want = outcome(self.fused.check), outcome(self.plain.check)
+        assert got == want, f"check(): fused raised {got}, the array path {want}"
+        assert self.fused.available_blocks() == self.plain.available_blocks(), "available_blocks() differs"
 
     @invariant()
     def same_state(self) -> None:

@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, run_state_machine_as_test
-from hypothesis.stateful import rule as step
+from hypothesis.stateful import run_state_machine_as_test
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -28,65 +26,18 @@ from kvref_arraypool.block_arrays import DeviceBlockPool  # noqa: E402
 
 from kvref_torch.block_kernels import TritonBlockKernels  # noqa: E402
 from kvref_torch.ops import TorchOps  # noqa: E402
-from tests.kernel_support import outcome, outside_the_counter  # noqa: E402
+from tests.kernel_support import BlocksFusedBesideArrays, outside_the_counter  # noqa: E402
 
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
-BLOCKS, SLOTS = 12, 40
 
 
-class FusedBesideArrays(RuleBasedStateMachine):
-    """The same calls on the fused and the array path; the same state and errors after each."""
+class FusedBesideArrays(BlocksFusedBesideArrays):
+    """The Triton kernels beside the array path, on torch."""
 
-    @initialize()
-    def create(self) -> None:
-        def make(kernels: Any) -> DeviceBlockPool:
-            return DeviceBlockPool(BLOCKS, ops=TorchOps(DEVICE), max_requests=SLOTS, kernels=kernels)
-
-        self.fused, self.plain = make(TritonBlockKernels()), make(None)
-        self.given: list[tuple[list[int], int]] = []  # what each allocation handed out, and to whom
-
-    @step(counts=st.lists(st.integers(0, 4), min_size=1, max_size=3), slot=st.integers(0, SLOTS - 1))
-    def allocate(self, counts: list[int], slot: int) -> None:
-        slots = [slot] * len(counts) if len(counts) == 1 or slot % 2 else [(slot + i) % SLOTS for i in counts]
-        results: list[Any] = []
-        errors = [outcome(lambda p=p: results.append(p.allocate(counts, slots))) for p in (self.fused, self.plain)]
-        assert errors[0] == errors[1], f"allocate({counts}, {slots}): fused raised {errors[0]}, arrays {errors[1]}"
-        if errors[0] is None:
-            (got, _), (want, _) = results
-            assert got.dtype == want.dtype and got.tolist() == want.tolist(), (
-                f"allocate({counts}, {slots}): fused gave {got.tolist()} ({got.dtype}), arrays {want.tolist()}"
-            )
-            if len(set(slots)) == 1:
-                self.given.append((got.tolist(), slots[0]))
-
-    @step(i=st.integers(0, 99), op=st.sampled_from(["free", "acquire"]), other=st.integers(0, SLOTS),
-          extra=st.sampled_from([None, 0, -1, 10_000, "repeat"]), per_entry=st.booleans())  # fmt: skip
-    def call(self, i: int, op: str, other: int, extra: Any, per_entry: bool) -> None:
-        if not self.given:
-            return
-        named, slot = self.given[i % len(self.given)]
-        named = list(named)
-        slot = slot if op == "free" and other % 3 else other % SLOTS
-        if extra == "repeat":
-            named += named[:1]
-        elif extra is not None:
-            named.insert(len(named) // 2, extra)
-        ids = torch.tensor(named, dtype=torch.int32, device=DEVICE)
-        slots: Any = torch.full((len(named),), slot, device=DEVICE) if per_entry else slot
-        for p in (self.fused, self.plain):
-            getattr(p, op)(ids, slots)
-
-    @step()
-    def check(self) -> None:
-        got, want = outcome(self.fused.check), outcome(self.plain.check)
-        assert got == want, f"check(): fused raised {got}, the array path {want}"
-        assert self.fused.available_blocks() == self.plain.available_blocks(), "available_blocks() differs"
-
-    @invariant()
-    def same_state(self) -> None:
-        if hasattr(self, "fused"):
-            got, want = self.fused.snapshot(), self.plain.snapshot()
-            assert got == want, f"after the same calls the fused state is {got}, the array path's {want}"
+    ops = staticmethod(lambda: TorchOps(DEVICE))
+    kernels = TritonBlockKernels
+    as_ids = staticmethod(lambda named: torch.tensor(named, dtype=torch.int32, device=DEVICE))
+    as_slots = staticmethod(lambda n, slot: torch.full((n,), slot, device=DEVICE))
 
 
 @pytest.mark.rule("ERR-511", "ERR-512", "ERR-513", "ERR-518", "ERR-519", "ERR-520")

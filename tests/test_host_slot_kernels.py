@@ -20,7 +20,7 @@ from kvref_arraypool.ops import NumpyLikeOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
 from kvref.config.registry import backend_statuses, load_backend
-from tests.kernel_support import FusedBesideArrays
+from tests.kernel_support import SlotsFusedBesideArrays
 
 rule = pytest.mark.rule
 
@@ -56,7 +56,7 @@ SETUPS = {"numpy": numpy_setup, "torch-cpu": torch_setup}
 @pytest.mark.parametrize("limit", [SCALAR_LIMIT, 0], ids=["elementwise", "whole-arrays"])
 def test_the_host_kernels_agree_with_the_array_path(limit: int, library: str, page: int, sort: bool) -> None:
     setup = SETUPS[library](limit)
-    machine = type("HostFused", (FusedBesideArrays,), {"page": page, "sort": sort, **setup})
+    machine = type("HostFused", (SlotsFusedBesideArrays,), {"page": page, "sort": sort, **setup})
     run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
 
 

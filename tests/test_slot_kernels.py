@@ -25,7 +25,7 @@ from kvref_arraypool.slot_arrays import DeviceSlotAllocator  # noqa: E402
 
 from kvref_torch.ops import TorchOps  # noqa: E402
 from kvref_torch.slot_kernels import TritonSlotKernels  # noqa: E402
-from tests.kernel_support import FusedBesideArrays, outside_the_counter  # noqa: E402
+from tests.kernel_support import SlotsFusedBesideArrays, outside_the_counter  # noqa: E402
 
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -35,7 +35,7 @@ DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
 @pytest.mark.parametrize("page", [1, 4])
 def test_the_fused_kernels_agree_with_the_array_path(page: int, sort: bool) -> None:
     machine = type(
-        "Fused", (FusedBesideArrays,),
+        "Fused", (SlotsFusedBesideArrays,),
         {
             "page": page, "sort": sort, "ops": staticmethod(lambda: TorchOps(DEVICE)), "kernels": TritonSlotKernels,
             "as_input": staticmethod(lambda named: torch.tensor(named, dtype=torch.int32, device=DEVICE)),

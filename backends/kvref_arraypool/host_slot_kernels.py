@@ -1,22 +1,18 @@
-"""The token-slot allocator's fused calls for arrays in host memory: NumPy over the arrays' own memory.
+"""The token-slot allocator's fused calls for arrays in host memory (``torch`` on ``cpu``, NumPy).
 
-On the CPU an array library's cost is its per-call overhead, not the work: torch dispatches each
-operation in 3-8 us, so the array path of :class:`~kvref_arraypool.slot_arrays.DeviceSlotAllocator`
-(some forty operations per ``free``) takes about 200 us for one slot. :class:`HostSlotKernels`
-does what the Triton kernels of ``kvref_torch.slot_kernels`` do on a GPU, with a handful of NumPy
-calls on **views** of the allocator's own arrays (``tensor.numpy()`` shares a CPU tensor's memory;
-NumPy arrays are their own view): the state stays where it is, in the library's arrays, and the
-results are fresh arrays of that library. Same checks, same record writes, same orders: the
-differential machine of ``tests/test_host_slot_kernels.py`` holds them to the array path.
+:class:`HostSlotKernels` does what the Triton kernels of ``kvref_torch.slot_kernels`` do on a GPU,
+with NumPy over the allocator's own arrays (:mod:`kvref_arraypool.host_views`): same checks, same
+record writes, same orders; the differential machine of ``tests/test_host_slot_kernels.py``
+holds them to :class:`~kvref_arraypool.slot_arrays.DeviceSlotAllocator`'s array path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews
 from kvref_arraypool.ops import Array
 
 __all__ = ["SCALAR_LIMIT", "HostSlotKernels"]
@@ -24,39 +20,14 @@ __all__ = ["SCALAR_LIMIT", "HostSlotKernels"]
 # The record's slots (kvref_arraypool.deferred) and the allocator's two counters after them.
 _CODE, _CALL, _POSITION, _VALUE, _REFUSED, _CALLS, _RING, _RELEASED = range(8)
 _FREE, _HELD, _PENDING = 0, 1, 2  # a page's state, as slot_arrays keeps it
-#: Up to this many slots a call reads and writes elements one by one (each ~0.1 us) instead of
-#: making whole-array calls (each ~1 us, whatever the size): the default of ``scalar_limit``.
-SCALAR_LIMIT = 16
 
 
-class HostSlotKernels:
-    """:class:`~kvref_arraypool.slot_arrays.SlotKernels` for arrays in host memory (torch on ``cpu``, NumPy).
-
-    ``view`` gives an array's memory as a NumPy array without copying it; ``wrap`` makes a NumPy
-    array one of the library's (without copying). The allocator's arrays are viewed once each and
-    the views kept (the allocator writes them in place and never rebinds them). Calls of up to
-    ``scalar_limit`` slots go element by element, larger ones by whole-array NumPy calls.
-    """
+class HostSlotKernels(HostViews):
+    """:class:`~kvref_arraypool.slot_arrays.SlotKernels` for arrays in host memory (see :class:`HostViews`)."""
 
     name = "host"
     #: Any batch: NumPy has no block size.
     max_free = 1 << 62
-
-    def __init__(
-        self, view: Callable[[Array], np.ndarray], wrap: Callable[[np.ndarray], Array], scalar_limit: int = SCALAR_LIMIT
-    ) -> None:
-        self._view, self._wrap, self._scalar = view, wrap, scalar_limit
-        self._views: dict[int, tuple[Array, np.ndarray]] = {}
-        #: Fused calls made so far (the launch budget counts them as kernels).
-        self.launches = 0
-
-    def _host(self, array: Array) -> np.ndarray:
-        """The kept view of one of the allocator's arrays (the array is held, so its id stays its own)."""
-        kept = self._views.get(id(array))
-        if kept is None or kept[0] is not array:
-            kept = (array, self._view(array))
-            self._views[id(array)] = kept
-        return kept[1]
 
     def alloc(
         self, *, ring: Array, state: Array, version: Array, record: Array, head: int, want: int, num_pages: int,
@@ -90,7 +61,7 @@ class HostSlotKernels:
         """Check ``slots`` and release (in a group: mark) the first entry of each page they name; a
         refused call writes only the record. In a group, returns each entry's page and kept flag."""
         self.launches += 1
-        given = np.asarray(self._view(slots), dtype=np.int64)
+        given = self._ints(slots)
         st, rec = self._host(state), self._host(record)
         if len(given) <= self._scalar:
             return self._free_few(given.tolist(), st, rec, ring, released, head, num_pages, page_size, sort, group)

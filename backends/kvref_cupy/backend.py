@@ -16,6 +16,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
     from kvref_arraypool.host_slot_kernels import HostSlotKernels
     from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
@@ -165,8 +166,11 @@ class CupyBackend:
         """Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, CuPy (or NumPy) arrays."""
         from kvref_arraypool.block_arrays import DeviceBlockPool
 
-        ops = self._ops(self.device(device))
-        return DeviceBlockPool(num_blocks, ops=ops, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
+        where = self.device(device)
+        return DeviceBlockPool(
+            num_blocks, ops=self._ops(where), max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype,
+            kernels=host_block_kernels(where),
+        )  # fmt: skip
 
     def create_block_tables(
         self,
@@ -231,6 +235,15 @@ def host_slot_kernels(device: str) -> HostSlotKernels | None:
     from kvref_arraypool.host_slot_kernels import HostSlotKernels
 
     return HostSlotKernels(view=lambda a: a, wrap=lambda a: a)
+
+
+def host_block_kernels(device: str) -> HostBlockKernels | None:
+    """On the host (NumPy), the block pool's fused one-slot calls (``kvref_arraypool.host_block_kernels``)."""
+    if device != "host":
+        return None
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
+
+    return HostBlockKernels(view=lambda a: a, wrap=lambda a: a)
 
 
 #: The object the entry point names.

@@ -16,6 +16,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
     from kvref_arraypool.host_slot_kernels import HostSlotKernels
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -143,8 +144,11 @@ class TorchBackend:
 
         from kvref_torch.ops import TorchOps
 
-        ops = TorchOps(self.device(device))
-        return DeviceBlockPool(num_blocks, ops=ops, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
+        where = self.device(device)
+        return DeviceBlockPool(
+            num_blocks, ops=TorchOps(where), max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype,
+            kernels=host_block_kernels(where),
+        )  # fmt: skip
 
     def create_block_tables(
         self,
@@ -197,6 +201,16 @@ def host_slot_kernels(device: str) -> HostSlotKernels | None:
     from kvref_arraypool.host_slot_kernels import HostSlotKernels
 
     return HostSlotKernels(view=lambda t: t.numpy(), wrap=torch.from_numpy)
+
+
+def host_block_kernels(device: str) -> HostBlockKernels | None:
+    """On ``cpu``, the block pool's fused one-slot calls as NumPy over the tensors' own memory; on CUDA, None."""
+    if device != "cpu":
+        return None
+    import torch
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
+
+    return HostBlockKernels(view=lambda t: t.numpy(), wrap=torch.from_numpy)
 
 
 #: The object the entry point names.
