@@ -12,6 +12,7 @@ has ``invariants``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +28,26 @@ from hypothesis.stateful import (
 )
 
 from kvref.contract.errors import ConfigError, KVRefError
+from kvref.contract.events import apply_events
+from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
 from kvref_conformance.suites.base import ConformanceSuite, skip_without
 from kvref_conformance.suites.base import rule as rule_ids
 from kvref_conformance.target import Target
 
-__all__ = ["RadixCacheSuite", "RadixSchedulerMachine"]
+__all__ = ["PAGES", "RadixCacheSuite", "RadixSchedulerMachine", "page_hashes"]
 
 NAMESPACES = (None, "lora-a")
 POLICIES = ("lru", "lfu", "fifo", "mru", "priority")
 PAGES = (1, 4)
+
+
+def page_hashes(key: list[int], page: int, namespace: Hashable = None) -> list[int]:
+    """RADIX-634's hash of each page of ``key``, computed here from the rule's words."""
+    out: list[int] = []
+    for start in range(0, len(key) - len(key) % page, page):
+        salt = BlockExtraKeys(cache_salt=repr(namespace)) if namespace is not None and not out else None
+        out.append(hash_block(out[-1] if out else ROOT_HASH, key[start : start + page], salt))
+    return out
 
 
 @dataclass
@@ -54,16 +66,22 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
     """An allocator and a radix tree under admissions, finishes, aborts and evictions.
 
     ``make(page, policy)`` builds the pair under test (``target.create_radix`` by default; the
-    planted bugs of ``tests/meta`` override it). ``page`` and ``checks_receipts`` are set per test.
+    planted bugs of ``tests/meta`` override it). ``page``, ``checks_receipts`` and ``checks_events``
+    are set per test; with ``checks_events`` the tree reports KV events, and after every step the
+    events applied so far must give exactly the pages the tree holds (RADIX-634), found from the
+    shadow: every allocated slot no live request holds privately, at the end of a page.
     """
 
     target: Target
     page: int = 1
     checks_receipts: bool = True
+    checks_events: bool = False
 
     def make(self, page: int, policy: str) -> tuple[Any, Any]:
-        """The allocator of ``24 * page`` slots and the tree under ``policy``."""
-        pair: tuple[Any, Any] = self.target.create_radix(24 * page, page_size=page, policy=policy, sort=page == 1)
+        """The allocator of ``24 * page`` slots and the tree under ``policy`` (with events under ``checks_events``)."""
+        pair: tuple[Any, Any] = self.target.create_radix(
+            24 * page, page_size=page, policy=policy, sort=page == 1, enable_events=self.checks_events
+        )
         return pair
 
     @initialize(policy=st.sampled_from(POLICIES))
@@ -73,6 +91,8 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
         self.live: list[Request] = []
         self.used: list[Any] = []
         self.shadow: dict[int, tuple[object, tuple[int, ...]]] = {}
+        self.seen: set[int] = set()  # the pages the events applied so far say are cached
+        self.hashes: dict[tuple[object, tuple[int, ...]], int] = {}  # (namespace, key) -> its last page's hash
 
     def honest(self, namespace: object, tokens: tuple[int, ...], slots: list[int], what: str) -> None:
         for i, slot in enumerate(slots):
@@ -178,6 +198,35 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
         check = getattr(self.tree, "check_invariants", None)
         if check is not None:
             check()
+        if self.checks_events:
+            self.seen = apply_events(self.seen, self.tree.take_events())
+            want = self.cached_pages()
+            assert self.seen == want, (
+                f"[RADIX-634] the events applied so far give {len(self.seen)} cached pages, the tree holds "
+                f"{len(want)}: {len(self.seen - want)} reported but not cached, {len(want - self.seen)} cached "
+                "but not reported"
+            )
+
+    def cached_pages(self) -> set[int]:
+        """RADIX-634's hashes of the pages the tree holds: allocated slots outside live rows, at a page's end."""
+        private = {s for r in self.live for s in r.row[r.cached :]}
+        return {
+            self.page_hash(namespace, prefix)
+            for slot, (namespace, prefix) in self.shadow.items()
+            if len(prefix) % self.page == 0 and slot not in private and self.alloc.is_allocated(slot)
+        }
+
+    def page_hash(self, namespace: object, key: tuple[int, ...]) -> int:
+        """The hash of ``key``'s last page, chained as RADIX-634 chains it (remembered per prefix)."""
+        known = self.hashes.get((namespace, key))
+        if known is None:
+            parent = key[: -self.page]
+            if parent:
+                known = hash_block(self.page_hash(namespace, parent), list(key[-self.page :]), None)
+            else:
+                known = page_hashes(list(key), self.page, namespace)[0]
+            self.hashes[(namespace, key)] = known
+        return known
 
 
 def second_unlock_refused(tree: Any, receipt: Any) -> str | None:
@@ -217,7 +266,10 @@ class RadixCacheSuite(ConformanceSuite):
         radix(impl, page)  # skips a shape the target lacks
         machine = type(
             "RadixTraffic", (RadixSchedulerMachine,),
-            {"target": impl, "page": page, "checks_receipts": impl.has("radix-receipts")},
+            {
+                "target": impl, "page": page, "checks_receipts": impl.has("radix-receipts"),
+                "checks_events": impl.has("radix-events"),
+            },
         )  # fmt: skip
         run_state_machine_as_test(machine)
 

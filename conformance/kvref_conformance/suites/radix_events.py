@@ -13,21 +13,11 @@ import pytest
 
 from kvref.contract.errors import ConfigError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, apply_events
-from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
 from kvref_conformance.suites.base import ConformanceSuite, requires, rule
-from kvref_conformance.suites.radix import PAGES
+from kvref_conformance.suites.radix import PAGES, page_hashes
 from kvref_conformance.target import Target
 
 __all__ = ["RadixEventsSuite"]
-
-
-def page_hashes(key: list[int], page: int, namespace: Hashable = None) -> list[int]:
-    """RADIX-634's hash of each page of ``key``, computed here from the rule's words."""
-    out: list[int] = []
-    for start in range(0, len(key) - len(key) % page, page):
-        salt = BlockExtraKeys(cache_salt=repr(namespace)) if namespace is not None and not out else None
-        out.append(hash_block(out[-1] if out else ROOT_HASH, key[start : start + page], salt))
-    return out
 
 
 def cached_pages(tree: Any, keys: list[tuple[list[int], Hashable]], page: int) -> set[int]:
