@@ -22,11 +22,12 @@ class SchedulerMachine(RadixSchedulerMachine):
     tree_class: type[OracleRadixCache] = OracleRadixCache
     page = 1
     checks_receipts = True
+    checks_events = True
 
     def make(self, page: int, policy: str) -> tuple[Any, Any]:
-        """The oracle's allocator and ``tree_class`` over it."""
+        """The oracle's allocator and ``tree_class`` over it, with KV events."""
         alloc = OracleSlotAllocator(24 * page, page_size=page, sort=page == 1)
-        return alloc, self.tree_class(alloc, policy=policy)
+        return alloc, self.tree_class(alloc, policy=policy, enable_events=True)
 
 
 class PagedSchedulerMachine(SchedulerMachine):
@@ -36,4 +37,5 @@ class PagedSchedulerMachine(SchedulerMachine):
 
 
 TestScheduler = pytest.mark.rule("RADIX-622", "RADIX-623", "RADIX-625", "RADIX-628")(SchedulerMachine.TestCase)
+TestScheduler = pytest.mark.rule("RADIX-634")(TestScheduler)
 TestPagedScheduler = pytest.mark.rule("RADIX-624", "RADIX-627", "RADIX-630")(PagedSchedulerMachine.TestCase)

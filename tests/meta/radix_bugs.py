@@ -190,6 +190,14 @@ class UnlockUnchecked(OracleRadixCache):
             self._leaves.offer(n)
 
 
+class RemovalsUnreported(OracleRadixCache):
+    """An eviction's pages are never reported removed (vLLM's PFX-317 deviation in a radix tree's
+    events): a router mirroring the events keeps routing to pages the cache dropped."""
+
+    def take_events(self) -> list[Any]:
+        return [e for e in super().take_events() if type(e).__name__ != "BlockRemoved"]
+
+
 #: Each planted tree bug and the rule the scheduler machine must name.
 TREE_BUGS: dict[type[OracleRadixCache], str] = {
     EvictWhileLocked: "RADIX-625",
@@ -197,4 +205,5 @@ TREE_BUGS: dict[type[OracleRadixCache], str] = {
     InsertOverwrites: "RADIX-626",
     NamespaceIgnored: "RADIX-622",
     UnlockUnchecked: "RADIX-624",
+    RemovalsUnreported: "RADIX-634",
 }
