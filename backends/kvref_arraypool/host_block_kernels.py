@@ -4,7 +4,7 @@
 GPU, with NumPy over the pool's own arrays (:mod:`kvref_arraypool.host_views`): ``allocate``
 pops blocks for one request slot; ``call`` checks and applies a ``free`` or an ``acquire`` of one
 request slot's blocks, a refused call writing only the record. Same checks, same record writes,
-same stack order; ``tests/test_host_block_kernels.py`` holds them to
+same stack order; ``tests/test_host_kernels.py`` holds them to
 :class:`~kvref_arraypool.block_arrays.DeviceBlockPool`'s array path.
 """
 

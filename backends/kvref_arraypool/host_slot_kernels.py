@@ -2,7 +2,7 @@
 
 :class:`HostSlotKernels` does what the Triton kernels of ``kvref_torch.slot_kernels`` do on a GPU,
 with NumPy over the allocator's own arrays (:mod:`kvref_arraypool.host_views`): same checks, same
-record writes, same orders; the differential machine of ``tests/test_host_slot_kernels.py``
+record writes, same orders; the differential machine of ``tests/test_host_kernels.py``
 holds them to :class:`~kvref_arraypool.slot_arrays.DeviceSlotAllocator`'s array path.
 """
 
