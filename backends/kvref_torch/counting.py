@@ -279,9 +279,12 @@ BATCHES = (1, 16, 256, 4096)
 def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str, dict[int, CallCost]]:
     """The cost of one call of every scenario at every batch size, each on a fresh lru pool.
 
-    Token-slot allocators are built as CUDA builds them, on the array path: on ``cpu`` the backend
-    gives them host kernels (NumPy over the tensors' memory), which launch nothing a GPU would.
+    Token-slot allocators and block array surfaces are built as CUDA builds them, on the array
+    path: on ``cpu`` the backend gives them host kernels (NumPy over the tensors' memory), which
+    launch nothing a GPU would.
     """
+    from kvref_arraypool.block_arrays import DeviceBlockPool
+    from kvref_arraypool.block_tables import DeviceBlockTables
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
@@ -293,9 +296,10 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
             if op in TABLE_SCENARIOS:
-                target: Any = backend.create_block_tables(2 * n + 16, block_size=1, max_blocks=64, device=device)
-            elif op in BLOCK_SCENARIOS:
-                target = backend.create_block_arrays(size, device=device)
+                pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(backend.device(device)))
+                target: Any = DeviceBlockTables(pool, block_size=1, max_blocks=64)
+            elif op in BLOCK_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
+                target = DeviceBlockPool(size, ops=TorchOps(backend.device(device)))
             elif op in ARRAY_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
                 target = DeviceSlotAllocator(size, ops=TorchOps(backend.device(device)))
             elif op in SLOT_SCENARIOS:
