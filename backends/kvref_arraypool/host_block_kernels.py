@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from kvref_arraypool.block_errors import FREE_BLOCK, HELD_ALREADY, NOT_HELD, RANGE, RESERVED, TWICE
-from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews
+from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews, first_refusal
 from kvref_arraypool.ops import Array
 
 __all__ = ["SCALAR_LIMIT", "HostBlockKernels"]
 
-# The record's slots (kvref_arraypool.deferred) and the free stack's length after them.
-_CODE, _VALUE, _REFUSED, _CALLS, _STACK = 0, 3, 4, 5, 6
+# The free stack's length, after the record's slots (kvref_arraypool.deferred).
+_STACK = 6
 _BITS = 32  # request slots per bitmap word, as block_arrays packs them
 
 
@@ -75,7 +75,7 @@ class HostBlockKernels(HostViews):
             scratch[given] = order  # each entry's position survives only where the ids are distinct
             good = (scratch[given] == order) & ~self._host(reserved)[given] & (held if free else ~held & (r != 0))
             if good.all():  # the accepted call's checks, without the codes
-                rec[_CALLS] += 1
+                self._note(rec, None)  # counted, nothing refused
                 self._apply(given, at, old, r, bt, rf, rec, stack, bit, free)
                 return
         self._refuse_or_apply(given, rf, bt, rec, reserved, stack, num_blocks, words, word, bit, free)
@@ -116,22 +116,8 @@ class HostBlockKernels(HostViews):
         else:
             ok = np.where(r == 0, FREE_BLOCK, np.where(held | ~first_seen, HELD_ALREADY, 0))
         code = np.where(out, RANGE, np.where(reserved_flag, RESERVED, ok))
-        if self._noted(rec, code, given):
+        if self._note(rec, first_refusal(code, given)):
             self._apply(safe, at, old, r, bt, rf, rec, stack, bit, free)
-
-    @staticmethod
-    def _noted(rec: np.ndarray, code: np.ndarray, given: np.ndarray) -> bool:
-        """Count the call and record its first offending entry if it has one; whether it was accepted."""
-        calls = int(rec[_CALLS])
-        rec[_CALLS] = calls + 1
-        bad = np.flatnonzero(code)
-        if not bad.size:
-            return True
-        at = int(bad[0])
-        if rec[_CODE] == 0:
-            rec[_CODE : _VALUE + 1] = (code[at], calls, at, given[at])
-        rec[_REFUSED] += 1
-        return False
 
     def _call_few(
         self, given: list[int], rf: np.ndarray, bt: np.ndarray, rs: np.ndarray, rec: np.ndarray, stack: Array,
@@ -153,7 +139,7 @@ class HostBlockKernels(HostViews):
                 codes.append(NOT_HELD if not held else 0 if first else TWICE)
             else:
                 codes.append(FREE_BLOCK if rf[b] == 0 else HELD_ALREADY if held or not first else 0)
-        if not self._noted(rec, np.array(codes, dtype=np.int64), np.array(given, dtype=np.int64)):
+        if not self._note(rec, next(((at, c, given[at]) for at, c in enumerate(codes) if c), None)):
             return
         if not free:
             for b in given:

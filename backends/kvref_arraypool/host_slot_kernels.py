@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews
+from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews, first_refusal
 from kvref_arraypool.ops import Array
 
 __all__ = ["SCALAR_LIMIT", "HostSlotKernels"]
 
-# The record's slots (kvref_arraypool.deferred) and the allocator's two counters after them.
-_CODE, _CALL, _POSITION, _VALUE, _REFUSED, _CALLS, _RING, _RELEASED = range(8)
+# The allocator's two counters after the record's slots (kvref_arraypool.deferred).
+_RING, _RELEASED = 6, 7
 _FREE, _HELD, _PENDING = 0, 1, 2  # a page's state, as slot_arrays keeps it
 
 
@@ -68,14 +68,7 @@ class HostSlotKernels(HostViews):
         out = (given < 0) | (given >= (num_pages + 1) * page_size)
         page = np.where(out, 0, given if page_size == 1 else given // page_size)
         code = np.where(out, 1, np.where(page == 0, 2, np.where(st[page] == _HELD, 0, 3)))
-        calls = int(rec[_CALLS])
-        rec[_CALLS] = calls + 1
-        bad = np.flatnonzero(code)
-        if bad.size:  # refused: the record, and nothing else (ERR-501, ERR-511)
-            at = int(bad[0])
-            if rec[_CODE] == 0:
-                rec[_CODE : _VALUE + 1] = (code[at], calls, at, given[at])
-            rec[_REFUSED] += 1
+        if not self._note(rec, first_refusal(code, given)):  # refused: the record, nothing else (ERR-501)
             return (self._wrap(page), self._wrap(np.zeros(len(page), dtype=np.bool_))) if group else None
         if len(page) == 1:
             firsts: Any = np.zeros(1, dtype=np.int64)
@@ -106,17 +99,15 @@ class HostSlotKernels(HostViews):
         """:meth:`free` element by element, for a few slots: the same checks, writes and outputs."""
         top = (num_pages + 1) * page_size
         pages = [0 if not 0 <= s < top else s // page_size for s in given]
-        calls = int(rec[_CALLS])
-        rec[_CALLS] = calls + 1
-        for at, (s, p) in enumerate(zip(given, pages, strict=True)):
-            code = 1 if not 0 <= s < top else 2 if p == 0 else 0 if st[p] == _HELD else 3
-            if code:  # refused: the record, and nothing else (ERR-501, ERR-511)
-                if rec[_CODE] == 0:
-                    rec[_CODE : _VALUE + 1] = (code, calls, at, s)
-                rec[_REFUSED] += 1
-                if not group:
-                    return None
-                return self._wrap(np.array(pages, dtype=np.int64)), self._wrap(np.zeros(len(pages), dtype=np.bool_))
+        codes = (
+            1 if not 0 <= s < top else 2 if p == 0 else 0 if st[p] == _HELD else 3
+            for s, p in zip(given, pages, strict=True)
+        )
+        refusal = next(((at, code, given[at]) for at, code in enumerate(codes) if code), None)
+        if not self._note(rec, refusal):  # refused: the record, and nothing else (ERR-501)
+            if not group:
+                return None
+            return self._wrap(np.array(pages, dtype=np.int64)), self._wrap(np.zeros(len(pages), dtype=np.bool_))
         seen: set[int] = set()
         keep = [not (p in seen or seen.add(p)) for p in pages]  # type: ignore[func-returns-value]
         kept = [p for p, k in zip(pages, keep, strict=True) if k]

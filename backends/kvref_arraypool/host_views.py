@@ -14,13 +14,23 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvref_arraypool.deferred import CALLS, CODE, REFUSED, VALUE
 from kvref_arraypool.ops import Array
 
-__all__ = ["SCALAR_LIMIT", "HostViews"]
+__all__ = ["SCALAR_LIMIT", "HostViews", "first_refusal"]
 
 #: Up to this many entries a call reads and writes elements one by one (each ~0.1 us) instead of
 #: making whole-array calls (each ~1 us, whatever the size): the default of ``scalar_limit``.
 SCALAR_LIMIT = 16
+
+
+def first_refusal(codes: np.ndarray, given: np.ndarray) -> tuple[int, int, int] | None:
+    """The first entry with a nonzero code, as (position, code, value), or None: one NumPy scan."""
+    bad = np.flatnonzero(codes)
+    if not bad.size:
+        return None
+    at = int(bad[0])
+    return at, int(codes[at]), int(given[at])
 
 
 class HostViews:
@@ -51,3 +61,18 @@ class HostViews:
     def _ints(self, array: Array) -> np.ndarray:
         """A caller's integer array as int64 NumPy (a view where it is int64 already)."""
         return np.asarray(self._view(array), dtype=np.int64)
+
+    @staticmethod
+    def _note(record: np.ndarray, refusal: tuple[int, int, int] | None) -> bool:
+        """Count a checked call in the record (:mod:`kvref_arraypool.deferred`) and, when ``refusal``
+        (position, code, value) names an offending entry, record it if it is the first refused call
+        since the last report (ERR-511, ERR-512); whether the call was accepted."""
+        calls = int(record[CALLS])
+        record[CALLS] = calls + 1
+        if refusal is None:
+            return True
+        at, code, value = refusal
+        if record[CODE] == 0:
+            record[CODE : VALUE + 1] = (code, calls, at, value)
+        record[REFUSED] += 1
+        return False
