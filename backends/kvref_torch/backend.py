@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
@@ -16,8 +16,7 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
-    from kvref_arraypool.host_block_kernels import HostBlockKernels
-    from kvref_arraypool.host_slot_kernels import HostSlotKernels
+    from kvref_arraypool.host_views import HostViews
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
@@ -26,6 +25,9 @@ if TYPE_CHECKING:
     from kvref.oracle.radix import OracleRadixCache
 
 __all__ = ["TorchBackend", "backend"]
+
+#: The slot or block host kernels (``kvref_arraypool.host_*_kernels``) a CPU build takes.
+Kernels = TypeVar("Kernels", bound="HostViews")
 
 
 class TorchBackend:
@@ -91,13 +93,14 @@ class TorchBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
     ) -> ArraySlotAllocator:
         """Chapter 06's token-slot allocator on torch tensors on ``device``."""
+        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slots import ArraySlotAllocator
 
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)
         return ArraySlotAllocator(
-            size, ops=TorchOps(where), page_size=page_size, sort=sort, kernels=host_slot_kernels(where)
+            size, ops=TorchOps(where), page_size=page_size, sort=sort, kernels=host_kernels(HostSlotKernels, where)
         )
 
     def create_radix(
@@ -121,13 +124,19 @@ class TorchBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
     ) -> DeviceSlotAllocator:
         """Chapter 06's allocator with the array surface (ERR-510..ERR-514): tensors in and out, no host sync."""
+        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)
         return DeviceSlotAllocator(
-            size, ops=TorchOps(where), page_size=page_size, sort=sort, dtype=dtype, kernels=host_slot_kernels(where)
+            size,
+            ops=TorchOps(where),
+            page_size=page_size,
+            sort=sort,
+            dtype=dtype,
+            kernels=host_kernels(HostSlotKernels, where),
         )
 
     def create_block_arrays(
@@ -141,13 +150,14 @@ class TorchBackend:
     ) -> DeviceBlockPool:
         """Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, tensors in and out."""
         from kvref_arraypool.block_arrays import DeviceBlockPool
+        from kvref_arraypool.host_block_kernels import HostBlockKernels
 
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)
         return DeviceBlockPool(
             num_blocks, ops=TorchOps(where), max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype,
-            kernels=host_block_kernels(where),
+            kernels=host_kernels(HostBlockKernels, where),
         )  # fmt: skip
 
     def create_block_tables(
@@ -193,24 +203,14 @@ class TorchBackend:
         )
 
 
-def host_slot_kernels(device: str) -> HostSlotKernels | None:
-    """On ``cpu``, the slot allocator's fused calls as NumPy over the tensors' own memory; on CUDA, None."""
+def host_kernels(kind: type[Kernels], device: str) -> Kernels | None:
+    """On ``cpu``, ``kind`` (the slot or block host kernels of ``kvref_arraypool``) as NumPy over the
+    tensors' own memory; on CUDA, None (the array path, or ``torch-triton``'s kernels)."""
     if device != "cpu":
         return None
     import torch
-    from kvref_arraypool.host_slot_kernels import HostSlotKernels
 
-    return HostSlotKernels(view=lambda t: t.numpy(), wrap=torch.from_numpy)
-
-
-def host_block_kernels(device: str) -> HostBlockKernels | None:
-    """On ``cpu``, the block pool's fused one-slot calls as NumPy over the tensors' own memory; on CUDA, None."""
-    if device != "cpu":
-        return None
-    import torch
-    from kvref_arraypool.host_block_kernels import HostBlockKernels
-
-    return HostBlockKernels(view=lambda t: t.numpy(), wrap=torch.from_numpy)
+    return kind(view=lambda t: t.numpy(), wrap=torch.from_numpy)
 
 
 #: The object the entry point names.

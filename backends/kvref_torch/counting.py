@@ -291,21 +291,22 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     from kvref_torch.backend import backend
     from kvref_torch.ops import TorchOps
 
+    where = backend.device(device)
     out: dict[str, dict[int, CallCost]] = {}
     for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
             if op in TABLE_SCENARIOS:
-                pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(backend.device(device)))
+                pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(where))
                 target: Any = DeviceBlockTables(pool, block_size=1, max_blocks=64)
             elif op in BLOCK_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
-                target = DeviceBlockPool(size, ops=TorchOps(backend.device(device)))
+                target = DeviceBlockPool(size, ops=TorchOps(where))
             elif op in ARRAY_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
-                target = DeviceSlotAllocator(size, ops=TorchOps(backend.device(device)))
+                target = DeviceSlotAllocator(size, ops=TorchOps(where))
             elif op in SLOT_SCENARIOS:
-                target = ArraySlotAllocator(size, ops=TorchOps(backend.device(device)))
+                target = ArraySlotAllocator(size, ops=TorchOps(where))
             else:
-                target = backend.create(size, device=device, policy="lru")
+                target = backend.create(size, device=where, policy="lru")
             call = scenario(target, n)
             with CountLaunches(target.ops) as counter:
                 call()
