@@ -36,6 +36,17 @@ class SglangRemoved:
 SglangRemoved.__name__ = "BlockRemoved"  # SGLang's class name, which the translator reads
 
 
+class NoEvents:
+    """A stand-in for SGLang's cache: the translator takes its constructor's events once."""
+
+    def take_events(self) -> list[object]:
+        return []
+
+
+def new_translator(page: int) -> SglangEventTranslator:
+    return SglangEventTranslator(page, NoEvents())
+
+
 def chain(tokens: list[int], page: int, salt: str | None = None) -> list[int]:
     """RADIX-634's hashes of ``tokens``' pages from a namespace's root."""
     out: list[int] = []
@@ -49,7 +60,7 @@ def chain(tokens: list[int], page: int, salt: str | None = None) -> list[int]:
 @pytest.mark.parametrize("page", [1, 2])
 def test_a_joined_store_becomes_one_chained_event_per_page(page: int) -> None:
     tokens = list(range(10, 10 + 3 * page))
-    got = SglangEventTranslator(page).translate([BlockStored([111, 222, 333], None, tokens)])
+    got = new_translator(page).translate([BlockStored([111, 222, 333], None, tokens)])
     want = chain(tokens, page)
     assert got == [Stored(h, p) for h, p in zip(want, [None, *want[:-1]], strict=True)], (
         f"a store of 3 joined pages of {page} translated to {got}; RADIX-634 wants {want} chained from None"
@@ -58,7 +69,7 @@ def test_a_joined_store_becomes_one_chained_event_per_page(page: int) -> None:
 
 @rule("RADIX-634")
 def test_a_store_under_a_known_parent_chains_on_its_kvref_hash_and_a_salt_only_starts_a_chain() -> None:
-    translator = SglangEventTranslator(1)
+    translator = new_translator(1)
     translator.translate([BlockStored([1], None, [5], cache_salt="'a'")])
     got = translator.translate([BlockStored([2], 1, [6], cache_salt="'a'")])
     want = chain([5, 6], 1, "'a'")
@@ -69,7 +80,7 @@ def test_a_store_under_a_known_parent_chains_on_its_kvref_hash_and_a_salt_only_s
 
 @rule("RADIX-634")
 def test_removals_name_the_stored_pages_and_an_unknown_hash_stays_visible() -> None:
-    translator = SglangEventTranslator(1)
+    translator = new_translator(1)
     translator.translate([BlockStored([1, 2], None, [5, 6])])
     got = translator.translate([SglangRemoved([2, 1, 99]), type("AllBlocksCleared", (), {})()])
     want = chain([5, 6], 1)
@@ -82,5 +93,5 @@ def test_removals_name_the_stored_pages_and_an_unknown_hash_stays_visible() -> N
 @rule("RADIX-634")
 def test_a_store_whose_hashes_and_pages_disagree_is_passed_on_untranslated() -> None:
     odd = BlockStored([1, 2], None, [5, 6, 7])  # three pages of 1 under two hashes
-    got = SglangEventTranslator(1).translate([odd])
+    got = new_translator(1).translate([odd])
     assert got[-1] is odd, f"a store of 3 pages under 2 hashes translated to {got}; it must stay visible as SGLang's"

@@ -20,7 +20,7 @@ from typing import Any
 from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvref.contract.hashing import ROOT_HASH, BlockExtraKeys, hash_block
 
-__all__ = ["SglangEventTranslator", "unknown"]
+__all__ = ["SglangEventTranslator", "key_namespace", "unknown"]
 
 
 def unknown(sglang_hash: int) -> int:
@@ -28,12 +28,30 @@ def unknown(sglang_hash: int) -> int:
     return -1 - abs(int(sglang_hash))
 
 
+def key_namespace(namespace: Any, events: bool) -> dict[str, Any]:
+    """How an adapter names ``namespace`` in SGLang's ``RadixKey``: as its ``extra_key`` (the LoRA
+    path), or, in a tree with events, as its ``cache_salt`` (``repr(namespace)``, RADIX-634's salt),
+    the namespace SGLang's events carry. A tree without events never needs the second."""
+    if events and namespace is not None:
+        return {"cache_salt": repr(namespace)}
+    return {"extra_key": namespace}
+
+
 class SglangEventTranslator:
     """Rewrites one SGLang tree's event stream into kvref's ``BlockStored``/``BlockRemoved``/``AllBlocksCleared``."""
 
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, cache: Any) -> None:
+        """A translator for SGLang's ``cache`` (made with ``enable_kv_cache_events``). Its constructor
+        resets the new tree, which records an ``AllBlocksCleared``; that is taken here, before the
+        first call: a router attached to the fresh cache reads an empty cache either way."""
         self._page = page_size
         self._hashes: dict[int, int] = {}  # SGLang's hash of a page -> kvref's
+        self._cache = cache
+        cache.take_events()
+
+    def take(self) -> list[Any]:
+        """The cache's ``take_events()``, rewritten (:meth:`translate`)."""
+        return self.translate(self._cache.take_events())
 
     def translate(self, events: list[Any]) -> list[Any]:
         """kvref's events for ``events`` (what ``take_events`` of SGLang's cache returned), in order.

@@ -34,6 +34,7 @@ from itertools import count
 from typing import Any
 
 from kvref.oracle.radix import LockReceipt, MatchResult
+from kvref_conformance.peers.sglang_events import SglangEventTranslator, key_namespace
 
 __all__ = ["SglangRadixTree", "cache_params", "load_radix_cache"]
 
@@ -96,31 +97,23 @@ class SglangRadixTree:
         import torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 
-        from kvref_conformance.peers.sglang_events import SglangEventTranslator
-
         radix_cache = load_radix_cache()
         self._torch = torch
         self._radix_key = radix_cache.RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
         params = cache_params(allocator, page_size=page_size, policy=policy, enable_kv_cache_events=enable_events)
         self.cache = radix_cache.RadixCache(params)
-        self._events = SglangEventTranslator(page_size) if enable_events else None
-        if enable_events:  # the constructor resets the new tree, which records an AllBlocksCleared: a router
-            self.cache.take_events()  # attached to the fresh cache reads an empty cache either way
+        self._events = SglangEventTranslator(page_size, self.cache) if enable_events else None
         self._nodes: dict[int, Any] = {}
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
 
     def _key(self, tokens: Sequence[int], namespace: Any) -> Any:
-        if self._events is not None and namespace is not None:
-            return self._radix_key(list(tokens), cache_salt=repr(namespace))
-        return self._radix_key(list(tokens), extra_key=namespace)
+        return self._radix_key(list(tokens), **key_namespace(namespace, self._events is not None))
 
     def take_events(self) -> list[Any]:
         """SGLang's ``take_events()``, rewritten in chapter 06's hashes by their content (RADIX-634)."""
-        if self._events is None:
-            return []
-        return self._events.translate(self.cache.take_events())
+        return [] if self._events is None else self._events.take()
 
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
         """``match_prefix``; the prefix's slots are the path's KV indices."""

@@ -32,6 +32,7 @@ from itertools import count
 from typing import Any
 
 from kvref.oracle.radix import LockReceipt, MatchResult
+from kvref_conformance.peers.sglang_events import SglangEventTranslator, key_namespace
 from kvref_conformance.peers.sglang_radix import cache_params, load_radix_cache
 
 __all__ = ["SglangUnifiedTree"]
@@ -42,8 +43,6 @@ class SglangUnifiedTree:
 
     def __init__(self, allocator: Any, *, page_size: int, policy: str, enable_events: bool = False) -> None:
         import torch
-
-        from kvref_conformance.peers.sglang_events import SglangEventTranslator
 
         load_radix_cache()  # SGLang's import chain, on a CPU-only torch
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
@@ -59,23 +58,17 @@ class SglangUnifiedTree:
             enable_kv_cache_events=enable_events,
         )  # fmt: skip
         self.cache = UnifiedRadixCache(params)
-        self._events = SglangEventTranslator(page_size) if enable_events else None
-        if enable_events:  # the constructor's AllBlocksCleared, as in SglangRadixTree
-            self.cache.take_events()
+        self._events = SglangEventTranslator(page_size, self.cache) if enable_events else None
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
         self._receipts = count(1)
 
     def _key(self, tokens: Sequence[int], namespace: Any) -> Any:
-        """The namespace as ``extra_key``; with events as ``cache_salt``, as :class:`SglangRadixTree` passes it."""
-        if self._events is not None and namespace is not None:
-            return self._radix_key(array("q", tokens), cache_salt=repr(namespace))
-        return self._radix_key(array("q", tokens), extra_key=namespace)
+        """The key in ``namespace``, named as :func:`~kvref_conformance.peers.sglang_events.key_namespace` says."""
+        return self._radix_key(array("q", tokens), **key_namespace(namespace, self._events is not None))
 
     def take_events(self) -> list[Any]:
         """SGLang's ``take_events()``, rewritten in chapter 06's hashes by their content (RADIX-634)."""
-        if self._events is None:
-            return []
-        return self._events.translate(self.cache.take_events())
+        return [] if self._events is None else self._events.take()
 
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
         """``match_prefix``; the prefix's slots are the path's KV indices from the namespace's root."""

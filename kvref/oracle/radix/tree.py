@@ -13,6 +13,7 @@ how much of the key was already cached; the slots the caller passed for that par
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import fields
 from itertools import count
 from typing import SupportsIndex
 
@@ -37,6 +38,10 @@ __all__ = ["OracleRadixCache"]
 
 #: What the tree asks of its allocator (chapter 06's allocator: the oracle's or a device backend's).
 _ALLOCATOR_API = ("page_size", "num_pages", "is_allocated", "alloc", "free", "available_size")
+
+
+#: Positions of RadixStats' fields in the tree's counters (RADIX-632).
+_MATCHES, _QUERIED, _HIT, _EVICTED, _RESETS = range(len(fields(RadixStats)))
 
 
 class OracleRadixCache(TreeViews):
@@ -81,8 +86,7 @@ class OracleRadixCache(TreeViews):
         self._receipts: dict[int, Node | None] = {}
         self._leaves = EvictableLeaves(self._policy)
         self._protected = 0
-        # matches, queried tokens, hit tokens, evicted tokens, resets: counted here, read as RadixStats
-        self._counts = [0, 0, 0, 0, 0]
+        self._counts = [0] * len(fields(RadixStats))  # RadixStats' fields in order, read by ``stats``
         if not isinstance(enable_events, bool):
             raise InvalidTypeError(
                 "RADIX-634", f"OracleRadixCache: enable_events must be a bool, got {enable_events!r}"
@@ -205,20 +209,18 @@ class OracleRadixCache(TreeViews):
         key = self._aligned(tokens, "match")
         root = self._root(namespace, "match", create=False)
         counts = self._counts
-        counts[0] += 1
-        counts[1] += len(key)
+        counts[_MATCHES] += 1
+        counts[_QUERIED] += len(key)
         if root is None:
             return MatchResult([], 0, 0)
         node, length = self._walk(root, key, self._tick())
         if node.is_root:
             return MatchResult([], 0, 0)
-        counts[2] += length
+        counts[_HIT] += length
         node.hits += 1
         if self._policy == "lfu":  # the only key that counts hits; the walk offered the rest
             self._leaves.offer(node)
         self._leaves.compact(len(self._nodes))
-        if node.parent is root:
-            return MatchResult(list(node.slots), length, node.ident)
         slots: list[int] = []
         for n in reversed(list(node.path())):
             slots.extend(n.slots)
@@ -341,7 +343,7 @@ class OracleRadixCache(TreeViews):
             except KVRefError:
                 self._leaves.offer(leaf)  # still cached: the allocator refused its slots
                 raise
-        self._counts[3] += freed
+        self._counts[_EVICTED] += freed
         return freed
 
     def _remove(self, leaf: Node) -> int:
@@ -371,7 +373,7 @@ class OracleRadixCache(TreeViews):
         self._owner.clear()
         self._leaves.clear()
         self._events.cleared()
-        self._counts[4] += 1
+        self._counts[_RESETS] += 1
 
     def take_events(self) -> list[KVEvent]:
         """The KV events since the last call, one per page, oldest first; none unless enabled (RADIX-634)."""
