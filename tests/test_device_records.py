@@ -193,3 +193,44 @@ def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_libr
     assert host(a) == [-1, 7, 0, -1, 7, 0], f"fill_at under a mask gave {host(a)}: a mask is not the positions 0 and 1"
     ops.put(a, arr(ops, 2, 5), arr(ops, 20, 50))
     assert host(a) == [-1, 7, 20, -1, 7, 50], f"put of an array gave {host(a)}"
+
+
+@rule("STATE-006")
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["insert", "delete", "find"]), st.lists(st.integers(0, 60), max_size=24)),
+        max_size=30,
+    )
+)
+def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps: list[tuple[str, list[int]]]) -> None:
+    """On NumPy a batch of up to 16 keys probes key by key; the same calls through the rounds
+    (``elementwise`` off) and a dict must agree on every find, live count and tombstone count."""
+    numpy_ops = NumpyLikeOps(np, device="host", is_device=False)
+    by_key, by_rounds = _table(numpy_ops, 8, growable=True), _table(numpy_ops, 8, growable=True)
+    by_rounds.elementwise = False
+    model: dict[int, int] = {}
+    for i, (what, raw) in enumerate(steps):
+        keys = list(dict.fromkeys(raw))  # distinct, as the pool guarantees
+        if what == "insert":
+            keys = [k for k in keys if k not in model]
+            for table in (by_key, by_rounds):
+                table.insert(arr(numpy_ops, *keys), arr(numpy_ops, *(k * 7 for k in keys)))
+            model.update({k: k * 7 for k in keys})
+        elif what == "delete":
+            keys = [k for k in keys if k in model]
+            for table in (by_key, by_rounds):
+                table.delete(arr(numpy_ops, *keys))
+            for k in keys:
+                del model[k]
+        want = [model.get(k, -1) for k in range(61)]
+        for name, table in (("key by key", by_key), ("in rounds", by_rounds)):
+            got = host(table.find(arr(numpy_ops, *range(61))))
+            assert got == want, f"step {i} ({what} {keys}): the table probing {name} finds {got}, the dict {want}"
+            few = host(table.find(arr(numpy_ops, *keys[:16])))
+            assert few == [model.get(k, -1) for k in keys[:16]], f"step {i}: {name} finds {few} for {keys[:16]}"
+            assert table.live == len(model), f"step {i}: {name} counts {table.live} live keys, {len(model)} are present"
+            used = host(table.keys)
+            assert table.tombs == used.count(TOMB), (
+                f"step {i}: {name} counts {table.tombs} tombstones, holds {used.count(TOMB)}"
+            )

@@ -51,12 +51,15 @@ class PrefixLookup(ArrayPoolState):
         self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
     ) -> list[int]:
         """``lookup``, acquire the hit for ``holder`` and count it in the stats (PFX-309, PFX-318)."""
-        return self.ops.tolist(self.match_ids(block_hashes, holder=holder, parent_hash=parent_hash))
+        return self.ops.tolist(self._match(block_hashes, holder, parent_hash))
 
     def match_ids(
         self, block_hashes: IntsLike, *, holder: Hashable = None, parent_hash: SupportsIndex | None = None
     ) -> Array:
-        """``match``, returning the hit as a device array (int64) instead of a list."""
+        """``match``, returning the hit as a fresh device array (int64) instead of a list."""
+        return self.ops.export(self._match(block_hashes, holder, parent_hash))
+
+    def _match(self, block_hashes: IntsLike, holder: Hashable, parent_hash: SupportsIndex | None) -> Array:
         hs = hash_array(block_hashes, op="match")
         holder = as_holder(holder, op="match")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")

@@ -37,6 +37,9 @@ class ArrayOps(ABC):
     host_reads: int = 0
     #: Host arrays copied in so far (``asarray``): on a GPU each is a host-to-device copy.
     host_writes: int = 0
+    #: The arrays are NumPy arrays in host memory, whose elements Python reads and writes in
+    #: ~0.1 us each: calls of a few blocks may take the core's element-by-element paths.
+    host_numpy: bool = False
 
     @abstractmethod
     def address(self, a: Array) -> int:
@@ -155,6 +158,12 @@ class ArrayOps(ABC):
         """Whether any entry is True (one device sync)."""
         return bool(mask.any())
 
+    def export(self, a: Array) -> Array:
+        """``a`` as the caller's library holds it: what the core hands out (``allocate_ids``,
+        ``match_ids``, ``graph_arrays``). ``a`` itself, but for torch on the CPU, whose core runs on
+        NumPy views of tensor memory (:class:`kvref_torch.ops.TorchHostOps`): a tensor of the same memory."""
+        return a
+
     def tolist(self, a: Array) -> list[int]:
         """Host list of Python ints."""
         self.host_reads += 1
@@ -172,6 +181,7 @@ class NumpyLikeOps(ArrayOps):
         self.name = xp.__name__
         self.device = device
         self.is_device = is_device
+        self.host_numpy = not is_device
         # ``ufunc.at`` on NumPy, and on CuPy since 13 (CuPy 14 deprecates cupyx.scatter_add/max/min,
         # whose DeprecationWarning fails a suite that treats warnings as errors).
         self._add_at = xp.add.at

@@ -66,7 +66,7 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
         with every operation, so a graph replayed between operations reads the current state.
         ``stack[:num_free]`` is the free stack; ``num_free`` itself is a host counter.
         """
-        return {
+        arrays = {
             "ref": self._ref,
             "gen": self._gen,
             "bhash": self._bhash,
@@ -77,6 +77,7 @@ class ArrayBlockPool(Pinning, BatchedCalls, Registration, PrefixLookup, Eviction
             "ehead": self._ehead,
             "eparent": self._eparent,
         }
+        return {name: self.ops.export(array) for name, array in arrays.items()}
 
     def eviction_order(self) -> list[int]:
         """Cached blocks in release order (lru order), oldest first."""

@@ -35,20 +35,31 @@ class ReferenceCounting(ArrayPoolState):
         Free blocks are taken first (top of the stack first); cached blocks are evicted only for
         the shortfall (EVICT-408) and come back without their hash (PFX-312).
         """
-        return self.ops.tolist(self.allocate_ids(count, holder=holder))
+        return self.ops.tolist(self._allocate(count, holder))
 
     def allocate_ids(self, count: SupportsIndex, *, holder: Hashable = None) -> Array:
-        """``allocate``, returning the ids as a device array (int64) instead of a list.
+        """``allocate``, returning the ids as a fresh device array (int64) instead of a list.
 
         The form an engine uses to write block tables without a round trip through Python ints.
         """
+        return self.ops.export(self._allocate(count, holder))
+
+    def _allocate(self, count: SupportsIndex, holder: Hashable) -> Array:
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
         self._refuse_if_paused(holder, n, "allocate")
         if n == 0:
             return self.ops.zeros(0)
         ids = self._take(n, "allocate")
-        self._hand_out(ids, self._hid(holder))
+        if n <= self._scalar_limit:  # a few blocks on host arrays: element by element
+            hid, ref, gen, owner = self._hid(holder), self._ref, self._gen, self._owner
+            for b in ids.tolist():
+                ref[b] = 1
+                gen[b] += 1
+                owner[b] = hid
+            self._stamp_access(ids)
+        else:
+            self._hand_out(ids, self._hid(holder))
         self._add_held(holder, n)
         return ids
 
@@ -99,9 +110,41 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
+        if gens is None and hid >= 0 and len(host) <= self._scalar_limit and self._free_few(host.tolist(), hid):
+            self._drop_held(holder, len(host))
+            return
         ids, distinct, sole = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
         self._release(ids, hid, distinct, sole=sole)
         self._drop_held(holder, len(host))
+
+    def _free_few(self, ids: list[int], hid: int) -> bool:
+        """``free``'s host path for a few blocks (``scalar_limit``), element by element.
+
+        When the blocks are distinct and each is held by holder id ``hid`` alone (so the release is
+        valid: POOL-108), drop one reference each, settle those reaching zero in list order, and
+        return True; else change nothing and return False, for the array path to check, explain
+        or apply (shared blocks, duplicates, anything refused).
+        """
+        if len(set(ids)) != len(ids):
+            return False
+        n, owner, ref = self._n, self._owner, self._ref
+        for b in ids:
+            if not 0 <= b < n or owner[b] != hid:
+                return False
+        zeroed: list[int] = []
+        for b in ids:
+            left = ref[b] - 1
+            ref[b] = left
+            if not left:
+                owner[b] = NOBODY
+                zeroed.append(b)
+        if zeroed:
+            bhash = self._bhash
+            if any(bhash[b] >= 0 for b in zeroed):
+                self._settle(self.ops.asarray(np.array(zeroed, dtype=np.int64)))
+            else:
+                self._push_free(zeroed)
+        return True
 
     def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
         gens, _ = index_array(generations, op=op, arg="generations")

@@ -42,6 +42,7 @@ from kvref.contract.policies import EvictionPolicy, as_policy
 from kvref.contract.protocol import BlockState
 from kvref.contract.shape import PoolShape
 from kvref.contract.validate import IntsLike, as_count, as_holder, as_int, as_pool_shape
+from kvref_arraypool.host_views import SCALAR_LIMIT
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.queue import StampQueue
 from kvref_arraypool.table import HashTable
@@ -62,7 +63,10 @@ class ArrayPoolState(PoolShape, PausedHolders):
 
     ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks``
     blocks of which ``reserved_ids`` are never handed out (POOL-102), eviction ``policy``
-    (chapter 04), ``paused_limit`` (POOL-113) and ``enable_events`` (PFX-315).
+    (chapter 04), ``paused_limit`` (POOL-113) and ``enable_events`` (PFX-315). ``scalar_limit``:
+    on host arrays, calls of up to this many blocks take the element-by-element path where it
+    applies (default :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0 runs every call through
+    the array path, as a device does).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         paused_limit: int = 0,
         enable_events: bool = False,
         name: str = "array",
+        scalar_limit: int | None = None,
     ) -> None:
         op = name
         n, reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
@@ -87,6 +92,8 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._reserved = reserved
         self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._events_on = enable_events
+        limit = SCALAR_LIMIT if scalar_limit is None else as_count(scalar_limit, op=op, arg="scalar_limit")
+        self._scalar_limit = limit if ops.host_numpy else 0
 
         host_reserved = np.zeros(n, dtype=bool)
         host_reserved[list(reserved)] = True

@@ -24,6 +24,8 @@ __all__ = ["EMPTY", "TOMB", "HashTable"]
 EMPTY = -1
 TOMB = -2
 _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
+_U64 = (1 << 64) - 1
+_FEW = 16  # on NumPy, batches up to this many keys probe key by key (see HashTable.elementwise)
 _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 
@@ -49,6 +51,42 @@ class HashTable:
         self._offsets = ops.arange(_WIDTH)
         self.live = 0
         self.tombs = 0
+        #: On NumPy arrays a batch of a few keys probes key by key in Python (~0.2 us a probe)
+        #: instead of in vectorized rounds (~30 us for a batch of one): the same slots, found or taken.
+        self.elementwise = ops.host_numpy
+
+    def _home_of(self, key: int) -> int:
+        """:meth:`_home` of one key in Python ints: int64 wrap-around and arithmetic shifts, exactly."""
+        x = key ^ (key >> 33)
+        x = (x * _MIX) & _U64
+        if x >> 63:
+            x -= 1 << 64
+        x ^= x >> 33
+        return x & (self.capacity - 1)
+
+    def _slot_of(self, key: int) -> int:
+        """:meth:`find_slots` of one key, probing slot by slot: its slot, or -1."""
+        tkeys, mask = self.keys, self.capacity - 1
+        slot = self._home_of(key)
+        while True:
+            seen = tkeys[slot]
+            if seen == key:
+                return slot
+            if seen == EMPTY:
+                return -1
+            slot = (slot + 1) & mask
+
+    def _insert_one(self, key: int, value: int) -> None:
+        """:meth:`insert` of one absent key: the first open slot from its home (room made by the caller)."""
+        tkeys, mask = self.keys, self.capacity - 1
+        slot = self._home_of(key)
+        while tkeys[slot] >= 0:
+            slot = (slot + 1) & mask
+        if tkeys[slot] == TOMB:
+            self.tombs -= 1
+        tkeys[slot] = key
+        self.values[slot] = value
+        self.live += 1
 
     def _home(self, keys: Array) -> Array:
         x = keys ^ (keys >> 33)
@@ -68,6 +106,8 @@ class HashTable:
         """
         ops = self.ops
         n = len(keys)
+        if self.elementwise and n <= _FEW:
+            return np.array([self._slot_of(k) for k in keys.tolist()], dtype=np.int64)
         out = ops.full(n, -1)
         if n == 0:
             return out
@@ -119,6 +159,10 @@ class HashTable:
             return
         if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
             self._rebuild(self.live + n)
+        if self.elementwise and n <= _FEW:
+            for key, value in zip(keys.tolist(), values.tolist(), strict=True):
+                self._insert_one(key, value)
+            return
         ops = self.ops
         slot = self._home(keys)
         pending = ops.arange(n)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
     from kvref_arraypool.host_views import HostViews
+    from kvref_arraypool.ops import ArrayOps
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
@@ -186,21 +187,34 @@ class TorchBackend:
         paused_limit: int = 0,
         enable_events: bool = False,
     ) -> ArrayBlockPool:
-        """A new pool on ``device`` (default: ``cuda:0`` where torch sees CUDA, else ``cpu``)."""
-        from kvref_arraypool.pool import ArrayBlockPool
+        """A new pool on ``device`` (default: ``cuda:0`` where torch sees CUDA, else ``cpu``).
 
-        from kvref_torch.ops import TorchOps
+        On ``cpu`` the core runs on NumPy over the tensors' memory (:class:`kvref_torch.host_ops.TorchHostOps`).
+        """
+        from kvref_arraypool.pool import ArrayBlockPool
 
         where = self.device(device)
         return ArrayBlockPool(
             num_blocks,
-            ops=TorchOps(where),
+            ops=array_ops(where),
             policy=policy,
             reserved_ids=reserved_ids,
             paused_limit=paused_limit,
             enable_events=enable_events,
             name=f"torch ({where})",
         )
+
+
+def array_ops(device: str) -> ArrayOps:
+    """The array layer for a list-protocol pool on ``device``: torch's own ops on CUDA, NumPy over
+    tensor memory on ``cpu`` (where torch's dispatch per call would cost more than the work)."""
+    if device == "cpu":
+        from kvref_torch.host_ops import TorchHostOps
+
+        return TorchHostOps()
+    from kvref_torch.ops import TorchOps
+
+    return TorchOps(device)
 
 
 def host_kernels(kind: type[Kernels], device: str) -> Kernels | None:

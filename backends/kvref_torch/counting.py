@@ -285,6 +285,7 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
     """
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
+    from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
     from kvref_arraypool.slots import ArraySlotAllocator
 
@@ -305,8 +306,8 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
                 target = DeviceSlotAllocator(size, ops=TorchOps(where))
             elif op in SLOT_SCENARIOS:
                 target = ArraySlotAllocator(size, ops=TorchOps(where))
-            else:
-                target = backend.create(size, device=where, policy="lru")
+            else:  # as on CUDA: torch's own ops, not the CPU's NumPy views (kvref_torch.host_ops)
+                target = ArrayBlockPool(size, ops=TorchOps(where), policy="lru")
             call = scenario(target, n)
             with CountLaunches(target.ops) as counter:
                 call()

@@ -1,0 +1,63 @@
+"""The array core's paths a CPU build no longer takes by default, driven beside the oracle.
+
+On the CPU the torch backend runs its list-protocol pools on NumPy over tensor memory
+(``kvref_torch.host_ops``), and on NumPy calls of up to ``scalar_limit`` blocks take the core's
+element-by-element paths. So ``kvref conformance --backend torch|cupy`` on a CPU checks those; the
+paths a GPU runs are the same code on another array library: torch's own ops (``TorchOps``) and
+the NumPy array path at every batch size (``scalar_limit=0``). Here the differential machine, with
+the targeted and batched steps, holds both to the oracle, and the element paths to the array path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
+from kvref_arraypool.pool import ArrayBlockPool
+
+from kvref_conformance.machines import make_machine
+from kvref_conformance.target import Target
+
+rule = pytest.mark.rule
+
+
+def numpy_ops() -> ArrayOps:
+    return NumpyLikeOps(np, device="cpu", is_device=False)
+
+
+def torch_ops() -> ArrayOps:
+    pytest.importorskip("torch")
+    from kvref_torch.ops import TorchOps
+
+    return TorchOps("cpu")
+
+
+PATHS = {
+    "torch-ops": (torch_ops, None),  # what a CUDA device runs, on the CPU
+    "numpy-arrays": (numpy_ops, 0),  # CuPy's path on a device, on NumPy: no element paths
+    "numpy-elements": (numpy_ops, 16),  # the CPU default: element paths up to 16 blocks
+}
+
+
+def path_target(path: str) -> Target:
+    make_ops, limit = PATHS[path]
+    make_ops()  # skips here when the library is missing
+
+    def factory(num_blocks: int, **kwargs: Any) -> ArrayBlockPool:
+        return ArrayBlockPool(num_blocks, ops=make_ops(), scalar_limit=limit, name=path, **kwargs)
+
+    capabilities = factory(2).capabilities()
+    return Target.from_factory(path, factory, capabilities=capabilities, profile="exact-order")
+
+
+@rule("POOL-104", "POOL-107", "POOL-108", "POOL-110", "PFX-309", "PFX-311", "EVICT-408")
+@pytest.mark.parametrize("policy", ["lru", "lru-leaf-access", "fifo", "ref-zero"])
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_each_array_path_answers_every_call_as_the_oracle_does(path: str, policy: str) -> None:
+    """The targeted machine (paused holders, hashless blocks, batched forms, shared blocks) on one path."""
+    machine = make_machine(path_target(path), policy, targeted=True)
+    run_state_machine_as_test(machine, settings=settings(max_examples=25, stateful_step_count=40, deadline=None))
