@@ -53,6 +53,33 @@ class Pinning(ReferenceCounting):
                 return
         explain_acquire(self, items if items is not None else host.tolist(), op)
 
+    def _pin_few(self, ids: list[int], hids: Array | int) -> bool:
+        """``_pin``'s host path for a few distinct blocks and one holder id (``scalar_limit``),
+        element by element: the same references, shared counts and cached count as the array
+        path. False (nothing changed) for anything else: duplicates, or one holder id per entry."""
+        if not isinstance(hids, int) or len(set(ids)) != len(ids):
+            return False
+        owner, ref, shared = self._owner, self._ref, self._shared
+        for b in ids:
+            holds = owner[b]
+            if holds == NOBODY:  # cached: it leaves the eviction order (PFX-310)
+                self._evstamp[b] = -1
+                self._ncached -= 1
+                owner[b] = hids
+            elif holds == SHARED:
+                key = b << HID_BITS | hids
+                slot = shared.slot_of(key)
+                if slot < 0:
+                    shared.insert_one(key, 1)
+                else:
+                    shared.values[slot] += 1
+            elif holds != hids:  # a second holder: both counts move to the shared table
+                shared.insert_one(b << HID_BITS | int(holds), int(ref[b]))
+                shared.insert_one(b << HID_BITS | hids, 1)
+                owner[b] = SHARED
+            ref[b] += 1
+        return True
+
     def _pin(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
         """Add one reference per position (validated: every block in use or cached), an access of each
         (EVICT-411; ``sizes`` splits a batched call into its calls).
@@ -63,6 +90,8 @@ class Pinning(ReferenceCounting):
         if len(ids) == 0:
             return
         self._stamp_access(ids, sizes)
+        if len(ids) <= self._scalar_limit and self._pin_few(ids.tolist(), hids):
+            return
         owner = self._owner[ids]
         m = len(ids)
         if m <= self._n:  # distinct, held by no other holder, and which are cached: one host read

@@ -120,17 +120,31 @@ class ReferenceCounting(ArrayPoolState):
     def _free_few(self, ids: list[int], hid: int) -> bool:
         """``free``'s host path for a few blocks (``scalar_limit``), element by element.
 
-        When the blocks are distinct and each is held by holder id ``hid`` alone (so the release is
-        valid: POOL-108), drop one reference each, settle those reaching zero in list order, and
-        return True; else change nothing and return False, for the array path to check, explain
-        or apply (shared blocks, duplicates, anything refused).
+        When the blocks are distinct and holder id ``hid`` holds each (alone, or in the shared
+        table: the release is valid, POOL-108), drop one reference each, settle those reaching zero
+        in list order, and return True; else change nothing and return False, for the array path
+        to check, explain or apply (duplicates, anything refused).
         """
         if len(set(ids)) != len(ids):
             return False
-        n, owner, ref = self._n, self._owner, self._ref
+        n, owner, ref, shared = self._n, self._owner, self._ref, self._shared
+        slots: list[int] = []
         for b in ids:
-            if not 0 <= b < n or owner[b] != hid:
+            if not 0 <= b < n:
                 return False
+            holds = owner[b]
+            if holds == SHARED:
+                slot = shared.slot_of(b << HID_BITS | hid)
+                if slot < 0:
+                    return False
+                slots.append(slot)
+            elif holds != hid:
+                return False
+        for slot in slots:  # distinct blocks: distinct keys and slots
+            count = shared.values[slot] - 1
+            shared.values[slot] = count
+            if not count:
+                shared.delete_slot(slot)
         zeroed: list[int] = []
         for b in ids:
             left = ref[b] - 1

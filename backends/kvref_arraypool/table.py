@@ -49,6 +49,7 @@ class HashTable:
         self.keys = ops.full(self.capacity, EMPTY)
         self.values = ops.zeros(self.capacity)
         self._offsets = ops.arange(_WIDTH)
+        self._claim = ops.full(self.capacity + 1, -1)
         self.live = 0
         self.tombs = 0
         #: On NumPy arrays a batch of a few keys probes key by key in Python (~0.2 us a probe)
@@ -64,8 +65,8 @@ class HashTable:
         x ^= x >> 33
         return x & (self.capacity - 1)
 
-    def _slot_of(self, key: int) -> int:
-        """:meth:`find_slots` of one key, probing slot by slot: its slot, or -1."""
+    def slot_of(self, key: int) -> int:
+        """:meth:`find_slots` of one key, probing slot by slot in Python: its slot, or -1 (host arrays)."""
         tkeys, mask = self.keys, self.capacity - 1
         slot = self._home_of(key)
         while True:
@@ -76,8 +77,14 @@ class HashTable:
                 return -1
             slot = (slot + 1) & mask
 
+    def insert_one(self, key: int, value: int) -> None:
+        """:meth:`insert` of one absent key, slot by slot in Python (host arrays)."""
+        if self.live + self.tombs + 1 > _MAX_LOAD * self.capacity:
+            self._rebuild(self.live + 1)
+        self._insert_one(key, value)
+
     def _insert_one(self, key: int, value: int) -> None:
-        """:meth:`insert` of one absent key: the first open slot from its home (room made by the caller)."""
+        """The first open slot from the key's home takes it (room made by the caller)."""
         tkeys, mask = self.keys, self.capacity - 1
         slot = self._home_of(key)
         while tkeys[slot] >= 0:
@@ -107,7 +114,7 @@ class HashTable:
         ops = self.ops
         n = len(keys)
         if self.elementwise and n <= _FEW:
-            return np.array([self._slot_of(k) for k in keys.tolist()], dtype=np.int64)
+            return np.array([self.slot_of(k) for k in keys.tolist()], dtype=np.int64)
         out = ops.full(n, -1)
         if n == 0:
             return out
@@ -196,11 +203,11 @@ class HashTable:
         self.live += n
 
     def _claim_scratch(self) -> Array:
-        scratch = getattr(self, "_claim", None)
-        if scratch is None or len(scratch) != self.capacity + 1:  # one spare slot past the table's
-            scratch = self.ops.full(self.capacity + 1, -1)
-            self._claim = scratch
-        return scratch
+        """The claims of one insert round: a slot per table slot and one spare past them. Made with
+        the table (and remade when it grows), so the table's memory is all there from the start."""
+        if len(self._claim) != self.capacity + 1:
+            self._claim = self.ops.full(self.capacity + 1, -1)
+        return self._claim
 
     def set_at(self, slots: Array, values: Array) -> None:
         """Overwrite the values at ``slots`` (from :meth:`find_slots`)."""
@@ -214,6 +221,12 @@ class HashTable:
         self.ops.fill_at(self.keys, slots, TOMB)  # live + tombs stays as it was: only an insert can need a rebuild
         self.live -= n
         self.tombs += n
+
+    def delete_slot(self, slot: int) -> None:
+        """:meth:`delete_at` of one slot, in Python (host arrays)."""
+        self.keys[slot] = TOMB
+        self.live -= 1
+        self.tombs += 1
 
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""
@@ -242,6 +255,7 @@ class HashTable:
             self.capacity = capacity
             self.keys = self.ops.full(capacity, EMPTY)
             self.values = self.ops.zeros(capacity)
+            self._claim_scratch()
         else:
             self.keys[:] = EMPTY
         self.live = 0
