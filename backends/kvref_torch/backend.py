@@ -189,7 +189,7 @@ class TorchBackend:
     ) -> ArrayBlockPool:
         """A new pool on ``device`` (default: ``cuda:0`` where torch sees CUDA, else ``cpu``).
 
-        On ``cpu`` the core runs on NumPy over the tensors' memory (:class:`kvref_torch.host_ops.TorchHostOps`).
+        On ``cpu`` the core runs on NumPy, handing out tensors of its memory (:class:`kvref_torch.host_ops.TorchHostOps`).
         """
         from kvref_arraypool.pool import ArrayBlockPool
 
@@ -206,8 +206,8 @@ class TorchBackend:
 
 
 def array_ops(device: str) -> ArrayOps:
-    """The array layer for a list-protocol pool on ``device``: torch's own ops on CUDA, NumPy over
-    tensor memory on ``cpu`` (where torch's dispatch per call would cost more than the work)."""
+    """The array layer for a list-protocol pool on ``device``: torch's own ops on CUDA, NumPy on ``cpu``,
+    handing out tensors of its memory (where torch's dispatch per call would cost more than the work)."""
     if device == "cpu":
         from kvref_torch.host_ops import TorchHostOps
 

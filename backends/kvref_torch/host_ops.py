@@ -1,13 +1,14 @@
-"""torch on the CPU, the array core's way: NumPy over the tensors' own memory (:class:`TorchHostOps`).
+"""torch on the CPU, the array core's way: NumPy arrays, handed out as tensors of their memory (:class:`TorchHostOps`).
 
 On the CPU every torch call pays a dispatch of several microseconds, where NumPy's costs well
 under one; the array core makes tens of small calls per pool operation, so on torch's own ops a
-batch-1 ``allocate`` + ``free`` took 130-190 us against 4 us for the oracle. This layer keeps the
-state in memory torch allocated (each array is ``tensor.numpy()``, a view of a CPU tensor) and
-runs the core on NumPy over it; what the core hands out (:meth:`export`) is a tensor of the same
-memory, what a caller passes in (a CPU tensor, a NumPy array or a list) is read without a copy
-where it is int64 already. The state a pool exposes (``graph_arrays``) is the tensors themselves,
-so their addresses are the pool's memory, as on CUDA.
+batch-1 ``allocate`` + ``free`` took 130-190 us against 4 us for the oracle. This layer runs the
+core on NumPy arrays in host memory; what the core hands out (:meth:`export`: ``allocate_ids``,
+``match_ids``, ``graph_arrays``) is a CPU tensor of the same memory (``torch.from_numpy``, no
+copy), and what a caller passes in (a CPU tensor, a NumPy array or a list) is read without a copy
+where it is int64 already. So the tensors of ``graph_arrays`` are the pool's state itself, at
+fixed addresses, as on CUDA. (Allocating through torch instead would cost a torch call for every
+scratch array of every operation.)
 
 The launch and sync budget of ``kvref_torch.counting`` counts torch's own kernels, so it builds
 its pools on :class:`kvref_torch.ops.TorchOps` (as a CUDA device runs them), never on this layer.
@@ -27,7 +28,7 @@ _INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, 
 
 
 class TorchHostOps(NumpyLikeOps):
-    """int64/bool NumPy views of CPU tensors; outputs handed to the caller as tensors (``name`` ``torch``)."""
+    """int64/bool NumPy arrays on the host; outputs handed to the caller as CPU tensors of their memory (``name`` ``torch``)."""
 
     def __init__(self) -> None:
         super().__init__(np, device="cpu", is_device=False)
@@ -36,18 +37,6 @@ class TorchHostOps(NumpyLikeOps):
     def address(self, a: Array) -> int:
         """Where ``a``'s data starts: a tensor's ``data_ptr()``, a NumPy view's ``ctypes.data`` (the same memory)."""
         return int(a.data_ptr()) if isinstance(a, torch.Tensor) else int(a.ctypes.data)
-
-    def zeros(self, n: int) -> Array:
-        """int64 zeros in a CPU tensor's memory."""
-        return torch.zeros(n, dtype=torch.int64).numpy()
-
-    def full(self, n: int, value: int) -> Array:
-        """int64 filled with ``value``, in a CPU tensor's memory."""
-        return torch.full((n,), value, dtype=torch.int64).numpy()
-
-    def falses(self, n: int) -> Array:
-        """bool zeros in a CPU tensor's memory."""
-        return torch.zeros(n, dtype=torch.bool).numpy()
 
     def export(self, a: Array) -> Any:
         """``a`` as a CPU tensor of the same memory (``torch.from_numpy``; a read-only array is copied first)."""
