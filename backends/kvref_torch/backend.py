@@ -189,7 +189,8 @@ class TorchBackend:
     ) -> ArrayBlockPool:
         """A new pool on ``device`` (default: ``cuda:0`` where torch sees CUDA, else ``cpu``).
 
-        On ``cpu`` the core runs on NumPy, handing out tensors of its memory (:class:`kvref_torch.host_ops.TorchHostOps`).
+        On ``cpu`` the core runs on NumPy, handing out tensors of its memory
+        (:class:`kvref_torch.host_ops.TorchHostOps`).
         """
         from kvref_arraypool.pool import ArrayBlockPool
 

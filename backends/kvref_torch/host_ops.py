@@ -28,7 +28,7 @@ _INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, 
 
 
 class TorchHostOps(NumpyLikeOps):
-    """int64/bool NumPy arrays on the host; outputs handed to the caller as CPU tensors of their memory (``name`` ``torch``)."""
+    """int64/bool NumPy arrays on the host, handed to the caller as CPU tensors of their memory (``name`` ``torch``)."""
 
     def __init__(self) -> None:
         super().__init__(np, device="cpu", is_device=False)
