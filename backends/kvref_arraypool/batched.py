@@ -48,7 +48,12 @@ class BatchedCalls(ArrayPoolState):
         if total == 0:
             return [[] for _ in range(admitted)]
         ids = self._take(total, op)
-        self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]), cs[:admitted])
+        if total <= self._scalar_limit:  # a few blocks on NumPy: element by element
+            hid_of = [self._hid(h) if c else -1 for c, h in zip(cs[:admitted], hs[:admitted], strict=True)]
+            self._hand_out_few(ids.tolist(), [hid for c, hid in zip(cs, hid_of, strict=False) for _ in range(c)])
+            self._stamp_access(ids, cs[:admitted])
+        else:
+            self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]), cs[:admitted])
         flat = self.ops.tolist(ids)
         out: list[list[int]] = []
         start = 0
@@ -74,6 +79,12 @@ class BatchedCalls(ArrayPoolState):
         if len(host) == 0:
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
+        if len(host) <= self._scalar_limit:  # a few blocks on NumPy: element by element, if all is well
+            per_block = [hid for (a, _), hid in zip(arrays, hid_of, strict=True) for _ in range(len(a))]
+            if self._free_few(host.tolist(), per_block):
+                for (a, _), h in zip(arrays, hs, strict=True):
+                    self._drop_held(h, len(a))
+                return
         hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), [len(a) for a, _ in arrays]))
         by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
         for (a, items), h in zip(arrays, hs, strict=True):

@@ -51,12 +51,8 @@ class ReferenceCounting(ArrayPoolState):
         if n == 0:
             return self.ops.zeros(0)
         ids = self._take(n, "allocate")
-        if n <= self._scalar_limit:  # a few blocks on host arrays: element by element
-            hid, ref, gen, owner = self._hid(holder), self._ref, self._gen, self._owner
-            for b in ids.tolist():
-                ref[b] = 1
-                gen[b] += 1
-                owner[b] = hid
+        if n <= self._scalar_limit:  # a few blocks on NumPy: element by element
+            self._hand_out_few(ids.tolist(), [self._hid(holder)] * n)
             self._stamp_access(ids)
         else:
             self._hand_out(ids, self._hid(holder))
@@ -68,6 +64,14 @@ class ReferenceCounting(ArrayPoolState):
         self._gen[ids] += 1
         self.ops.put(self._owner, ids, hids)
         self._stamp_access(ids, sizes)
+
+    def _hand_out_few(self, ids: list[int], hids: list[int]) -> None:
+        """:meth:`_hand_out` element by element, but for the access marks (the caller's)."""
+        ref, gen, owner = self._ref, self._gen, self._owner
+        for b, hid in zip(ids, hids, strict=True):
+            ref[b] = 1
+            gen[b] += 1
+            owner[b] = hid
 
     def _take(self, n: int, op: str) -> Array:
         """Pop ``n`` blocks: the free stack top-down, then eviction victims (POOL-105, EVICT-408)."""
@@ -110,27 +114,29 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
-        if gens is None and hid >= 0 and len(host) <= self._scalar_limit and self._free_few(host.tolist(), hid):
+        if gens is None and hid >= 0 and len(host) <= self._scalar_limit and self._free_few(host.tolist(), [hid]):
             self._drop_held(holder, len(host))
             return
         ids, distinct, sole = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
         self._release(ids, hid, distinct, sole=sole)
         self._drop_held(holder, len(host))
 
-    def _free_few(self, ids: list[int], hid: int) -> bool:
-        """``free``'s host path for a few blocks (``scalar_limit``), element by element.
+    def _free_few(self, ids: list[int], hids: list[int]) -> bool:
+        """The host path of ``free`` and ``free_many`` for a few blocks (``scalar_limit``), element by element.
 
-        When the blocks are distinct and holder id ``hid`` holds each (alone, or in the shared
-        table: the release is valid, POOL-108), drop one reference each, settle those reaching zero
-        in list order, and return True; else change nothing and return False, for the array path
-        to check, explain or apply (duplicates, anything refused).
+        ``hids``: the holder id of each position, or one for all. When the blocks are distinct
+        and each position's holder holds its block (alone, or in the shared table: the release is
+        valid, POOL-108), drop one reference each, settle those reaching zero in list order, and
+        return True; else change nothing and return False, for the array path to check, explain
+        or apply (duplicates, anything refused).
         """
         if len(set(ids)) != len(ids):
             return False
         n, owner, ref, shared = self._n, self._owner, self._ref, self._shared
+        hid_of = hids * len(ids) if len(hids) == 1 else hids
         slots: list[int] = []
-        for b in ids:
-            if not 0 <= b < n:
+        for b, hid in zip(ids, hid_of, strict=True):
+            if not 0 <= b < n or hid < 0:
                 return False
             holds = owner[b]
             if holds == SHARED:

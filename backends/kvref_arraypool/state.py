@@ -63,10 +63,9 @@ class ArrayPoolState(PoolShape, PausedHolders):
 
     ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks``
     blocks of which ``reserved_ids`` are never handed out (POOL-102), eviction ``policy``
-    (chapter 04), ``paused_limit`` (POOL-113) and ``enable_events`` (PFX-315). ``scalar_limit``:
-    on host arrays, calls of up to this many blocks take the element-by-element path where it
-    applies (default :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0 runs every call through
-    the array path, as a device does).
+    (chapter 04), ``paused_limit`` (POOL-113) and ``enable_events`` (PFX-315). ``scalar_limit``: on NumPy
+    (``ops.host_numpy``) calls of up to this many blocks take element paths where they apply
+    (default :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0: the array path always, as on a device).
     """
 
     def __init__(
@@ -350,6 +349,14 @@ class ArrayPoolState(PoolShape, PausedHolders):
 
     def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
         """One reference each on fresh ``ids`` for ``hids`` (``sizes``: a batch's calls); :mod:`.references`."""
+        raise NotImplementedError
+
+    def _hand_out_few(self, ids: list[int], hids: list[int]) -> None:
+        """``_hand_out`` element by element on NumPy, one holder id per block; :mod:`.references`."""
+        raise NotImplementedError
+
+    def _free_few(self, ids: list[int], hids: list[int]) -> bool:
+        """Release a few blocks element by element on NumPy when valid, else change nothing; :mod:`.references`."""
         raise NotImplementedError
 
     def _check_release(
