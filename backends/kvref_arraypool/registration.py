@@ -58,6 +58,8 @@ class Registration(ArrayPoolState):
         if m > 1 and (len(set(items)) if items is not None else len(np.unique(host))) != m:
             shown = items if items is not None else host.tolist()
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
+        if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
+            return
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
         entries = self._entries_of(ops.asarray(hs))
         resident = self._resident(entries)
@@ -126,6 +128,56 @@ class Registration(ArrayPoolState):
                 p = int(prev_host[i])
                 self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
 
+    def _register_few(self, ids: list[int], hs: list[int], parent: int, parent_entry: int) -> bool:
+        """``register`` element by element (NumPy, ``scalar_limit``) when nothing in the call needs
+        explaining: the same entries, copies, heads, parents, depths, children, stamps and events as
+        :meth:`_apply_register`. False, with nothing changed, for anything the array path must
+        check (PFX-302, PFX-303, PFX-305, PFX-306, POOL-103, or a possible cycle)."""
+        m, n = len(ids), self._n
+        if len(set(ids)) != m or len(set(hs)) != m:
+            return False
+        index, ecopies, eparent, echildren = self._index, self._ecopies, self._eparent, self._echildren
+        prev = [parent, *hs[:-1]]
+        entries: list[int] = []
+        resident: list[bool] = []
+        for b, h, p in zip(ids, hs, prev, strict=True):
+            if not 0 <= b < n or h == p or self._host_reserved[b] or self._ref[b] == 0 or self._bhash[b] >= 0:
+                return False
+            slot = index.slot_of(h)
+            e = int(index.values[slot]) if slot >= 0 else -1
+            here = e >= 0 and ecopies[e] > 0
+            if (here and eparent[e] != p) or (not here and e >= 0 and echildren[e] > 0):
+                return False
+            entries.append(e)
+            resident.append(here)
+        absent = [i for i, e in enumerate(entries) if e < 0]
+        top = self._nefree - len(absent)
+        for j, i in enumerate(absent):  # new entries from the entry stack, in position order
+            e = entries[i] = int(self._estack[top + j])
+            index.insert_one(hs[i], e)
+            self._ehash[e] = hs[i]
+            echildren[e] = 0
+        self._nefree = top
+        base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
+        start = self._clock
+        self._clock += m
+        for i, (b, h, p, e, here) in enumerate(zip(ids, hs, prev, entries, resident, strict=True)):
+            if here:
+                ecopies[e] += 1
+            else:
+                pe = parent_entry if i == 0 else entries[i - 1]
+                ecopies[e], self._ehead[e], eparent[e], self._epentry[e], self._edepth[e] = 1, b, p, pe, base + i
+                if pe >= 0:
+                    echildren[pe] += 1
+            self._bhash[b], self._bentry[b], self._regstamp[b] = h, e, start + i
+        if self._policy is _FIFO:
+            self._fifo_order.push(self.ops.asarray(np.array(ids, dtype=np.int64)), self.ops.arange(start, start + m))
+        if self._events_on:
+            self._events.extend(
+                BlockStored(h, None if p < 0 else p) for h, p, here in zip(hs, prev, resident, strict=True) if not here
+            )
+        return True
+
     def _unregister(self, victims: Array) -> None:
         """Remove the hash registration of ``victims`` (in order); a hash leaves with its last copy.
 
@@ -134,6 +186,9 @@ class Registration(ArrayPoolState):
         """
         ops = self.ops
         m = len(victims)
+        if m <= self._scalar_limit:
+            self._unregister_few(victims.tolist())
+            return
         first = ops.to_host(ops.concat([self._bentry[victims], ops.cast(self._evstamp[victims] >= 0, "int64")]))
         e_host, cached = first[:m], first[m:]
         self._ncached -= int(cached.sum())
@@ -178,6 +233,38 @@ class Registration(ArrayPoolState):
             ops.fill_at(self._ehead, dead, -1)
             self._estack[self._nefree : self._nefree + len(dead_host)] = dead
             self._nefree += len(dead_host)
+        self._trim_orders()
+
+    def _unregister_few(self, victims: list[int]) -> None:
+        """:meth:`_unregister` element by element (NumPy, ``scalar_limit``): the same entries,
+        copies, heads, children, free entries (ascending), events (in the order each hash's last
+        copy left) and orders."""
+        bentry, ecopies, ehash, ehead = self._bentry, self._ecopies, self._ehash, self._ehead
+        entries: list[int] = []
+        for b in victims:
+            entries.append(int(bentry[b]))
+            if self._evstamp[b] >= 0:
+                self._ncached -= 1
+            self._evstamp[b] = self._bhash[b] = bentry[b] = self._regstamp[b] = -1
+        last = {e: i for i, e in enumerate(entries)}  # each entry's last position among the victims
+        for e in entries:
+            ecopies[e] -= 1
+        touched = sorted(last)
+        lost_head = [e for e in touched if ecopies[e] > 0 and bentry[ehead[e]] != e]
+        if lost_head:
+            self._renew_heads(self.ops.asarray(np.array(lost_head, dtype=np.int64)))
+        gone = [e for e in touched if ecopies[e] == 0]
+        if self._events_on:
+            self._events.extend(BlockRemoved(int(ehash[e])) for e in sorted(gone, key=last.__getitem__))
+        parents = [p for p in (int(self._epentry[e]) for e in gone) if p >= 0]
+        for p in parents:
+            self._echildren[p] -= 1
+        for e in sorted(set(gone) | set(parents)):
+            if ecopies[e] == 0 and self._echildren[e] == 0:  # dead: out of the index, back on the entry stack
+                self._index.delete_slot(self._index.slot_of(int(ehash[e])))
+                ehash[e] = ehead[e] = -1
+                self._estack[self._nefree] = e
+                self._nefree += 1
         self._trim_orders()
 
     def _renew_heads(self, entries: Array) -> None:
