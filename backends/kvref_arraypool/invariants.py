@@ -13,6 +13,7 @@ import numpy as np
 
 from kvref.contract.errors import InvariantViolation
 from kvref.contract.policies import EvictionPolicy
+from kvref_arraypool.host_sets import count_distinct
 from kvref_arraypool.state import ArrayPoolState
 
 __all__ = ["InvariantChecks"]
@@ -39,7 +40,7 @@ class InvariantChecks(ArrayPoolState):
         free = host(self._stack[: self._nfree])
 
         # STATE-005 / POOL-102: the free stack.
-        if len(np.unique(free)) != len(free):
+        if count_distinct(free) != len(free):
             raise _fail("STATE-005", f"a block is on the free stack more than once: {free.tolist()}")
         if len(free) and (free.min() < 0 or free.max() >= n or reserved[free].any()):
             raise _fail("POOL-102", f"reserved or out-of-range block on the free stack: {free.tolist()}")

@@ -17,6 +17,7 @@ from kvref.contract.errors import HashConflictError, InvalidValueError, UnknownH
 from kvref.contract.events import BlockRemoved, BlockStored
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike, as_hash
+from kvref_arraypool.host_sets import count_distinct, sorted_distinct
 from kvref_arraypool.inputs import hash_array, index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import ArrayPoolState
@@ -55,7 +56,7 @@ class Registration(ArrayPoolState):
             parent_entry = int(pe[0])
         if m == 0:
             return
-        if m > 1 and (len(set(items)) if items is not None else len(np.unique(host))) != m:
+        if m > 1 and (len(set(items)) if items is not None else count_distinct(host)) != m:
             shown = items if items is not None else host.tolist()
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
         if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
@@ -63,7 +64,7 @@ class Registration(ArrayPoolState):
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
         entries = self._entries_of(ops.asarray(hs))
         resident = self._resident(entries)
-        repeated = m > 1 and len(np.unique(hs)) != m
+        repeated = m > 1 and count_distinct(hs) != m
         suspicious = repeated or not self._in_range(host) or bool((hs == prev_host).any())
         if not suspicious:
             ids = ops.asarray(host)
@@ -222,7 +223,7 @@ class Registration(ArrayPoolState):
         gpe_host = gpe_host[gpe_host >= 0]
         if len(gpe_host):
             ops.scatter_add(self._echildren, ops.asarray(gpe_host), -1)
-        candidates_host = np.unique(np.concatenate([gone_host, gpe_host]))
+        candidates_host = sorted_distinct(np.concatenate([gone_host, gpe_host]))
         candidates = ops.asarray(candidates_host)
         idle = ops.to_host((self._ecopies[candidates] == 0) & (self._echildren[candidates] == 0))
         dead_host = candidates_host[idle]
