@@ -18,6 +18,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 from kvref_arraypool.pool import ArrayBlockPool
+from kvref_arraypool.table import HashTable
 
 from kvref_conformance.machines import make_machine
 from kvref_conformance.target import Target
@@ -38,7 +39,7 @@ def torch_ops() -> ArrayOps:
 
 PATHS = {
     "torch-ops": (torch_ops, None),  # what a CUDA device runs, on the CPU
-    "numpy-arrays": (numpy_ops, 0),  # CuPy's path on a device, on NumPy: no element paths
+    "numpy-arrays": (numpy_ops, 0),  # CuPy's path on a device, on NumPy: no element paths, no element probes
     "numpy-elements": (numpy_ops, 16),  # the CPU default: element paths up to 16 blocks
 }
 
@@ -61,3 +62,25 @@ def test_each_array_path_answers_every_call_as_the_oracle_does(path: str, policy
     """The targeted machine (paused holders, hashless blocks, batched forms, shared blocks) on one path."""
     machine = make_machine(path_target(path), policy, targeted=True)
     run_state_machine_as_test(machine, settings=settings(max_examples=25, stateful_step_count=40, deadline=None))
+
+
+@rule("STATE-006")
+@pytest.mark.parametrize("limit", [0, 16])
+def test_scalar_limit_decides_whether_the_hash_tables_probe_key_by_key(monkeypatch: Any, limit: int) -> None:
+    """``scalar_limit=0`` is the array path throughout, the tables' probes included (as on a device)."""
+    probed: list[int] = []
+    slot_of = HashTable.slot_of
+
+    def spied(table: HashTable, key: int) -> int:
+        probed.append(key)
+        return slot_of(table, key)
+
+    monkeypatch.setattr(HashTable, "slot_of", spied)
+    pool = ArrayBlockPool(8, ops=numpy_ops(), scalar_limit=limit)
+    ids = pool.allocate(2, holder="a")
+    pool.acquire(ids, holder="b")  # shared: both holders' counts go to the shared table
+    pool.register(ids, [5, 6])
+    pool.free(ids, holder="b")
+    assert bool(probed) == bool(limit), (
+        f"scalar_limit={limit}: {len(probed)} keys probed one by one; expected {'some' if limit else 'none'}"
+    )

@@ -17,14 +17,13 @@ State (``n`` blocks, ``E = 2n + 2`` hash entries):
 * hash entries: ``index`` (hash -> entry id, open addressing), and per entry its hash, parent
   hash, parent entry, depth, number of copies, number of resident child hashes and oldest copy
   (``head``). An entry lives while its hash is resident or has resident children (STATE-007);
-* the orders: ``lru_order`` (release order of cached blocks) and ``fifo_order`` (registration
-  order), append-only arrays with lazy deletion (:mod:`kvref_arraypool.queue`).
+* the orders: ``lru_order`` (release order of cached blocks) and ``fifo_order`` (registration order), append-only
+  arrays with lazy deletion (:mod:`kvref_arraypool.queue`).
 
 Holders are mapped to small integer ids on the host (one dict entry per holder, never per block).
 
-CUDA graphs (CONF-908): ``ref``, ``gen``, ``bhash``, ``stack`` and the prefix ``index`` arrays
-are allocated once at construction and never reallocated, so kernels captured in a CUDA graph may
-read them at fixed addresses between calls.
+CUDA graphs (CONF-908): ``ref``, ``gen``, ``bhash``, ``stack`` and the prefix ``index`` arrays are allocated once and
+never reallocated, so kernels captured in a CUDA graph may read them at fixed addresses between calls.
 """
 
 from __future__ import annotations
@@ -61,11 +60,11 @@ HID_MASK = (1 << HID_BITS) - 1
 class ArrayPoolState(PoolShape, PausedHolders):
     """The array core's arrays and host counters, sizes, holder ids and per-block queries.
 
-    ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks``
-    blocks of which ``reserved_ids`` are never handed out (POOL-102), eviction ``policy``
-    (chapter 04), ``paused_limit`` (POOL-113) and ``enable_events`` (PFX-315). ``scalar_limit``: on NumPy
-    (``ops.host_numpy``) calls of up to this many blocks take element paths where they apply
-    (default :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0: the array path always, as on a device).
+    ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks`` blocks of which
+    ``reserved_ids`` are never handed out (POOL-102), eviction ``policy`` (chapter 04), ``paused_limit`` (POOL-113)
+    and ``enable_events`` (PFX-315). ``scalar_limit``: on NumPy (``ops.host_numpy``) calls of up to this many blocks
+    take element paths where they apply, the hash tables' probes included (default
+    :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0: the array path always, as on a device).
     """
 
     def __init__(
@@ -129,6 +128,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._escratch2 = ops.full(n_entries, -1)
         self._index = HashTable(ops, n_entries, growable=False)
         self._shared = HashTable(ops, 64, growable=True)
+        self._index.elementwise = self._shared.elementwise = self._scalar_limit > 0
 
         self._lru_order = StampQueue(ops, self._evstamp, 2 * n + 64)
         self._fifo_order = StampQueue(ops, self._regstamp, 2 * n + 64)
