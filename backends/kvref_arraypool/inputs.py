@@ -30,7 +30,8 @@ def _integer_array(values: Any) -> np.ndarray | None:
     if module.startswith("torch") and getattr(values, "ndim", None) == 1:
         dtype = str(values.dtype)
         if dtype in ("torch.int64", "torch.int32", "torch.int16", "torch.int8", "torch.uint8"):
-            host: np.ndarray = values.detach().cpu().numpy()
+            on_host = values.device.type == "cpu" and not values.requires_grad  # no copy, no autograd: read as it is
+            host: np.ndarray = (values if on_host else values.detach().cpu()).numpy()
             return host.astype(np.int64, copy=False)
     return None
 

@@ -316,6 +316,9 @@ class ReferenceCounting(ArrayPoolState):
             return
         if hashed is None:
             hashed = self.ops.to_host(self._bhash[zeroed] >= 0)
+        if not hashed.any():  # the common release of unhashed blocks: all free, in order
+            self._push_free(zeroed)
+            return
         if self._policy is _REF_ZERO:
             dropped = self._part(zeroed, hashed)
             if len(dropped):

@@ -298,7 +298,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         return blocks[self.ops.asarray(np.flatnonzero(which))]
 
     def _in_range(self, host_ids: np.ndarray) -> bool:
-        return len(host_ids) == 0 or (int(host_ids.min()) >= 0 and int(host_ids.max()) < self._n)
+        return len(host_ids) == 0 or int(host_ids.astype(np.int64, copy=False).view(np.uint64).max()) < self._n
 
     def _refill_stack(self) -> None:
         """Every usable block free, in a new pool's order: the lowest ids on top (POOL-115)."""
