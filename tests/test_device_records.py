@@ -204,11 +204,11 @@ def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_libr
     )
 )
 def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps: list[tuple[str, list[int]]]) -> None:
-    """On NumPy a batch of up to 16 keys probes key by key; the same calls through the rounds
-    (``elementwise`` off) and a dict must agree on every find, live count and tombstone count."""
+    """On NumPy a batch of up to ``few`` (16) keys probes key by key; the same calls through the
+    rounds (``few=0``) and a dict must agree on every find, live count and tombstone count."""
     numpy_ops = NumpyLikeOps(np, device="host", is_device=False)
-    by_key, by_rounds = _table(numpy_ops, 8, growable=True), _table(numpy_ops, 8, growable=True)
-    by_rounds.elementwise = False
+    by_key = HashTable(numpy_ops, 8, growable=True, few=16)
+    by_rounds = HashTable(numpy_ops, 8, growable=True, few=0)
     model: dict[int, int] = {}
     for i, (what, raw) in enumerate(steps):
         keys = list(dict.fromkeys(raw))  # distinct, as the pool guarantees

@@ -48,16 +48,17 @@ class BatchedCalls(ArrayPoolState):
         if total == 0:
             return [[] for _ in range(admitted)]
         ids = self._take(total, op)
+        cs, hs = cs[:admitted], hs[:admitted]
         if total <= self._scalar_limit:  # a few blocks on NumPy: element by element
-            hid_of = [self._hid(h) if c else -1 for c, h in zip(cs[:admitted], hs[:admitted], strict=True)]
-            self._hand_out_few(ids.tolist(), [hid for c, hid in zip(cs, hid_of, strict=False) for _ in range(c)])
-            self._stamp_access(ids, cs[:admitted])
+            hid_of = self._entry_hids(cs, hs)
+            self._hand_out_few(ids.tolist(), [hid for c, hid in zip(cs, hid_of, strict=True) for _ in range(c)])
+            self._stamp_access(ids, cs)
         else:
-            self._hand_out(ids, self._holder_ids(cs[:admitted], hs[:admitted]), cs[:admitted])
+            self._hand_out(ids, self._holder_ids(cs, hs), cs)
         flat = self.ops.tolist(ids)
         out: list[list[int]] = []
         start = 0
-        for c, h in zip(cs[:admitted], hs[:admitted], strict=True):
+        for c, h in zip(cs, hs, strict=True):
             out.append(flat[start : start + c])
             start += c
             self._add_held(h, c)
@@ -128,8 +129,12 @@ class BatchedCalls(ArrayPoolState):
 
         Ids are given to the holders of non-empty entries in entry order, as single calls would.
         """
-        hids = np.array([self._hid(h) if c else -1 for c, h in zip(counts, holders, strict=True)], dtype=np.int64)
+        hids = np.array(self._entry_hids(counts, holders), dtype=np.int64)
         return self.ops.asarray(np.repeat(hids, np.asarray(counts, dtype=np.int64)))
+
+    def _entry_hids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> list[int]:
+        """Holder id of each entry (-1 for an empty one), given to holders in entry order, as single calls would."""
+        return [self._hid(h) if c else -1 for c, h in zip(counts, holders, strict=True)]
 
     def _lookup_many(self, lists: Sequence[np.ndarray]) -> tuple[Array, list[int]]:
         """The hits of every chain from the root, in one pass: their blocks (concatenated) and lengths.

@@ -161,7 +161,7 @@ class ArrayOps(ABC):
     def export(self, a: Array) -> Array:
         """``a`` as the caller's library holds it: what the core hands out (``allocate_ids``,
         ``match_ids``, ``graph_arrays``). ``a`` itself, but for torch on the CPU, whose core runs on
-        NumPy views of tensor memory (:class:`kvref_torch.ops.TorchHostOps`): a tensor of the same memory."""
+        NumPy arrays (:class:`kvref_torch.host_ops.TorchHostOps`): a tensor of the same memory."""
         return a
 
     def tolist(self, a: Array) -> list[int]:

@@ -114,7 +114,12 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
-        if gens is None and hid >= 0 and len(host) <= self._scalar_limit and self._free_few(host.tolist(), [hid]):
+        if (
+            gens is None
+            and hid >= 0
+            and len(host) <= self._scalar_limit
+            and self._free_few(host.tolist(), [hid] * len(host))
+        ):
             self._drop_held(holder, len(host))
             return
         ids, distinct, sole = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
@@ -124,7 +129,7 @@ class ReferenceCounting(ArrayPoolState):
     def _free_few(self, ids: list[int], hids: list[int]) -> bool:
         """The host path of ``free`` and ``free_many`` for a few blocks (``scalar_limit``), element by element.
 
-        ``hids``: the holder id of each position, or one for all. When the blocks are distinct
+        ``hids``: the holder id of each position. When the blocks are distinct
         and each position's holder holds its block (alone, or in the shared table: the release is
         valid, POOL-108), drop one reference each, settle those reaching zero in list order, and
         return True; else change nothing and return False, for the array path to check, explain
@@ -133,9 +138,8 @@ class ReferenceCounting(ArrayPoolState):
         if len(set(ids)) != len(ids):
             return False
         n, owner, ref, shared = self._n, self._owner, self._ref, self._shared
-        hid_of = hids * len(ids) if len(hids) == 1 else hids
         slots: list[int] = []
-        for b, hid in zip(ids, hid_of, strict=True):
+        for b, hid in zip(ids, hids, strict=True):
             if not 0 <= b < n or hid < 0:
                 return False
             holds = owner[b]

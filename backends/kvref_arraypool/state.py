@@ -126,9 +126,8 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._nefree = n_entries
         self._escratch = ops.zeros(n_entries)
         self._escratch2 = ops.full(n_entries, -1)
-        self._index = HashTable(ops, n_entries, growable=False)
-        self._shared = HashTable(ops, 64, growable=True)
-        self._index.elementwise = self._shared.elementwise = self._scalar_limit > 0
+        self._index = HashTable(ops, n_entries, growable=False, few=self._scalar_limit)
+        self._shared = HashTable(ops, 64, growable=True, few=self._scalar_limit)
 
         self._lru_order = StampQueue(ops, self._evstamp, 2 * n + 64)
         self._fifo_order = StampQueue(ops, self._regstamp, 2 * n + 64)

@@ -25,7 +25,6 @@ EMPTY = -1
 TOMB = -2
 _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
 _U64 = (1 << 64) - 1
-_FEW = 16  # on NumPy, batches up to this many keys probe key by key (see HashTable.elementwise)
 _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 
@@ -42,7 +41,7 @@ class HashTable:
     table does not re-check, since the pool has already validated them.
     """
 
-    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool) -> None:
+    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool, few: int = 0) -> None:
         self.ops = ops
         self.growable = growable
         self.capacity = _pow2_at_least(int(capacity_hint / _MAX_LOAD) + 1)
@@ -52,9 +51,10 @@ class HashTable:
         self._claim = ops.full(self.capacity + 1, -1)
         self.live = 0
         self.tombs = 0
-        #: On NumPy arrays a batch of a few keys probes key by key in Python (~0.2 us a probe)
+        #: On NumPy arrays a batch of up to ``few`` keys probes key by key in Python (~0.2 us a probe)
         #: instead of in vectorized rounds (~30 us for a batch of one): the same slots, found or taken.
-        self.elementwise = ops.host_numpy
+        #: 0 (the default, and always on a device): the rounds only.
+        self.few = few if ops.host_numpy else 0
 
     def _home_of(self, key: int) -> int:
         """:meth:`_home` of one key in Python ints: int64 wrap-around and arithmetic shifts, exactly."""
@@ -113,7 +113,7 @@ class HashTable:
         """
         ops = self.ops
         n = len(keys)
-        if self.elementwise and n <= _FEW:
+        if n <= self.few:
             return np.array([self.slot_of(k) for k in keys.tolist()], dtype=np.int64)
         out = ops.full(n, -1)
         if n == 0:
@@ -166,7 +166,7 @@ class HashTable:
             return
         if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
             self._rebuild(self.live + n)
-        if self.elementwise and n <= _FEW:
+        if n <= self.few:
             for key, value in zip(keys.tolist(), values.tolist(), strict=True):
                 self._insert_one(key, value)
             return

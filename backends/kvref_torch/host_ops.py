@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from kvref_arraypool.ops import Array, NumpyLikeOps
 
-__all__ = ["TorchHostOps"]
+from kvref_torch.ops import INTEGER_DTYPES
 
-_INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+__all__ = ["TorchHostOps"]
 
 
 class TorchHostOps(NumpyLikeOps):
@@ -49,7 +49,7 @@ class TorchHostOps(NumpyLikeOps):
     def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
         """A 1-d integer CPU tensor (or NumPy array) as an int64 NumPy view (a copy only to widen)."""
         if isinstance(values, torch.Tensor):
-            if values.ndim != 1 or values.device.type != "cpu" or values.dtype not in _INTEGER_DTYPES:
+            if values.ndim != 1 or values.device.type != "cpu" or values.dtype not in INTEGER_DTYPES:
                 return None
             values = values.detach().numpy()
         return super().device_ints(values, any_width=any_width)

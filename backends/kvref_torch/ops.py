@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["TorchOps"]
+__all__ = ["INTEGER_DTYPES", "TorchOps"]
 
-_INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+#: The integer dtypes a caller's tensor of ids may have.
+INTEGER_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
 _DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
 
@@ -148,7 +149,7 @@ class TorchOps(ArrayOps):
             isinstance(values, torch.Tensor)
             and values.ndim == 1
             and values.device == self.torch_device
-            and values.dtype in _INTEGER_DTYPES
+            and values.dtype in INTEGER_DTYPES
         ):
             return values if any_width else values.to(torch.int64)
         return None
