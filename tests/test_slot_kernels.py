@@ -86,3 +86,17 @@ def test_alloc_and_free_are_one_launch_each_and_wait_for_nothing(n: int) -> None
         f"alloc({n}) + free: {kernels.launches} Triton launches, {cost.launches} torch launches "
         f"({dict(cost.by_op)}) and {cost.syncs} syncs; the fused path promises 2, 0 and 0"
     )
+
+
+@pytest.mark.rule("RADIX-606", "ERR-511")
+def test_a_free_of_a_strided_view_releases_the_slots_it_shows() -> None:
+    slots = DeviceSlotAllocator(64, ops=TorchOps(DEVICE), kernels=TritonSlotKernels())
+    got = slots.alloc(8)
+    assert got is not None
+    slots.free(got[::2])
+    slots.check()
+    allocated = [slots.is_allocated(s) for s in got.tolist()]
+    assert allocated == [False, True] * 4, (
+        f"free(slots[::2]) left allocated flags {allocated}; the kernel must free every other slot it shows, "
+        "not the first four in memory"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
@@ -16,7 +16,6 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
-    from kvref_arraypool.host_views import HostViews
     from kvref_arraypool.ops import NumpyLikeOps
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -26,9 +25,6 @@ if TYPE_CHECKING:
     from kvref.oracle.radix import OracleRadixCache
 
 __all__ = ["CupyBackend", "backend"]
-
-#: The slot or block host kernels (``kvref_arraypool.host_*_kernels``) a CPU build takes.
-Kernels = TypeVar("Kernels", bound="HostViews")
 
 
 def _cuda_available() -> bool:
@@ -120,12 +116,11 @@ class CupyBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
     ) -> ArraySlotAllocator:
         """Chapter 06's token-slot allocator on CuPy (or, without CUDA, NumPy) arrays."""
-        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slots import ArraySlotAllocator
 
         where = self.device(device)
         return ArraySlotAllocator(
-            size, ops=self._ops(where), page_size=page_size, sort=sort, kernels=host_kernels(HostSlotKernels, where)
+            size, ops=self._ops(where), page_size=page_size, sort=sort, kernels=fused_kernels("slot", where)
         )
 
     def create_radix(
@@ -149,11 +144,10 @@ class CupyBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
     ) -> DeviceSlotAllocator:
         """Chapter 06's allocator with the array surface (ERR-510..ERR-514): CuPy (or NumPy) arrays in and out."""
-        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
         where = self.device(device)
-        kernels = host_kernels(HostSlotKernels, where)
+        kernels = fused_kernels("slot", where)
         return DeviceSlotAllocator(
             size, ops=self._ops(where), page_size=page_size, sort=sort, dtype=dtype, kernels=kernels
         )
@@ -169,12 +163,11 @@ class CupyBackend:
     ) -> DeviceBlockPool:
         """Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, CuPy (or NumPy) arrays."""
         from kvref_arraypool.block_arrays import DeviceBlockPool
-        from kvref_arraypool.host_block_kernels import HostBlockKernels
 
         where = self.device(device)
         return DeviceBlockPool(
             num_blocks, ops=self._ops(where), max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype,
-            kernels=host_kernels(HostBlockKernels, where),
+            kernels=fused_kernels("block", where),
         )  # fmt: skip
 
     def create_block_tables(
@@ -233,11 +226,18 @@ class CupyBackend:
         )
 
 
-def host_kernels(kind: type[Kernels], device: str) -> Kernels | None:
-    """On the host (NumPy), ``kind`` (the slot or block host kernels of ``kvref_arraypool``) over the
-    arrays themselves; on CUDA, None (the array path)."""
+def fused_kernels(surface: Literal["slot", "block"], device: str) -> Any:
+    """The fused calls of an array surface (``"slot"`` or ``"block"``): on the host, the host kernels
+    of ``kvref_arraypool`` over the NumPy arrays themselves; on CUDA, the CUDA C kernels of
+    :mod:`kvref_cuda` (None where they cannot load there: the array path)."""
     if device != "host":
-        return None
+        from kvref_cuda import cuda_kernels
+
+        return cuda_kernels(surface, "cupy", device)
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
+
+    kind = HostSlotKernels if surface == "slot" else HostBlockKernels
     return kind(view=lambda a: a, wrap=lambda a: a)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
@@ -16,7 +16,6 @@ from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_
 if TYPE_CHECKING:
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
-    from kvref_arraypool.host_views import HostViews
     from kvref_arraypool.ops import ArrayOps
     from kvref_arraypool.pool import ArrayBlockPool
     from kvref_arraypool.slot_arrays import DeviceSlotAllocator
@@ -26,9 +25,6 @@ if TYPE_CHECKING:
     from kvref.oracle.radix import OracleRadixCache
 
 __all__ = ["TorchBackend", "backend"]
-
-#: The slot or block host kernels (``kvref_arraypool.host_*_kernels``) a CPU build takes.
-Kernels = TypeVar("Kernels", bound="HostViews")
 
 
 class TorchBackend:
@@ -94,14 +90,13 @@ class TorchBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None
     ) -> ArraySlotAllocator:
         """Chapter 06's token-slot allocator on torch tensors on ``device``."""
-        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slots import ArraySlotAllocator
 
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)
         return ArraySlotAllocator(
-            size, ops=TorchOps(where), page_size=page_size, sort=sort, kernels=host_kernels(HostSlotKernels, where)
+            size, ops=TorchOps(where), page_size=page_size, sort=sort, kernels=fused_kernels("slot", where)
         )
 
     def create_radix(
@@ -125,7 +120,6 @@ class TorchBackend:
         self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
     ) -> DeviceSlotAllocator:
         """Chapter 06's allocator with the array surface (ERR-510..ERR-514): tensors in and out, no host sync."""
-        from kvref_arraypool.host_slot_kernels import HostSlotKernels
         from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 
         from kvref_torch.ops import TorchOps
@@ -137,7 +131,7 @@ class TorchBackend:
             page_size=page_size,
             sort=sort,
             dtype=dtype,
-            kernels=host_kernels(HostSlotKernels, where),
+            kernels=fused_kernels("slot", where),
         )
 
     def create_block_arrays(
@@ -151,14 +145,13 @@ class TorchBackend:
     ) -> DeviceBlockPool:
         """Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, tensors in and out."""
         from kvref_arraypool.block_arrays import DeviceBlockPool
-        from kvref_arraypool.host_block_kernels import HostBlockKernels
 
         from kvref_torch.ops import TorchOps
 
         where = self.device(device)
         return DeviceBlockPool(
             num_blocks, ops=TorchOps(where), max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype,
-            kernels=host_kernels(HostBlockKernels, where),
+            kernels=fused_kernels("block", where),
         )  # fmt: skip
 
     def create_block_tables(
@@ -218,13 +211,20 @@ def array_ops(device: str) -> ArrayOps:
     return TorchOps(device)
 
 
-def host_kernels(kind: type[Kernels], device: str) -> Kernels | None:
-    """On ``cpu``, ``kind`` (the slot or block host kernels of ``kvref_arraypool``) as NumPy over the
-    tensors' own memory; on CUDA, None (the array path, or ``torch-triton``'s kernels)."""
+def fused_kernels(surface: Literal["slot", "block"], device: str) -> Any:
+    """The fused calls of an array surface (``"slot"`` or ``"block"``): on ``cpu``, the host kernels of
+    ``kvref_arraypool`` as NumPy over the tensors' own memory; on CUDA, the CUDA C kernels of
+    :mod:`kvref_cuda` launched on the tensors' addresses (None where CuPy cannot launch there: the
+    array path; ``torch-triton`` brings its own)."""
     if device != "cpu":
-        return None
-    import torch
+        from kvref_cuda import cuda_kernels
 
+        return cuda_kernels(surface, "torch", device)
+    import torch
+    from kvref_arraypool.host_block_kernels import HostBlockKernels
+    from kvref_arraypool.host_slot_kernels import HostSlotKernels
+
+    kind = HostSlotKernels if surface == "slot" else HostBlockKernels
     return kind(view=lambda t: t.numpy(), wrap=torch.from_numpy)
 
 

@@ -144,14 +144,19 @@ class TorchOps(ArrayOps):
         return mask.to(torch.uint8).argmax()
 
     def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
-        """A 1-d integer tensor on this device, as int64 (no copy when it is int64 already)."""
+        """A 1-d integer tensor on this device, as int64 (no copy when it is int64 already).
+
+        ``any_width``: its own dtype, laid out densely (a kernel reads entry ``i`` at ``base + i``, so
+        a strided view is copied; it once read the wrong entries of ``slots[::2]``)."""
         if (
             isinstance(values, torch.Tensor)
             and values.ndim == 1
             and values.device == self.torch_device
             and values.dtype in INTEGER_DTYPES
         ):
-            return values if any_width else values.to(torch.int64)
+            if any_width:
+                return values if values.is_contiguous() else values.contiguous()
+            return values.to(torch.int64)
         return None
 
     def cast(self, a: Array, dtype: str) -> Array:

@@ -1,0 +1,152 @@
+"""The CUDA C kernels of ``kvref_cuda`` do exactly what the array paths do, in one launch a call.
+
+On a CUDA device the machines of ``tests/kernel_support.py`` drive two allocators side by side,
+one with :class:`~kvref_cuda.kernels.CudaSlotKernels` (or :class:`~kvref_cuda.kernels.CudaBlockKernels`)
+and one without, on CuPy arrays and on torch tensors, and compare the state both keep and the error
+each check raises after every step. Without CUDA those skip, and what remains checks how a backend
+falls back to the array path. Every surface also reads ids given as a strided view by value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.kernel_support import BlocksFusedBesideArrays, SlotsFusedBesideArrays
+
+rule = pytest.mark.rule
+
+
+def cuda_library(library: str) -> dict[str, Any]:
+    """What the machines need for ``library``'s arrays on ``cuda:0``; a skip without CUDA there."""
+    cupy = pytest.importorskip("cupy")
+    if not cupy.cuda.is_available():
+        pytest.skip("the CUDA kernels need a CUDA device (CuPy sees none here)")
+    from kvref_cuda.kernels import CudaBlockKernels, CudaSlotKernels, cupy_arrays, torch_arrays
+
+    if library == "cupy":
+        from kvref_arraypool.ops import NumpyLikeOps
+
+        arrays = cupy_arrays(0)
+        ops: Any = lambda: NumpyLikeOps(cupy, device="cuda:0", is_device=True)  # noqa: E731
+        as_ints: Any = lambda named, dtype="int32": cupy.asarray(np.array(named, dtype=dtype))  # noqa: E731
+    else:
+        torch = pytest.importorskip("torch")
+        from kvref_torch.ops import TorchOps
+
+        arrays = torch_arrays(0)
+        ops = lambda: TorchOps("cuda:0")  # noqa: E731
+        as_ints = lambda named, dtype="int32": torch.tensor(named, dtype=getattr(torch, dtype), device="cuda:0")  # noqa: E731
+    return {
+        "ops": staticmethod(ops),
+        "slot_kernels": staticmethod(lambda: CudaSlotKernels(arrays)),
+        "block_kernels": staticmethod(lambda: CudaBlockKernels(arrays)),
+        "as_input": staticmethod(as_ints),
+        "as_ids": staticmethod(as_ints),
+        "as_slots": staticmethod(lambda n, slot: as_ints([slot] * n, "int64")),
+    }
+
+
+LIBRARIES = pytest.mark.parametrize("library", ["cupy", "torch"])
+
+
+@rule("ERR-511", "ERR-512", "ERR-513", "RADIX-606", "RADIX-607", "RADIX-610")
+@pytest.mark.parametrize("sort", [True, False])
+@pytest.mark.parametrize("page", [1, 4])
+@LIBRARIES
+def test_the_cuda_slot_kernels_agree_with_the_array_path(library: str, page: int, sort: bool) -> None:
+    setup = cuda_library(library)
+    attrs = {"page": page, "sort": sort, "kernels": setup["slot_kernels"], **setup}
+    machine = type("CudaSlots", (SlotsFusedBesideArrays,), attrs)
+    run_state_machine_as_test(machine, settings=settings(max_examples=30, stateful_step_count=30, deadline=None))
+
+
+@rule("ERR-511", "ERR-512", "ERR-513", "ERR-518", "ERR-519", "ERR-520")
+@LIBRARIES
+def test_the_cuda_block_kernels_agree_with_the_array_path(library: str) -> None:
+    setup = cuda_library(library)
+    machine = type("CudaBlocks", (BlocksFusedBesideArrays,), {**setup, "kernels": setup["block_kernels"]})
+    run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=30, deadline=None))
+
+
+@rule("ERR-510", "RADIX-606")
+@pytest.mark.parametrize("n", [1, 4096, 4097])
+@LIBRARIES
+def test_an_alloc_and_free_of_n_slots_take_one_launch_each_and_match_the_array_path(library: str, n: int) -> None:
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+    setup = cuda_library(library)
+    kernels = setup["slot_kernels"]()
+    fused = DeviceSlotAllocator(8192, ops=setup["ops"](), kernels=kernels)
+    plain = DeviceSlotAllocator(8192, ops=setup["ops"]())
+    a, b = fused.alloc(n), plain.alloc(n)
+    assert a is not None and b is not None and a.tolist() == b.tolist(), (
+        f"{library}: alloc({n}) handed out different slots with the CUDA kernels than the array path"
+    )
+    fused.free(a)
+    plain.free(b)
+    fused.check()
+    assert fused.snapshot() == plain.snapshot(), f"{library}: after a free of {n} the kernels' state differs"
+    launches = 2 if n <= 4096 else 1  # a free beyond one block's call takes the array path
+    assert kernels.launches == launches, (
+        f"{library}: alloc({n}) + free made {kernels.launches} CUDA kernel launches; expected {launches}"
+    )
+
+
+@rule("RADIX-606", "ERR-511")
+@LIBRARIES
+def test_a_free_of_a_strided_view_releases_the_slots_it_shows(library: str) -> None:
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+    setup = cuda_library(library)
+    fused = DeviceSlotAllocator(64, ops=setup["ops"](), kernels=setup["slot_kernels"]())
+    got = fused.alloc(8)
+    assert got is not None
+    fused.free(got[::2])
+    fused.check()
+    freed = [bool(fused.is_allocated(s)) for s in got.tolist()]
+    assert freed == [False, True] * 4, (
+        f"{library}: free(slots[::2]) left allocated flags {freed}; it must free every other slot it shows"
+    )
+
+
+@rule("CONF-901")
+def test_without_cuda_the_backends_build_no_cuda_kernels() -> None:
+    from kvref_cuda import cuda_kernels
+
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.is_available():
+        pytest.skip("CUDA is here: the kernels load")
+    for library in ("cupy", "torch"):
+        got = cuda_kernels("slot", library, "cuda:0")
+        assert got is None, f"cuda_kernels('slot', {library!r}) gave {got!r} with no CUDA device; expected None"
+
+
+@rule("CONF-901")
+def test_kvref_cuda_kernels_0_asks_for_the_array_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvref_cuda import cuda_kernels
+
+    monkeypatch.setenv("KVREF_CUDA_KERNELS", "0")
+    got = cuda_kernels("block", "cupy", "cuda:0")
+    assert got is None, f"KVREF_CUDA_KERNELS=0 still gave kernels {got!r}; the array path was asked for"
+
+
+@rule("ERR-513")
+def test_every_cuda_kernel_takes_the_parameters_its_launcher_packs() -> None:
+    import re
+
+    from kvref_cuda.source import KERNEL_NAMES, PARAMETERS, SOURCE
+
+    macro = SOURCE[SOURCE.index("#define KVREF_ENTRIES") :]
+    for name, count in PARAMETERS.items():
+        signature = re.search(rf"void {name}_##SUFFIX\(([^)]*)\)", macro)
+        assert signature is not None, f"no entry point {name}_##SUFFIX in kvref_cuda.source.SOURCE"
+        params = [p.strip().rstrip("\\").strip() for p in signature.group(1).replace("\\\n", " ").split(",")]
+        assert len(params) == count, f"{name} takes {len(params)} parameters; the launcher packs {count}"
+        wide = [p for p in params if not (p.split()[-1].startswith("*") or "*" in p or p.startswith("i64 "))]
+        assert not wide, f"{name}: parameters {wide} are not 8 bytes; the launcher passes one 8-byte slot each"
+    assert set(KERNEL_NAMES) == {f"{n}_{s}" for n in PARAMETERS for s in ("i32", "i64")}
