@@ -9,10 +9,10 @@ uses the interpreter it runs in:
 2. it installs kvref from this checkout, editable, without dependencies and without an index;
 3. it runs the conformance suite of torch and CuPy on ``cuda:0`` (results in ``results/gpu/``,
    the device named in each file; spread over processes with pytest-xdist where it is installed),
-   the CUDA tests, the fused Triton kernels of ``torch-triton`` (where Triton is installed), the
-   side-by-side pairs of ``scripts/gpu_pairs.py`` (with SGLang's allocators where
-   ``.sglang-allocators/`` holds them: ``scripts/sglang_allocators.py`` makes it) and the
-   benchmarks on ``cuda:0``.
+   the CUDA tests (``kvref_cuda``'s kernels beside the array path among them), the fused Triton
+   kernels of ``torch-triton`` (where Triton is installed), the side-by-side pairs of
+   ``scripts/gpu_pairs.py`` (with SGLang's allocators where ``.sglang-allocators/`` holds them:
+   ``scripts/sglang_allocators.py`` makes it) and the benchmarks on ``cuda:0``.
 
 Run it from the repository root: ``python scripts/gpu_check.py [--skip-bench] [-- PYTEST ARGS]``.
 It exits non-zero at the first step that fails, and with status 3 (saying why) where there is no
@@ -72,6 +72,7 @@ def main() -> int:
         run("-m", "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
             "--results", RESULTS, "--", *spread)  # fmt: skip
     run("-m", "pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
+    run("-m", "pytest", "tests/test_cuda_kernels.py", "-p", "no:cacheprovider", *spread)  # kvref_cuda's kernels
     if importlib.util.find_spec("triton") is not None:  # the fused kernels, compiled: beside the array path
         run("-m", "pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", "-p", "no:cacheprovider")
         run("-m", "kvref", "conformance", "--backend", "torch-triton", "--device", "cuda:0", "--profile", "ci",

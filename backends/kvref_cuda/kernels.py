@@ -95,7 +95,8 @@ class _Module:
 
         with cupy.cuda.Device(device):
             self.module = cupy.RawModule(code=SOURCE, options=("-std=c++17",))
-            self.functions = {name: self.module.get_function(name) for name in KERNEL_NAMES}
+            # RawModule hands out RawKernels; their .kernel is the loaded function, whose .ptr the driver takes
+            self.functions = {name: self.module.get_function(name).kernel for name in KERNEL_NAMES}
 
 
 _MODULES: dict[int, _Module] = {}
