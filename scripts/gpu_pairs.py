@@ -9,7 +9,8 @@ counts kernel launches, host-device copies and host synchronisations per pair.
 
 Implementations: kvref's oracle (host lists); the token-slot allocator's array surface
 (``create_slot_arrays``) and the block pool's (``create_block_arrays``, a request slot as holder)
-of every usable device backend (torch, torch-triton, CuPy); the block pool's list protocol
+of every usable device backend (torch, torch-triton, CuPy), the slot surface also as a scheduler
+step (``free_then_alloc``: the pair in one call); the block pool's list protocol
 (``allocate_ids``) of the device backends; and, where ``sglang.srt.mem_cache.allocator``
 imports (see ``scripts/sglang_allocators.py`` for a GPU machine), SGLang's
 ``TokenToKVPoolAllocator`` and ``PagedTokenToKVPoolAllocator`` (page 16, n >= 16).
@@ -79,6 +80,7 @@ def kvref_makers(device: str) -> dict[str, Callable[[], Pair]]:
         backend: Any = load_backend(status.name)
         if "slot-arrays" in status.capabilities:
             makers[f"kvref {status.name} slot arrays"] = slot_arrays(backend, device)
+            makers[f"kvref {status.name} slot arrays, step"] = slot_steps(backend, device)
         if "block-arrays" in status.capabilities:
             makers[f"kvref {status.name} block arrays"] = block_arrays(backend, device)
         if status.name in ("torch", "cupy"):
@@ -90,6 +92,22 @@ def slot_arrays(backend: Any, device: str) -> Callable[[], Pair]:
     def make() -> Pair:
         arrays = backend.create_slot_arrays(POOL, device=device)
         return arrays.alloc, arrays.free
+
+    return make
+
+
+def slot_steps(backend: Any, device: str) -> Callable[[], Pair]:
+    """A scheduler step's form of the pair: each ``alloc`` frees the slots the last pair handed back
+    (``free_then_alloc``, RADIX-616), so a pair is one call; the first ``alloc`` frees nothing."""
+
+    def make() -> Pair:
+        arrays = backend.create_slot_arrays(POOL, device=device)
+        returned: list[Any] = []
+
+        def alloc(n: int) -> Any:
+            return arrays.free_then_alloc(returned.pop(), n) if returned else arrays.alloc(n)
+
+        return alloc, returned.append
 
     return make
 

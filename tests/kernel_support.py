@@ -92,6 +92,39 @@ class SlotsFusedBesideArrays(RuleBasedStateMachine):
         for a in (self.fused, self.plain):
             a.free(type(self).as_input(named))
 
+    @step(
+        i=st.integers(0, 99), again=st.booleans(), extra=st.sampled_from([None, 0, -1, 10_000]), pages=st.integers(0, 5)
+    )
+    def free_then_alloc(self, i: int, again: bool, extra: int | None, pages: int) -> None:
+        """RADIX-616: the fused step beside a plain ``free`` then ``alloc`` on the array path."""
+        if not self.held:
+            return
+        named = list(self.held[i % len(self.held)])
+        if not again:
+            self.held.pop(i % len(self.held))
+        if extra is not None:
+            named.insert(len(named) // 2, extra)
+        n = pages * self.page
+        results: list[Any] = []
+
+        def two_calls() -> None:
+            self.plain.free(type(self).as_input(named))
+            results.append(self.plain.alloc(n))
+
+        errors = [outcome(lambda: results.append(self.fused.free_then_alloc(type(self).as_input(named), n)))]
+        errors.append(outcome(two_calls))
+        assert errors[0] == errors[1], (
+            f"free_then_alloc({named}, {n}): fused raised {errors[0]}, free then alloc on the array path {errors[1]}"
+        )
+        if errors[0] is None:
+            got, want = results
+            assert (got is None) == (want is None) and (got is None or got.tolist() == want.tolist()), (
+                f"free_then_alloc({named}, {n}) gave {None if got is None else got.tolist()}; free then alloc on "
+                f"the array path gave {None if want is None else want.tolist()}"
+            )
+            if got is not None:
+                self.held.append(got.tolist())
+
     @step()
     def toggle_group(self) -> None:
         for a in (self.fused, self.plain):

@@ -286,6 +286,10 @@ class SlotKernelsSpy:
         page = self.ops.asarray(np.array([1], dtype=np.int64))
         return page, page == 1
 
+    def free_then_alloc(self, **given: Any) -> Any:
+        self.launches.append(("free_then_alloc", given))
+        return self.ops.arange(given["want"] * given["page_size"])
+
 
 @rule("ERR-513", "RADIX-603", "RADIX-607")
 def test_alloc_and_free_go_to_the_fused_kernels_with_the_allocators_own_arrays(ops: ArrayOps) -> None:

@@ -139,7 +139,7 @@ def test_kvref_cuda_kernels_0_asks_for_the_array_path(monkeypatch: pytest.Monkey
 def test_every_cuda_kernel_takes_the_parameters_its_launcher_packs() -> None:
     import re
 
-    from kvref_cuda.source import KERNEL_NAMES, PARAMETERS, SOURCE
+    from kvref_cuda.source import KERNELS, PARAMETERS, SOURCE
 
     macro = SOURCE[SOURCE.index("#define KVREF_ENTRIES") :]
     for name, count in PARAMETERS.items():
@@ -149,4 +149,8 @@ def test_every_cuda_kernel_takes_the_parameters_its_launcher_packs() -> None:
         assert len(params) == count, f"{name} takes {len(params)} parameters; the launcher packs {count}"
         wide = [p for p in params if not (p.split()[-1].startswith("*") or "*" in p or p.startswith("i64 "))]
         assert not wide, f"{name}: parameters {wide} are not 8 bytes; the launcher passes one 8-byte slot each"
-    assert set(KERNEL_NAMES) == {f"{n}_{s}" for n in PARAMETERS for s in ("i32", "i64")}
+    assert set(KERNELS.values()) == set(PARAMETERS), f"kernels {sorted(KERNELS)} are not forms of {sorted(PARAMETERS)}"
+    for name in KERNELS:
+        assert f"void {name}(" in SOURCE or re.search(
+            rf"KVREF_\w+\({name.removeprefix(KERNELS[name] + '_')}\b", macro
+        ), f"kernel {name} is named by kvref_cuda.source.KERNELS but no entry macro defines it"

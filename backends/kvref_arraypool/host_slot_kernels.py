@@ -14,6 +14,7 @@ import numpy as np
 
 from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews, first_refusal
 from kvref_arraypool.ops import Array
+from kvref_arraypool.slot_errors import free_then_alloc_in_two
 
 __all__ = ["SCALAR_LIMIT", "HostSlotKernels"]
 
@@ -91,6 +92,10 @@ class HostSlotKernels(HostViews):
             self._host(ring)[(head + count + np.arange(n)) % num_pages] = kept
             rec[_RING] = count + n
         return None
+
+    def free_then_alloc(self, **call: Any) -> Array:
+        """``free`` then ``alloc``, as the two calls (RADIX-616): on the host there is no launch to save."""
+        return free_then_alloc_in_two(self, **call)
 
     def _free_few(
         self, given: list[int], st: np.ndarray, rec: np.ndarray, ring: Array, released: Array, head: int,

@@ -22,54 +22,19 @@ entries are sent to a dump slot past the end of each list, so no write depends o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, SupportsIndex
+from typing import Any, SupportsIndex
 
 import numpy as np
 
 from kvref.contract.checks import page_counts
-from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, NotHeldError, ReservedBlockError
+from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError
 from kvref.contract.validate import as_count, as_int
-from kvref_arraypool.deferred import DeviceErrorRecord, ErrorKind
+from kvref_arraypool.deferred import DeviceErrorRecord
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array, ArrayOps
+from kvref_arraypool.slot_errors import SLOT_ERRORS, SlotKernels
 
 __all__ = ["SLOT_ERRORS", "DeviceSlotAllocator", "SlotKernels"]
-
-#: The errors a device-checked ``free`` records (ERR-511), by code; RADIX-606 and RADIX-602.
-SLOT_ERRORS = {
-    1: ErrorKind("RADIX-606", BlockIdError, "is out of range"),
-    2: ErrorKind("RADIX-602", ReservedBlockError, "is in page 0, the padding page, never handed out"),
-    3: ErrorKind(
-        "RADIX-606",
-        NotHeldError,
-        "is in a page that is not allocated or was freed earlier in the open group (a double free?)",
-    ),
-}
-
-
-class SlotKernels(Protocol):
-    """Fused ``alloc`` and ``free`` for one array library and device (``kvref_torch.slot_kernels``).
-
-    Each does in one launch what the array path of :class:`DeviceSlotAllocator` does, over the
-    same arrays and record, with the same result; ``free`` handles up to ``max_free`` entries and,
-    in an open group, returns each entry's page and whether it was kept (marked); else None.
-    """
-
-    name: str
-    max_free: int
-
-    def alloc(
-        self, *, ring: Array, state: Array, version: Array, record: Array, head: int, want: int, num_pages: int,
-        page_size: int, dtype: str,
-    ) -> Array:  # fmt: skip
-        """Take ``want`` pages from ``ring`` at ``head``; the fresh slots in ``dtype``."""
-
-    def free(
-        self, *, slots: Array, state: Array, first: Array, ring: Array, released: Array, record: Array, head: int,
-        num_pages: int, page_size: int, sort: bool, group: bool,
-    ) -> tuple[Array, Array] | None:  # fmt: skip
-        """Check ``slots`` and release (or, in a group, mark) their pages; in a group, each page and kept flag."""
-
 
 _RING, _RELEASED = 0, 1  # the record's counters: the ring's length, the release list's length
 _DTYPES = ("int32", "int64")
@@ -164,14 +129,8 @@ class DeviceSlotAllocator:
         No host sync while the host floor covers the request (ERR-513); otherwise one read of the
         counters, which also raises an error a free recorded (ERR-512) before anything changes.
         """
-        n = as_count(need_size, op="alloc", arg="need_size")
+        want = self._pages(need_size, "alloc")
         ps = self.page_size
-        if n % ps:
-            raise InvalidValueError(
-                "RADIX-604",
-                f"alloc: {n} slots is not a whole number of pages of {ps}; a short allocation would lose some",
-            )
-        want = n // ps
         if want == 0:
             return self.ops.cast(self._iota[:0], self.dtype)
         if want > self._floor:
@@ -187,6 +146,17 @@ class DeviceSlotAllocator:
         slots = pages if ps == 1 else (pages[:, None] * ps + self._offsets[None, :]).reshape(-1)
         self.ops.scatter_add(self._version, slots, 1)
         return self.ops.cast(slots, self.dtype)
+
+    def _pages(self, need_size: SupportsIndex, op: str) -> int:
+        """``need_size`` slots as a number of pages; refused at once when not whole pages (RADIX-604, ERR-514)."""
+        n = as_count(need_size, op=op, arg="need_size")
+        ps = self.page_size
+        if n % ps:
+            raise InvalidValueError(
+                "RADIX-604",
+                f"{op}: {n} slots is not a whole number of pages of {ps}; a short allocation would lose some",
+            )
+        return n // ps
 
     def alloc_many(self, need_sizes: Any) -> tuple[Array, list[int]] | None:
         """A scheduler step's allocations in one call: the slots of one ``alloc(sum)`` and each
@@ -247,12 +217,21 @@ class DeviceSlotAllocator:
         is), or any sequence of ints (checked for type at once, ERR-514, then copied in). A refused
         free changes nothing; :meth:`check` raises its error.
         """
+        self._free_given(self._given(slots, "free"))
+
+    def _given(self, slots: Any, op: str) -> Array:
+        """``slots`` on this device: a device array as it is (any integer width where there are
+        kernels), anything else checked at once (ERR-514) and copied in."""
+        ops = self.ops
+        given = ops.device_ints(slots, any_width=self.kernels is not None)
+        if given is None:
+            host, _ = index_array(slots, op=op, arg="indices")
+            given = ops.asarray(host)
+        return given
+
+    def _free_given(self, given: Array) -> None:
         ops, ps = self.ops, self.page_size
         fused = self.kernels is not None
-        given = ops.device_ints(slots, any_width=fused)
-        if given is None:
-            host, _ = index_array(slots, op="free", arg="indices")
-            given = ops.asarray(host)
         m = len(given)
         if m == 0:
             return
@@ -282,6 +261,35 @@ class DeviceSlotAllocator:
         else:
             self._release(page, keep, _HELD)
         self._unconfirmed = True
+
+    def free_then_alloc(self, slots: Any, need_size: SupportsIndex) -> Array | None:
+        """A scheduler step's release and allocation in one call: ``free(slots)`` then ``alloc(need_size)`` (RADIX-616).
+
+        The same checks, record and result as the two calls; ``need_size`` is checked first (RADIX-604,
+        ERR-514), so a refused step changes nothing. Where the kernels fuse them and the host floor
+        covers the allocation (no group open, at most ``max_free`` slots freed), one launch.
+        """
+        want = self._pages(need_size, "free_then_alloc")
+        ps = self.page_size
+        given = self._given(slots, "free_then_alloc")
+        kernels = self.kernels
+        if (
+            kernels is None
+            or self._group is not None
+            or not 0 < want <= self._floor
+            or not 0 < len(given) <= kernels.max_free
+        ):
+            self._free_given(given)
+            return self.alloc(want * ps)
+        head = self._head
+        self._head = (head + want) % self.num_pages
+        self._floor -= want
+        self._unconfirmed = True
+        return kernels.free_then_alloc(
+            slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
+            record=self.record.array, version=self._version, head=head, want=want, num_pages=self.num_pages,
+            page_size=ps, sort=self.sort, dtype=self.dtype,
+        )  # fmt: skip
 
     def _release(self, pages: Array, keep: Array, state: int) -> None:
         """Release the kept entries of ``pages`` (distinct, all in ``state``), in order, to the back of a list."""

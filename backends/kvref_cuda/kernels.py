@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kvref_cuda.source import KERNEL_NAMES, MAX_CALL, MAX_THREADS, PARAMETERS, SOURCE
+from kvref_cuda.source import KERNELS, MAX_CALL, MAX_THREADS, PARAMETERS, SOURCE
 
 __all__ = ["Arrays", "CudaBlockKernels", "CudaSlotKernels", "cupy_arrays", "torch_arrays"]
 
@@ -96,7 +96,7 @@ class _Module:
         with cupy.cuda.Device(device):
             self.module = cupy.RawModule(code=SOURCE, options=("-std=c++17",))
             # RawModule hands out RawKernels; their .kernel is the loaded function, whose .ptr the driver takes
-            self.functions = {name: self.module.get_function(name).kernel for name in KERNEL_NAMES}
+            self.functions = {name: self.module.get_function(name).kernel for name in KERNELS}
 
 
 _MODULES: dict[int, _Module] = {}
@@ -154,7 +154,7 @@ class _Kernels:
     def __init__(self, arrays: Arrays) -> None:
         self.arrays = arrays
         functions = _module(arrays.device).functions
-        self._launches = {name: _Launch(f, PARAMETERS[name.rpartition("_")[0]]) for name, f in functions.items()}
+        self._launches = {name: _Launch(f, PARAMETERS[KERNELS[name]]) for name, f in functions.items()}
         #: Kernel launches made so far (the launch budget counts them).
         self.launches = 0
 
@@ -212,6 +212,22 @@ class CudaSlotKernels(_Kernels):
              at(keep), head, num_pages, page_size, int(sort), int(group)),
         )  # fmt: skip
         return (page, keep) if group else None
+
+    def free_then_alloc(
+        self, *, slots: Any, state: Any, first: Any, ring: Any, released: Any, record: Any, version: Any, head: int,
+        want: int, num_pages: int, page_size: int, sort: bool, dtype: str,
+    ) -> Any:  # fmt: skip
+        """``free`` of ``slots`` then ``alloc`` of ``want`` pages at ``head``, in one launch (RADIX-616)."""
+        arrays, at = self.arrays, self.arrays.address
+        m, n = len(slots), want * page_size
+        slots, suffix = self._ids(slots)
+        out = arrays.empty(n, dtype)
+        self._launch(
+            f"slot_free_alloc_{suffix}_{_DTYPE_SUFFIX[dtype]}", 1, _threads(max(m, n)),
+            (at(slots), m, at(state), at(first), at(ring), at(released), at(record), at(version), at(out), head, want,
+             num_pages, page_size, int(sort)),
+        )  # fmt: skip
+        return out
 
 
 class CudaBlockKernels(_Kernels):

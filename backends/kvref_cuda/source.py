@@ -13,6 +13,8 @@ kernels of ``kvref_arraypool`` do:
   call is accepted, the first occurrence of each page (an ``atomicMin`` of positions between two
   barriers) and the release to the back of the ring or release list at ``count + rank`` (a block
   scan), or in an open group the mark and the group's parts;
+* ``slot_free_alloc_*``: a scheduler step's ``free`` then ``alloc`` in one thread block, one
+  launch (RADIX-616);
 * ``block_allocate_*``: one thread block pops ``total`` blocks off the free stack for one request
   slot (:class:`kvref_arraypool.block_arrays.DeviceBlockPool`);
 * ``block_call_*``: one thread block checks and applies a ``free`` or ``acquire`` of one request
@@ -25,7 +27,7 @@ or an ``i64``), so a launch passes one buffer of 8-byte slots (:mod:`kvref_cuda.
 
 from __future__ import annotations
 
-__all__ = ["KERNEL_NAMES", "MAX_CALL", "MAX_THREADS", "PARAMETERS", "SOURCE"]
+__all__ = ["KERNELS", "MAX_CALL", "MAX_THREADS", "PARAMETERS", "SOURCE"]
 
 #: The most entries one ``slot_free`` or ``block_call`` takes (a larger call takes the array path).
 MAX_CALL = 4096
@@ -159,6 +161,27 @@ __device__ void slot_free(const T* slots, i64 m, i64* state, i64* first, i64* ri
     __syncthreads();  // every thread has read the counter
     if (threadIdx.x == 0) *counter = count + total;
 }
+
+// A scheduler step in one block (RADIX-616): free `slots` as slot_free does, then, once its checks and
+// writes are done, take `want` pages from the ring at `head` as slot_alloc does. The pages the free
+// appends lie past the ring's live part, which holds the `want` pages (the host's floor covers them).
+template <typename T, typename U>
+__device__ void slot_free_alloc(const T* slots, i64 m, i64* state, i64* first, i64* ring, i64* released,
+                                i64* rec, i64* version, U* out, i64 head, i64 want, i64 num_pages,
+                                i64 page_size, i64 sort) {
+    slot_free<T>(slots, m, state, first, ring, released, rec, nullptr, nullptr, head, num_pages, page_size,
+                 sort, 0);
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < want * page_size; i += blockDim.x) {
+        const i64 k = i / page_size, offset = i % page_size;
+        const i64 page = ring[(head + k) % num_pages];
+        if (offset == 0) state[page] = 1;
+        const i64 slot = page * page_size + offset;
+        version[slot] += 1;
+        out[i] = (U)slot;
+    }
+    if (threadIdx.x == 0) rec[6] -= want;
+}
 """
 
 _BLOCK = r"""
@@ -255,17 +278,29 @@ extern "C" __global__ void block_call_##SUFFIX(const T* ids, i64 m, i64 num_bloc
     block_call<T>(ids, m, num_blocks, ref, bits, reserved, first, stack, rec, words, word, bit, is_free); }
 KVREF_ENTRIES(i32, int)
 KVREF_ENTRIES(i64, long long)
+
+#define KVREF_STEP(SUFFIX, T, U)                                                                          \
+extern "C" __global__ void slot_free_alloc_##SUFFIX(const T* slots, i64 m, i64* state, i64* first,        \
+        i64* ring, i64* released, i64* rec, i64* version, U* out, i64 head, i64 want, i64 num_pages,       \
+        i64 page_size, i64 sort) {                                                                          \
+    slot_free_alloc<T, U>(slots, m, state, first, ring, released, rec, version, out, head, want,           \
+                          num_pages, page_size, sort); }
+KVREF_STEP(i32_i32, int, int)
+KVREF_STEP(i32_i64, int, long long)
+KVREF_STEP(i64_i32, long long, int)
+KVREF_STEP(i64_i64, long long, long long)
 """
 
 #: The whole translation unit, compiled once per device by NVRTC (CuPy's ``RawModule``).
 SOURCE = _COMMON + _SLOT + _BLOCK + _ENTRY
 
 #: How many parameters each kernel takes (every one 8 bytes).
-PARAMETERS = {"slot_alloc": 9, "slot_free": 14, "block_allocate": 10, "block_call": 13}
+PARAMETERS = {"slot_alloc": 9, "slot_free": 14, "slot_free_alloc": 14, "block_allocate": 10, "block_call": 13}
 
-#: The kernels :data:`SOURCE` defines, per ids dtype.
-KERNEL_NAMES = tuple(
-    f"{kernel}_{suffix}"
-    for kernel in ("slot_alloc", "slot_free", "block_allocate", "block_call")
-    for suffix in ("i32", "i64")
-)
+_SUFFIXES = ("i32", "i64")
+#: Each kernel :data:`SOURCE` defines and the kernel it is a form of: one per ids dtype, and for
+#: ``slot_free_alloc`` one per pair of the freed ids' dtype and the output's.
+KERNELS = {
+    **{f"{base}_{s}": base for base in ("slot_alloc", "slot_free", "block_allocate", "block_call") for s in _SUFFIXES},
+    **{f"slot_free_alloc_{a}_{b}": "slot_free_alloc" for a in _SUFFIXES for b in _SUFFIXES},
+}

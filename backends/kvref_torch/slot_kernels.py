@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from kvref_arraypool.slot_errors import free_then_alloc_in_two
 
 from kvref_torch.launching import Launcher
 from kvref_torch.record_kernels import note_first_error
@@ -159,3 +160,7 @@ class TritonSlotKernels:
         )  # fmt: skip
         self.launches += 1
         return (page, keep) if group else None
+
+    def free_then_alloc(self, **call: Any) -> Any:
+        """``free`` then ``alloc``, as the two launches they are here (RADIX-616; ``kvref_cuda`` fuses them)."""
+        return free_then_alloc_in_two(self, **call)

@@ -124,6 +124,52 @@ class SlotArraysSuite(ConformanceSuite):
         )
         assert a.alloc_many([2, 2]) is None and a.available_size() == 3, "[RADIX-612] a step that does not fit"
 
+    @rule("RADIX-616", "ERR-511")
+    @pytest.mark.parametrize("sort", [True, False])
+    def test_a_step_frees_then_allocates_as_the_two_calls_would(self, impl: Target, sort: bool) -> None:
+        step, two = arrays(impl, 8, sort=sort), arrays(impl, 8, sort=sort)
+        held = [host(a.alloc(4)) for a in (step, two)]
+        got = step.free_then_alloc(held[0][:2], 3)
+        two.free(held[1][:2])
+        want = two.alloc(3)
+        assert got is not None and want is not None and host(got) == host(want), (
+            f"[RADIX-616] free_then_alloc({held[0][:2]}, 3) gave {None if got is None else host(got)}; "
+            f"free then alloc gave {None if want is None else host(want)}"
+        )
+        bad = step.free_then_alloc([held[0][0]], 1)  # a double free: recorded, the allocation still made
+        two.free([held[1][0]])
+        again = two.alloc(1)
+        assert bad is not None and again is not None and host(bad) == host(again), (
+            f"[RADIX-616] after a double free the step gave {None if bad is None else host(bad)}, the two calls "
+            f"{None if again is None else host(again)}"
+        )
+        errors = [raised(a.check) for a in (step, two)]
+        assert errors[0] is not None and errors[1] is not None and errors[0].rule == errors[1].rule == "RADIX-606", (
+            f"[RADIX-616] check() after the double free raised {errors[0]!r} for the step, {errors[1]!r} for the "
+            "two calls; both must raise RADIX-606"
+        )
+        assert step.available_size() == two.available_size(), (
+            f"[RADIX-616] available_size {step.available_size()} after the steps, {two.available_size()} after "
+            "the two calls"
+        )
+
+    @rule("RADIX-616", "ERR-514")
+    def test_a_step_refused_at_once_frees_nothing(self, impl: Target) -> None:
+        a = arrays(impl, 8, page_size=2)
+        ids = host(a.alloc(4))
+        for what, call in [
+            ("a misaligned allocation", lambda: a.free_then_alloc(ids, 3)),
+            ("slots of floats", lambda: a.free_then_alloc([1.5], 2)),
+        ]:
+            exc = raised(call)
+            assert isinstance(exc, InvalidValueError | InvalidTypeError), (
+                f"[RADIX-616] free_then_alloc with {what} raised {exc!r} at once; expected a refusal"
+            )
+        a.check()
+        assert a.available_size() == 4, (
+            f"[RADIX-616] refused steps changed available_size to {a.available_size()}; they must free nothing"
+        )
+
     @rule("ERR-514")
     def test_what_the_host_can_decide_is_raised_at_once(self, impl: Target) -> None:
         a = arrays(impl, 8, page_size=2)
