@@ -1,10 +1,12 @@
 """The CUDA C kernels of ``kvref_cuda`` do exactly what the array paths do, in one launch a call.
 
-On a CUDA device the machines of ``tests/kernel_support.py`` drive two allocators side by side,
-one with :class:`~kvref_cuda.kernels.CudaSlotKernels` (or :class:`~kvref_cuda.kernels.CudaBlockKernels`)
-and one without, on CuPy arrays and on torch tensors, and compare the state both keep and the error
-each check raises after every step. Without CUDA those skip, and what remains checks how a backend
-falls back to the array path. Every surface also reads ids given as a strided view by value.
+The machines of ``tests/kernel_support.py`` drive two allocators side by side, one with
+:class:`~kvref_cuda.kernels.CudaSlotKernels` (or :class:`~kvref_cuda.kernels.CudaBlockKernels`)
+and one without, and compare the state both keep and the error each check raises after every
+step: on a CUDA device on CuPy arrays and on torch tensors, and anywhere a C++20 compiler is found
+on NumPy arrays with the kernels' CUDA C run as threads on the CPU (``tests/cuda_emulation.py``),
+the very launches ``kvref_cuda`` packs. What else runs without CUDA checks how a backend falls
+back to the array path. Every surface also reads ids given as a strided view by value.
 """
 
 from __future__ import annotations
@@ -22,7 +24,23 @@ rule = pytest.mark.rule
 
 
 def cuda_library(library: str) -> dict[str, Any]:
-    """What the machines need for ``library``'s arrays on ``cuda:0``; a skip without CUDA there."""
+    """What the machines need for ``library``'s arrays on ``cuda:0``, or for ``"emulated"`` (NumPy arrays,
+    the kernels run as threads on the CPU: ``tests/cuda_emulation.py``); a skip where they cannot run."""
+    if library == "emulated":
+        from kvref_arraypool.ops import NumpyLikeOps
+
+        from tests.cuda_emulation import emulated
+
+        emulated("slot")  # skips here where no compiler builds the emulation
+        as_array: Any = lambda named, dtype="int32": np.array(named, dtype=dtype)  # noqa: E731
+        return {
+            "ops": staticmethod(lambda: NumpyLikeOps(np, device="host", is_device=False)),
+            "slot_kernels": staticmethod(lambda: emulated("slot")),
+            "block_kernels": staticmethod(lambda: emulated("block")),
+            "as_input": staticmethod(as_array),
+            "as_ids": staticmethod(as_array),
+            "as_slots": staticmethod(lambda n, slot: as_array([slot] * n, "int64")),
+        }
     cupy = pytest.importorskip("cupy")
     if not cupy.cuda.is_available():
         pytest.skip("the CUDA kernels need a CUDA device (CuPy sees none here)")
@@ -51,7 +69,7 @@ def cuda_library(library: str) -> dict[str, Any]:
     }
 
 
-LIBRARIES = pytest.mark.parametrize("library", ["cupy", "torch"])
+LIBRARIES = pytest.mark.parametrize("library", ["cupy", "torch", "emulated"])
 
 
 @rule("ERR-511", "ERR-512", "ERR-513", "RADIX-606", "RADIX-607", "RADIX-610")
