@@ -115,6 +115,32 @@ def test_an_alloc_and_free_of_n_slots_take_one_launch_each_and_match_the_array_p
     )
 
 
+@rule("RADIX-616", "ERR-513")
+@pytest.mark.parametrize("n", [1, 4096])
+@LIBRARIES
+def test_a_step_of_n_slots_is_one_launch_and_matches_free_then_alloc(library: str, n: int) -> None:
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+    setup = cuda_library(library)
+    kernels = setup["slot_kernels"]()
+    fused = DeviceSlotAllocator(3 * n, ops=setup["ops"](), kernels=kernels, sort=False)
+    plain = DeviceSlotAllocator(3 * n, ops=setup["ops"](), sort=False)
+    a, b = fused.alloc(n), plain.alloc(n)
+    assert a is not None and b is not None
+    before = kernels.launches
+    got = fused.free_then_alloc(a, n)
+    plain.free(b)
+    want = plain.alloc(n)
+    assert got is not None and want is not None and got.tolist() == want.tolist(), (
+        f"{library}: free_then_alloc of {n} slots handed out other slots than free then alloc on the array path"
+    )
+    assert kernels.launches - before == 1, (
+        f"{library}: free_then_alloc of {n} slots made {kernels.launches - before} launches; the fused step makes 1"
+    )
+    fused.check()
+    assert fused.snapshot() == plain.snapshot(), f"{library}: after a step of {n} slots the kernels' state differs"
+
+
 @rule("RADIX-606", "ERR-511")
 @LIBRARIES
 def test_a_free_of_a_strided_view_releases_the_slots_it_shows(library: str) -> None:
