@@ -44,6 +44,7 @@ static std::barrier<>* kvref_block_barrier;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(threads)
 #define __shared__ static
 inline void __syncthreads() { kvref_block_barrier->arrive_and_wait(); }
 inline long long min(long long a, long long b) { return a < b ? a : b; }

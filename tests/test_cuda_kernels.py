@@ -187,7 +187,7 @@ def test_every_cuda_kernel_takes_the_parameters_its_launcher_packs() -> None:
 
     macro = SOURCE[SOURCE.index("#define KVREF_ENTRIES") :]
     for name, count in PARAMETERS.items():
-        signature = re.search(rf"void {name}_##SUFFIX\(([^)]*)\)", macro)
+        signature = re.search(rf"void (?:KVREF_ONE_BLOCK )?{name}_##SUFFIX\(([^)]*)\)", macro)
         assert signature is not None, f"no entry point {name}_##SUFFIX in kvref_cuda.source.SOURCE"
         params = [p.strip().rstrip("\\").strip() for p in signature.group(1).replace("\\\n", " ").split(",")]
         assert len(params) == count, f"{name} takes {len(params)} parameters; the launcher packs {count}"
@@ -198,3 +198,103 @@ def test_every_cuda_kernel_takes_the_parameters_its_launcher_packs() -> None:
         assert f"void {name}(" in SOURCE or re.search(
             rf"KVREF_\w+\({name.removeprefix(KERNELS[name] + '_')}\b", macro
         ), f"kernel {name} is named by kvref_cuda.source.KERNELS but no entry macro defines it"
+
+
+def same(got: Any, want: Any) -> bool:
+    """Whether two allocations' results agree: both None, or the same ids."""
+    if got is None or want is None:
+        return got is None and want is None
+    return bool(got.tolist() == want.tolist())
+
+
+def outcome(call: Any) -> tuple[str, str | None] | None:
+    """What ``call`` raised (class and rule), or None."""
+    try:
+        call()
+    except Exception as exc:  # the comparison is the point: any error must be the same on both sides
+        return type(exc).__name__, getattr(exc, "rule", None)
+    return None
+
+
+@rule("ERR-511", "ERR-512", "RADIX-606", "RADIX-607", "RADIX-610", "RADIX-616")
+@pytest.mark.parametrize(("page", "sort"), [(1, False), (4, True)])
+@LIBRARIES
+def test_calls_of_thousands_of_slots_agree_with_the_array_path(library: str, page: int, sort: bool) -> None:
+    """Calls of 1,000-4,096 entries: each thread a run of several, the scan across warps, duplicate
+    pages, an offending entry near the end, a group, the ring wrapping (sort off)."""
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+    setup = cuda_library(library)
+    make = setup["ops"]
+    fused = DeviceSlotAllocator(6000 * page, ops=make(), page_size=page, sort=sort, kernels=setup["slot_kernels"]())
+    plain = DeviceSlotAllocator(6000 * page, ops=make(), page_size=page, sort=sort)
+    rng = np.random.default_rng(616)
+    held: list[list[int]] = []
+    for call in range(14):
+        kind = ["alloc", "alloc", "free", "bad", "step", "group"][call % 6] if held else "alloc"
+        n = int(rng.integers(250, 1024)) * page
+        if kind == "alloc":
+            got, want = fused.alloc(n), plain.alloc(n)
+            assert same(got, want), (
+                f"{library}: call {call}, alloc({n}) differs between the CUDA kernels and the array path"
+            )
+            if got is not None:
+                held.append(got.tolist())
+            continue
+        named = held.pop(int(rng.integers(len(held))))
+        if kind == "bad":
+            named = [*named, named[0], -1] if len(named) < 4000 else [*named[:-2], named[0], -1]
+        if kind == "step":
+            got = fused.free_then_alloc(setup["as_input"](named), n)
+            plain.free(setup["as_input"](named))
+            want = plain.alloc(n)
+            assert same(got, want), (
+                f"{library}: call {call}, free_then_alloc of {len(named)} slots and {n} differs from free then alloc"
+            )
+            if got is not None:
+                held.append(got.tolist())
+        else:
+            for a in (fused, plain):
+                if kind == "group":
+                    a.free_group_begin()
+                a.free(setup["as_input"](named))
+                if kind == "group":
+                    a.free(setup["as_input"](named[: len(named) // 2]))  # again in the group: refused
+                    a.free_group_end()
+        errors = outcome(fused.check), outcome(plain.check)
+        assert errors[0] == errors[1], (
+            f"{library}: call {call} ({kind}): check() raised {errors[0]}, expected {errors[1]}"
+        )
+        assert fused.snapshot() == plain.snapshot(), f"{library}: after call {call} ({kind}) the kernels' state differs"
+    launches = getattr(fused.kernels, "launches", 0)
+    assert launches >= 10, f"{library}: the calls made {launches} CUDA kernel launches; they did not reach the kernels"
+
+
+@rule("ERR-511", "ERR-512", "ERR-518", "ERR-519")
+@LIBRARIES
+def test_block_calls_of_thousands_of_entries_agree_with_the_array_path(library: str) -> None:
+    from kvref_arraypool.block_arrays import DeviceBlockPool
+
+    setup = cuda_library(library)
+    fused = DeviceBlockPool(9000, ops=setup["ops"](), max_requests=64, kernels=setup["block_kernels"]())
+    plain = DeviceBlockPool(9000, ops=setup["ops"](), max_requests=64)
+    got, want = fused.allocate([4000], [5])[0], plain.allocate([4000], [5])[0]
+    assert got.tolist() == want.tolist(), f"{library}: allocate([4000], [5]) differs from the array path"
+    ids = got.tolist()
+    calls = [
+        ("acquire", ids[:3000], 6),
+        ("free", [*ids[:2000], ids[10]], 5),  # a pair named twice, at the end: refused
+        ("acquire", [*ids[2000:2100], 9000], 7),  # out of range at the end: refused
+        ("free", ids[:2000], 5),
+        ("free", ids[:3000], 6),  # blocks 0..1999 reach zero and go back to the stack
+    ]
+    for op, named, slot in calls:
+        for pool in (fused, plain):
+            getattr(pool, op)(setup["as_ids"](named), slot)
+        errors = outcome(fused.check), outcome(plain.check)
+        assert errors[0] == errors[1], (
+            f"{library}: {op} of {len(named)} by {slot}: check() raised {errors[0]}, expected {errors[1]}"
+        )
+        assert fused.snapshot() == plain.snapshot(), (
+            f"{library}: after {op} of {len(named)} by {slot} the state differs"
+        )

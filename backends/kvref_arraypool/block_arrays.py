@@ -179,11 +179,12 @@ class DeviceBlockPool:
             return ops.cast(self._iota[:0], self.dtype), offsets
         one = len(set(owners)) == 1
         if self.kernels is not None and one:
-            self._floor -= total
-            return self.kernels.allocate(
+            got = self.kernels.allocate(
                 stack=self._stack, ref=self._ref, gen=self._gen, bits=self._bits, record=self.record.array,
                 total=total, words=self._words, slot=owners[0], dtype=self.dtype,
-            ), offsets  # fmt: skip
+            )  # fmt: skip
+            self._floor -= total  # once the launch is made: a launch that raises leaves the count as it was
+            return got, offsets
         counter = self.record.counter(_STACK)
         ids = self._stack[counter - 1 - self._iota[:total]]
         counter -= total  # in place: the counter is a view into the record's array
@@ -276,11 +277,11 @@ class DeviceBlockPool:
         if not 0 < len(ids) <= kernels.max_call:
             return False
         slot = self.request_slot(slots, op)
-        self._names.add(op)
         kernels.call(
             ids=ids, ref=self._ref, bits=self._bits, reserved=self._reserved, first=self._last, stack=self._stack,
             record=self.record.array, num_blocks=self.num_blocks, words=self._words, slot=slot, free=op == "free",
         )  # fmt: skip
+        self._names.add(op)
         return True
 
     def _pairs(self, block_ids: Any, slots: Any, op: str) -> tuple[Any, ...] | None:

@@ -172,12 +172,18 @@ class DeviceSlotAllocator:
 
     def _alloc_fused(self, kernels: SlotKernels, want: int) -> Array:
         head = self._head
-        self._head = (head + want) % self.num_pages
-        self._floor -= want
-        return kernels.alloc(
+        got = kernels.alloc(
             ring=self._ring, state=self._state, version=self._version, record=self.record.array, head=head,
             want=want, num_pages=self.num_pages, page_size=self.page_size, dtype=self.dtype,
         )  # fmt: skip
+        self._moved(head, want)
+        return got
+
+    def _moved(self, head: int, want: int) -> None:
+        """The host's head and floor past ``want`` pages taken at ``head``, once the launch that takes
+        them is made (a launch that raises leaves the host's counts as they were)."""
+        self._head = (head + want) % self.num_pages
+        self._floor -= want
 
     def _pop(self, want: int) -> Array:
         """The first ``want`` pages of the ring (the floor covers them); the head and counts move past them."""
@@ -282,14 +288,14 @@ class DeviceSlotAllocator:
             self._free_given(given)
             return self.alloc(want * ps)
         head = self._head
-        self._head = (head + want) % self.num_pages
-        self._floor -= want
-        self._unconfirmed = True
-        return kernels.free_then_alloc(
+        got = kernels.free_then_alloc(
             slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
             record=self.record.array, version=self._version, head=head, want=want, num_pages=self.num_pages,
             page_size=ps, sort=self.sort, dtype=self.dtype,
         )  # fmt: skip
+        self._moved(head, want)
+        self._unconfirmed = True
+        return got
 
     def _release(self, pages: Array, keep: Array, state: int) -> None:
         """Release the kept entries of ``pages`` (distinct, all in ``state``), in order, to the back of a list."""

@@ -3,7 +3,7 @@
 :func:`cuda_kernels` gives a CUDA build of a backend (``cupy``, or ``torch`` where CuPy is
 installed) the slot or block kernels for its arrays on ``cuda:N``, or None where they cannot run
 there (the array path then does the same work in many launches). ``KVREF_CUDA_KERNELS=0`` asks for
-the array path, to compare the two.
+the array path, to compare the two (``0``, ``false``, ``no`` or ``off``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from kvref_cuda.kernels import CudaBlockKernels, CudaSlotKernels, cupy_arrays, t
 
 __all__ = ["CudaBlockKernels", "CudaSlotKernels", "cuda_kernels"]
 
+_OFF = ("0", "", "false", "no", "off")
+#: Devices where the kernels failed to load, and why (said once, then the array path quietly).
+_FAILED: dict[str, str] = {}
+
 
 def cuda_kernels(
     surface: Literal["slot", "block"], library: Literal["cupy", "torch"], device: str
@@ -23,9 +27,11 @@ def cuda_kernels(
     """The fused kernels of ``surface`` for ``library``'s arrays on ``device`` (``cuda:N``), compiled now.
 
     None where ``KVREF_CUDA_KERNELS=0``, where CuPy sees no CUDA device, or (with a warning that
-    says why) where the kernels fail to compile or load.
+    says why, once per device and process) where the kernels fail to compile or load.
     """
-    if os.environ.get("KVREF_CUDA_KERNELS", "1") in ("0", ""):
+    if os.environ.get("KVREF_CUDA_KERNELS", "1").strip().lower() in _OFF:
+        return None
+    if device in _FAILED:  # said once already
         return None
     index = int(device.partition(":")[2] or 0)
     try:
@@ -38,9 +44,10 @@ def cuda_kernels(
     except ImportError:
         return None
     except Exception as exc:  # NVRTC missing, a driver too old for the CUDA build: the array path
+        _FAILED[device] = f"{type(exc).__name__}: {exc}"
         warnings.warn(
-            f"kvref: the CUDA kernels do not load on {device} ({type(exc).__name__}: {exc}); "
-            "the array path runs instead (many launches a call)",
+            f"kvref: the CUDA kernels do not load on {device} ({_FAILED[device]}); the array path runs "
+            "instead (many launches a call) in this process",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -49,17 +49,35 @@ class Arrays:
 
 
 def cupy_arrays(device: int) -> Arrays:
-    """CuPy arrays on CUDA device ``device``, launched on CuPy's current stream."""
+    """CuPy arrays on CUDA device ``device``, launched on CuPy's current stream there.
+
+    What the kernels make (outputs, widened or dense copies) is made on ``device`` whatever device
+    is current, and ids that live on another device are copied over first: a kernel on one GPU
+    must never be handed another GPU's address.
+    """
     import cupy
+
+    current = cupy.cuda.runtime.getDevice
+
+    def here(make: Callable[[], Any]) -> Any:
+        if current() == device:
+            return make()
+        with cupy.cuda.Device(device):
+            return make()
+
+    def dense(a: Any) -> Any:
+        if a.flags.c_contiguous and a.device.id == device:
+            return a
+        return here(a.copy)  # a copy is made on the current device, C-ordered
 
     return Arrays(
         device=device,
         address=lambda a: a.data.ptr,
-        empty=lambda n, dtype: cupy.empty(n, dtype=dtype),
+        empty=lambda n, dtype: here(lambda: cupy.empty(n, dtype=dtype)),
         suffixes={cupy.dtype(cupy.int32): "i32", cupy.dtype(cupy.int64): "i64"},
-        widen=lambda a: a.astype(cupy.int64),
-        contiguous=lambda a: a if a.flags.c_contiguous else cupy.ascontiguousarray(a),
-        stream=lambda: cupy.cuda.get_current_stream().ptr,
+        widen=lambda a: here(lambda: a.astype(cupy.int64)),
+        contiguous=dense,
+        stream=lambda: here(lambda: cupy.cuda.get_current_stream().ptr),
     )
 
 
@@ -116,7 +134,8 @@ class _Launch:
     launch itself on an H100 (8.7 us a call of two arguments). Here the kernel's arguments (every
     parameter is 8 bytes: an address or an ``i64``) are written into a NumPy buffer whose slots'
     addresses the driver reads; ``cuLaunchKernel`` copies them at the launch, so the buffer is
-    reused at once.
+    reused at once. One buffer per kernels object, and so per allocator or pool: like them, it is
+    for one thread at a time.
     """
 
     def __init__(self, function: Any, count: int) -> None:
@@ -185,6 +204,8 @@ class CudaSlotKernels(_Kernels):
         arrays, at = self.arrays, self.arrays.address
         n = want * page_size
         out = arrays.empty(n, dtype)
+        if n == 0:  # a grid of no blocks is not a launch the driver takes
+            return out
         threads = min(256, _threads(n))
         self._launch(
             f"slot_alloc_{_DTYPE_SUFFIX[dtype]}", (n + threads - 1) // threads, threads,
@@ -241,6 +262,8 @@ class CudaBlockKernels(_Kernels):
         """Pop ``total`` blocks for request slot ``slot``; the fresh ids in ``dtype``."""
         arrays, at = self.arrays, self.arrays.address
         out = arrays.empty(total, dtype)
+        if total == 0:
+            return out
         self._launch(
             f"block_allocate_{_DTYPE_SUFFIX[dtype]}", 1, _threads(total),
             (at(stack), at(ref), at(gen), at(bits), at(record), at(out), total, words,

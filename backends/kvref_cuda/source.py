@@ -36,7 +36,7 @@ MAX_THREADS = 1024
 
 _COMMON = r"""
 typedef long long i64;
-#define KVREF_MAX_THREADS 1024
+#define KVREF_MAX_THREADS @MAX_THREADS@
 
 // The exclusive prefix sum of `value` over the block's threads, in thread order; `total` gets the sum.
 __device__ i64 kvref_scan(i64 value, i64* total) {
@@ -260,30 +260,32 @@ __device__ void block_call(const T* ids, i64 m, i64 num_blocks, i64* ref, i64* b
 """
 
 _ENTRY = r"""
-#define KVREF_ENTRIES(SUFFIX, T)                                                                           \
-extern "C" __global__ void slot_alloc_##SUFFIX(const i64* ring, i64* state, i64* version, i64* rec, T* out, \
-        i64 head, i64 want, i64 num_pages, i64 page_size) {                                                \
-    slot_alloc<T>(ring, state, version, rec, out, head, want, num_pages, page_size); }                     \
-extern "C" __global__ void slot_free_##SUFFIX(const T* slots, i64 m, i64* state, i64* first, i64* ring,    \
-        i64* released, i64* rec, i64* page_out, bool* keep_out, i64 head, i64 num_pages, i64 page_size,    \
-        i64 sort, i64 group) {                                                                              \
-    slot_free<T>(slots, m, state, first, ring, released, rec, page_out, keep_out, head, num_pages,         \
-                 page_size, sort, group); }                                                                 \
-extern "C" __global__ void block_allocate_##SUFFIX(const i64* stack, i64* ref, i64* gen, i64* bits,        \
-        i64* rec, T* out, i64 total, i64 words, i64 word, i64 bit) {                                        \
-    block_allocate<T>(stack, ref, gen, bits, rec, out, total, words, word, bit); }                          \
-extern "C" __global__ void block_call_##SUFFIX(const T* ids, i64 m, i64 num_blocks, i64* ref, i64* bits,   \
-        const bool* reserved, i64* first, i64* stack, i64* rec, i64 words, i64 word, i64 bit,              \
-        i64 is_free) {                                                                                      \
+// The entry points; the one-block kernels are compiled for a whole block's threads.
+#define KVREF_ONE_BLOCK __launch_bounds__(KVREF_MAX_THREADS)
+#define KVREF_ENTRIES(SUFFIX, T)                                                                        \
+extern "C" __global__ void slot_alloc_##SUFFIX(const i64* ring, i64* state, i64* version, i64* rec,     \
+        T* out, i64 head, i64 want, i64 num_pages, i64 page_size) {                                     \
+    slot_alloc<T>(ring, state, version, rec, out, head, want, num_pages, page_size); }                  \
+extern "C" __global__ void KVREF_ONE_BLOCK slot_free_##SUFFIX(const T* slots, i64 m, i64* state,        \
+        i64* first, i64* ring, i64* released, i64* rec, i64* page_out, bool* keep_out, i64 head,        \
+        i64 num_pages, i64 page_size, i64 sort, i64 group) {                                            \
+    slot_free<T>(slots, m, state, first, ring, released, rec, page_out, keep_out, head, num_pages,      \
+                 page_size, sort, group); }                                                              \
+extern "C" __global__ void KVREF_ONE_BLOCK block_allocate_##SUFFIX(const i64* stack, i64* ref,          \
+        i64* gen, i64* bits, i64* rec, T* out, i64 total, i64 words, i64 word, i64 bit) {               \
+    block_allocate<T>(stack, ref, gen, bits, rec, out, total, words, word, bit); }                       \
+extern "C" __global__ void KVREF_ONE_BLOCK block_call_##SUFFIX(const T* ids, i64 m, i64 num_blocks,     \
+        i64* ref, i64* bits, const bool* reserved, i64* first, i64* stack, i64* rec, i64 words,         \
+        i64 word, i64 bit, i64 is_free) {                                                               \
     block_call<T>(ids, m, num_blocks, ref, bits, reserved, first, stack, rec, words, word, bit, is_free); }
 KVREF_ENTRIES(i32, int)
 KVREF_ENTRIES(i64, long long)
 
-#define KVREF_STEP(SUFFIX, T, U)                                                                          \
-extern "C" __global__ void slot_free_alloc_##SUFFIX(const T* slots, i64 m, i64* state, i64* first,        \
-        i64* ring, i64* released, i64* rec, i64* version, U* out, i64 head, i64 want, i64 num_pages,       \
-        i64 page_size, i64 sort) {                                                                          \
-    slot_free_alloc<T, U>(slots, m, state, first, ring, released, rec, version, out, head, want,           \
+#define KVREF_STEP(SUFFIX, T, U)                                                                        \
+extern "C" __global__ void KVREF_ONE_BLOCK slot_free_alloc_##SUFFIX(const T* slots, i64 m, i64* state,  \
+        i64* first, i64* ring, i64* released, i64* rec, i64* version, U* out, i64 head, i64 want,       \
+        i64 num_pages, i64 page_size, i64 sort) {                                                       \
+    slot_free_alloc<T, U>(slots, m, state, first, ring, released, rec, version, out, head, want,         \
                           num_pages, page_size, sort); }
 KVREF_STEP(i32_i32, int, int)
 KVREF_STEP(i32_i64, int, long long)
@@ -291,8 +293,9 @@ KVREF_STEP(i64_i32, long long, int)
 KVREF_STEP(i64_i64, long long, long long)
 """
 
-#: The whole translation unit, compiled once per device by NVRTC (CuPy's ``RawModule``).
-SOURCE = _COMMON + _SLOT + _BLOCK + _ENTRY
+#: The whole translation unit, compiled once per device by NVRTC (CuPy's ``RawModule``). The one-block
+#: kernels are compiled for :data:`MAX_THREADS` threads (``__launch_bounds__``), the size of their scan.
+SOURCE = (_COMMON + _SLOT + _BLOCK + _ENTRY).replace("@MAX_THREADS@", str(MAX_THREADS))
 
 #: How many parameters each kernel takes (every one 8 bytes).
 PARAMETERS = {"slot_alloc": 9, "slot_free": 14, "slot_free_alloc": 14, "block_allocate": 10, "block_call": 13}
