@@ -87,12 +87,12 @@ def torch_arrays(device: int) -> Arrays:
 
     where = torch.device("cuda", device)
     dtypes = {"int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
-    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's launcher reads
+    raw_stream = _raw_stream_reader()
 
     def stream() -> int:
         if raw_stream is not None:
             return int(raw_stream(device))
-        return int(torch.cuda.current_stream(where).cuda_stream)  # pragma: no cover - older torch
+        return int(torch.cuda.current_stream(where).cuda_stream)
 
     return Arrays(
         device=device,
@@ -103,6 +103,19 @@ def torch_arrays(device: int) -> Arrays:
         contiguous=lambda t: t if t.is_contiguous() else t.contiguous(),
         stream=stream,
     )
+
+
+def _raw_stream_reader() -> Callable[[int], int] | None:
+    """torch's current stream on a device as a driver handle, read the way Triton's launcher reads
+    it (its public driver API: no ``torch.cuda.Stream`` object made a launch), where Triton is
+    installed; else None, and torch's public ``current_stream`` is asked each time."""
+    try:
+        from triton.runtime.driver import driver
+
+        reader: Callable[[int], int] = driver.active.get_current_stream
+    except Exception:  # no Triton, or no CUDA driver it can use
+        return None
+    return reader
 
 
 class _Module:
