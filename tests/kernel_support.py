@@ -82,28 +82,31 @@ class SlotsFusedBesideArrays(RuleBasedStateMachine):
 
     @step(i=st.integers(0, 99), again=st.booleans(), extra=st.sampled_from([None, 0, -1, 10_000]))
     def free(self, i: int, again: bool, extra: int | None) -> None:
-        if not self.held:
+        named = self._named(i, again, extra)
+        if named is None:
             return
+        for a in (self.fused, self.plain):
+            a.free(type(self).as_input(named))
+
+    def _named(self, i: int, again: bool, extra: int | None) -> list[int] | None:
+        """Held allocation ``i``'s slots (still held when ``again``), ``extra`` in the middle; None if none is held."""
+        if not self.held:
+            return None
         named = list(self.held[i % len(self.held)])
         if not again:
             self.held.pop(i % len(self.held))
         if extra is not None:
             named.insert(len(named) // 2, extra)
-        for a in (self.fused, self.plain):
-            a.free(type(self).as_input(named))
+        return named
 
     @step(
         i=st.integers(0, 99), again=st.booleans(), extra=st.sampled_from([None, 0, -1, 10_000]), pages=st.integers(0, 5)
     )
     def free_then_alloc(self, i: int, again: bool, extra: int | None, pages: int) -> None:
         """RADIX-616: the fused step beside a plain ``free`` then ``alloc`` on the array path."""
-        if not self.held:
+        named = self._named(i, again, extra)
+        if named is None:
             return
-        named = list(self.held[i % len(self.held)])
-        if not again:
-            self.held.pop(i % len(self.held))
-        if extra is not None:
-            named.insert(len(named) // 2, extra)
         n = pages * self.page
         results: list[Any] = []
 

@@ -93,18 +93,24 @@ __device__ __forceinline__ i64 kvref_page(i64 s, i64 top, i64 page_size) {
     return (s < 0 || s >= top) ? 0 : s / page_size;
 }
 
+// Slot i of an allocation of pages from the ring at `head`: its page marked held (by the page's
+// first slot), its version bumped, written to the output.
+template <typename T>
+__device__ __forceinline__ void kvref_take(const i64* ring, i64* state, i64* version, T* out, i64 head, i64 i,
+                                           i64 num_pages, i64 page_size) {
+    const i64 k = i / page_size, offset = i % page_size;
+    const i64 page = ring[(head + k) % num_pages];
+    if (offset == 0) state[page] = 1;
+    const i64 slot = page * page_size + offset;
+    version[slot] += 1;
+    out[i] = (T)slot;
+}
+
 template <typename T>
 __device__ void slot_alloc(const i64* ring, i64* state, i64* version, i64* rec, T* out,
                            i64 head, i64 want, i64 num_pages, i64 page_size) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < want * page_size) {
-        const i64 k = i / page_size, offset = i % page_size;
-        const i64 page = ring[(head + k) % num_pages];
-        if (offset == 0) state[page] = 1;
-        const i64 slot = page * page_size + offset;
-        version[slot] += 1;
-        out[i] = (T)slot;
-    }
+    if (i < want * page_size) kvref_take<T>(ring, state, version, out, head, i, num_pages, page_size);
     if (i == 0) rec[6] -= want;
 }
 
@@ -172,14 +178,8 @@ __device__ void slot_free_alloc(const T* slots, i64 m, i64* state, i64* first, i
     slot_free<T>(slots, m, state, first, ring, released, rec, nullptr, nullptr, head, num_pages, page_size,
                  sort, 0);
     __syncthreads();
-    for (i64 i = threadIdx.x; i < want * page_size; i += blockDim.x) {
-        const i64 k = i / page_size, offset = i % page_size;
-        const i64 page = ring[(head + k) % num_pages];
-        if (offset == 0) state[page] = 1;
-        const i64 slot = page * page_size + offset;
-        version[slot] += 1;
-        out[i] = (U)slot;
-    }
+    for (i64 i = threadIdx.x; i < want * page_size; i += blockDim.x)
+        kvref_take<U>(ring, state, version, out, head, i, num_pages, page_size);
     if (threadIdx.x == 0) rec[6] -= want;
 }
 """
