@@ -139,6 +139,8 @@ def emulated(kind: str) -> Any:
     )
     made = cuda.CudaSlotKernels(arrays) if kind == "slot" else cuda.CudaBlockKernels(arrays)
     for launch in made._launches.values():
+        if not isinstance(launch, cuda._Launch):  # the driver's path: its argument buffer is what is emulated
+            raise TypeError(f"expected the driver's launches, got {launch!r}")
         launch.current_device = lambda: EMULATED
         launch.launch_kernel = functools.partial(_launch, lib, len(launch.values))
     return made

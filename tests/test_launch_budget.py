@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from kvref_torch.counting import (  # noqa: E402
     ARRAY_SCENARIOS,
     BATCHES,
+    CUDA_SCENARIOS,
     SCENARIOS,
     SLOT_SCENARIOS,
     CountLaunches,
@@ -32,7 +33,7 @@ COSTS = measure("cpu")
 def test_the_budget_names_every_scenario_at_every_batch_size() -> None:
     missing = [
         (op, n)
-        for op in [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS]
+        for op in [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS, *CUDA_SCENARIOS]
         for n in BATCHES
         if n not in BUDGET.get(op, {})
     ]
@@ -41,7 +42,7 @@ def test_the_budget_names_every_scenario_at_every_batch_size() -> None:
 
 @pytest.mark.rule("CONF-911")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("op", [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS])
+@pytest.mark.parametrize("op", [*SCENARIOS, *SLOT_SCENARIOS, *ARRAY_SCENARIOS, *CUDA_SCENARIOS])
 def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> None:
     cost, allowed = COSTS[op][batch], BUDGET[op][batch]
     top = ", ".join(f"{name} x{k}" for name, k in cost.by_op.most_common(5))
@@ -54,7 +55,7 @@ def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> 
 
 @pytest.mark.rule("ERR-513")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("op", [*ARRAY_SCENARIOS])
+@pytest.mark.parametrize("op", [*ARRAY_SCENARIOS, *CUDA_SCENARIOS])
 def test_the_array_surface_never_waits_for_the_device_on_the_success_path(op: str, batch: int) -> None:
     cost = COSTS[op][batch]
     assert cost.syncs == 0, (

@@ -15,6 +15,7 @@ driver directly (:class:`_Launch`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from kvref_cuda.source import KERNELS, MAX_CALL, MAX_THREADS, PARAMETERS, SOURCE
 
-__all__ = ["Arrays", "CudaBlockKernels", "CudaSlotKernels", "cupy_arrays", "torch_arrays"]
+__all__ = ["Arrays", "CudaBlockKernels", "CudaSlotKernels", "DryLaunch", "cupy_arrays", "torch_arrays"]
 
 _DTYPE_SUFFIX = {"int32": "i32", "int64": "i64"}
 
@@ -81,11 +82,15 @@ def cupy_arrays(device: int) -> Arrays:
     )
 
 
-def torch_arrays(device: int) -> Arrays:
-    """torch tensors on CUDA device ``device``, launched on torch's current stream there."""
+def torch_arrays(device: int, *, tensors: str | None = None) -> Arrays:
+    """torch tensors on CUDA device ``device``, launched on torch's current stream there.
+
+    ``tensors`` puts the outputs on another torch device (``"cpu"``): for kernels whose launches are
+    only counted (:class:`CudaSlotKernels`'s ``launch``), never for a real launch.
+    """
     import torch
 
-    where = torch.device("cuda", device)
+    where = torch.device(tensors) if tensors is not None else torch.device("cuda", device)
     dtypes = {"int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
     raw_stream = _raw_stream_reader()
 
@@ -173,6 +178,14 @@ class _Launch:
         self.launch_kernel(self.handle, grid, 1, 1, block, 1, 1, 0, arrays.stream(), self.params, 0)
 
 
+#: A stand-in for the driver: given each launch's kernel name, grid, block and arguments.
+DryLaunch = Callable[[str, int, int, tuple[int, ...]], None]
+
+
+def _dry(launch: DryLaunch, name: str, arrays: Arrays, grid: int, block: int, args: tuple[int, ...]) -> None:
+    launch(name, grid, block, args)
+
+
 def _threads(m: int) -> int:
     """Threads for a one-block call of ``m`` entries: a whole number of warps, at most a block's worth."""
     return min(MAX_THREADS, max(32, (m + 31) // 32 * 32))
@@ -183,10 +196,16 @@ class _Kernels:
 
     name = "cuda"
 
-    def __init__(self, arrays: Arrays) -> None:
+    def __init__(self, arrays: Arrays, *, launch: DryLaunch | None = None) -> None:
+        """``launch``, when given, is called instead of the driver with each launch (the kernel's name,
+        grid, block and arguments) and nothing is compiled: how ``kvref_torch.counting`` counts them."""
         self.arrays = arrays
-        functions = _module(arrays.device).functions
-        self._launches = {name: _Launch(f, PARAMETERS[KERNELS[name]]) for name, f in functions.items()}
+        self._launches: dict[str, Callable[[Arrays, int, int, tuple[int, ...]], None]]
+        if launch is None:
+            functions = _module(arrays.device).functions
+            self._launches = {name: _Launch(f, PARAMETERS[KERNELS[name]]) for name, f in functions.items()}
+        else:
+            self._launches = {name: functools.partial(_dry, launch, name) for name in KERNELS}
         #: Kernel launches made so far (the launch budget counts them).
         self.launches = 0
 

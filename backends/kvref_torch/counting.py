@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +30,24 @@ import torch
 from kvref_arraypool.ops import ArrayOps
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kvref_torch.budget_scenarios import (
+    ARRAY_SCENARIOS,
+    BATCHES,
+    BLOCK_SCENARIOS,
+    CUDA_SCENARIOS,
+    SCENARIOS,
+    SLOT_SCENARIOS,
+    TABLE_SCENARIOS,
+)
+
 __all__ = [
     "BUDGET_FILE",
     "SCENARIOS",
     "ARRAY_SCENARIOS",
     "BLOCK_SCENARIOS",
+    "CUDA_SCENARIOS",
     "SLOT_SCENARIOS",
+    "BATCHES",
     "CallCost",
     "CountLaunches",
     "load_budget",
@@ -117,165 +128,6 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
         return func(*args, **(kwargs or {}))
 
 
-Scenario = Callable[[Any, int], Callable[[], object]]
-
-
-def _allocate(pool: Any, n: int) -> Callable[[], object]:
-    return lambda: pool.allocate_ids(n, holder="a")
-
-
-def _free(pool: Any, n: int) -> Callable[[], object]:
-    ids = pool.allocate_ids(n, holder="a")
-    return lambda: pool.free(ids, holder="a")
-
-
-def _chain(pool: Any, n: int) -> list[int]:
-    hashes = list(range(1, n + 1))
-    ids = pool.allocate(n, holder="c")
-    pool.register(ids, hashes)
-    pool.free(ids[::-1], holder="c")
-    return hashes
-
-
-def _match(pool: Any, n: int) -> Callable[[], object]:
-    hashes = _chain(pool, n)
-    return lambda: pool.match_ids(hashes, holder="m")
-
-
-def _register(pool: Any, n: int) -> Callable[[], object]:
-    ids = pool.allocate(n, holder="r")
-    return lambda: pool.register(ids, list(range(1, n + 1)))
-
-
-def _acquire(pool: Any, n: int) -> Callable[[], object]:
-    ids = pool.allocate_ids(n, holder="a")
-    return lambda: pool.acquire(ids, holder="b")
-
-
-def _evicting_allocate(pool: Any, n: int) -> Callable[[], object]:
-    _chain(pool, pool.num_free)  # every usable block cached: the allocation evicts all it takes
-    return lambda: pool.allocate_ids(n, holder="a")
-
-
-def _admission(pool: Any, n: int) -> Callable[[], object]:
-    """A scheduler step admitting ``n`` requests of 4 blocks, half of them hits: match_many + allocate_many."""
-    hashes = _chain(pool, 2)
-    lists = [[*hashes, 10_000 + 2 * i, 10_001 + 2 * i] for i in range(n)]
-    holders = [f"req-{i}" for i in range(n)]
-
-    def step() -> object:
-        hits = pool.match_many(lists, holders=holders)
-        return pool.allocate_many([4 - len(h) for h in hits], holders=holders)
-
-    return step
-
-
-def _slots_alloc(slots: Any, n: int) -> Callable[[], object]:
-    return lambda: slots.alloc_ids(n)
-
-
-def _slots_free(slots: Any, n: int) -> Callable[[], object]:
-    ids = slots.alloc_ids(n)
-    return lambda: slots.free(ids)
-
-
-def _slots_alloc_arrays(slots: Any, n: int) -> Callable[[], object]:
-    return lambda: slots.alloc(n)
-
-
-def _arrays_free(slots: Any, n: int) -> Callable[[], object]:
-    ids = slots.alloc(n)
-    return lambda: slots.free(ids)
-
-
-def _arrays_pair(slots: Any, n: int) -> Callable[[], object]:
-    """What the issue's table times: allocate ``n`` slots and free them, on the array surface."""
-    return lambda: slots.free(slots.alloc(n))
-
-
-def _blocks_allocate(pool: Any, n: int) -> Callable[[], object]:
-    return lambda: pool.allocate([n], [3])
-
-
-def _blocks_step(pool: Any, n: int) -> Callable[[], object]:
-    """A scheduler step's allocation: ``n`` blocks over up to 16 request slots, in one call."""
-    requests = min(n, 16)
-    counts = [n // requests + (i < n % requests) for i in range(requests)]
-    return lambda: pool.allocate(counts, list(range(requests)))
-
-
-def _blocks_free(pool: Any, n: int) -> Callable[[], object]:
-    ids, _ = pool.allocate([n], [3])
-    return lambda: pool.free(ids, 3)
-
-
-def _blocks_acquire(pool: Any, n: int) -> Callable[[], object]:
-    ids, _ = pool.allocate([n], [3])
-    slots = pool.ops.full(n, 4)
-    return lambda: pool.acquire(ids, slots)
-
-
-def _blocks_pair(pool: Any, n: int) -> Callable[[], object]:
-    """The issue's pair on the block pool: allocate ``n`` blocks for a request slot and free them."""
-    return lambda: pool.free(pool.allocate([n], [3])[0], 3)
-
-
-def _tables_rows(n: int) -> tuple[list[int], list[int]]:
-    """A decode step of ``min(n, 256)`` requests that needs ``n`` new blocks in all (blocks of one token)."""
-    requests = min(n, 256)
-    return list(range(requests)), [-(-n // requests)] * requests
-
-
-def _tables_step(tables: Any, n: int) -> Callable[[], object]:
-    """Chapter 07's batched step (REQ-750): every row grown in one call."""
-    slots, tokens = _tables_rows(n)
-    return lambda: tables.step(slots, tokens)
-
-
-def _tables_release(tables: Any, n: int) -> Callable[[], object]:
-    """The release of a step's requests, every row in one ``free`` (REQ-752)."""
-    slots, tokens = _tables_rows(n)
-    tables.step(slots, tokens)
-    return lambda: tables.release(slots)
-
-
-#: Chapter 07's batched step over the block array surface (REQ-750..REQ-756).
-TABLE_SCENARIOS: dict[str, Scenario] = {"block_tables_step": _tables_step, "block_tables_release": _tables_release}
-
-#: Chapter 01's block pool with the array surface (ERR-517..ERR-520): request slots, int32 ids.
-BLOCK_SCENARIOS: dict[str, Scenario] = {
-    "block_arrays_allocate": _blocks_allocate,
-    "block_arrays_step": _blocks_step,
-    "block_arrays_free": _blocks_free,
-    "block_arrays_acquire": _blocks_acquire,
-    "block_arrays_pair": _blocks_pair,
-}
-
-#: Chapter 06's token-slot allocator: set-ups on a fresh allocator of pages of one slot. The
-#: ``slots_*`` scenarios go through the list protocol (a free reads its verdict at once); the
-#: ``slot_arrays_*`` ones through the array surface (ERR-510..ERR-514), int32 ids, nothing read back.
-SLOT_SCENARIOS: dict[str, Scenario] = {"slots_alloc": _slots_alloc, "slots_free": _slots_free}
-ARRAY_SCENARIOS: dict[str, Scenario] = {
-    "slot_arrays_alloc": _slots_alloc_arrays,
-    "slot_arrays_free": _arrays_free,
-    "slot_arrays_pair": _arrays_pair,
-    **BLOCK_SCENARIOS,
-    **TABLE_SCENARIOS,
-}
-
-#: Operation -> how to set up one measured call of it at batch size ``n`` on a fresh pool.
-SCENARIOS: dict[str, Scenario] = {
-    "allocate": _allocate,
-    "free": _free,
-    "acquire": _acquire,
-    "match": _match,
-    "register": _register,
-    "evicting_allocate": _evicting_allocate,
-    "admission": _admission,
-}
-BATCHES = (1, 16, 256, 4096)
-
-
 def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str, dict[int, CallCost]]:
     """The cost of one call of every scenario at every batch size, each on a fresh lru pool.
 
@@ -294,12 +146,23 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
 
     where = backend.device(device)
     out: dict[str, dict[int, CallCost]] = {}
-    for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS}.items():
+    for op, scenario in {**SCENARIOS, **SLOT_SCENARIOS, **ARRAY_SCENARIOS, **CUDA_SCENARIOS}.items():
         for n in batches:
             size = 6 * n + 64 if op == "admission" else 2 * n + 16
-            if op in TABLE_SCENARIOS:
+            kernels: Any = None
+            if op in CUDA_SCENARIOS:  # the CUDA kernels, their launches counted, not made
+                from kvref_cuda import CudaBlockKernels, CudaSlotKernels
+                from kvref_cuda.kernels import torch_arrays
+
+                arrays = torch_arrays(0, tensors=where)
+                slot_surface = op.startswith("cuda_slot")
+                kind = CudaSlotKernels if slot_surface else CudaBlockKernels
+                kernels = kind(arrays, launch=lambda *launch: None)
+                surface = DeviceSlotAllocator if slot_surface else DeviceBlockPool
+                target: Any = surface(size, ops=TorchOps(where), kernels=kernels)
+            elif op in TABLE_SCENARIOS:
                 pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(where))
-                target: Any = DeviceBlockTables(pool, block_size=1, max_blocks=64)
+                target = DeviceBlockTables(pool, block_size=1, max_blocks=64)
             elif op in BLOCK_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
                 target = DeviceBlockPool(size, ops=TorchOps(where))
             elif op in ARRAY_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
@@ -309,8 +172,12 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
             else:  # as on CUDA: torch's own ops, not the CPU's NumPy views (kvref_torch.host_ops)
                 target = ArrayBlockPool(size, ops=TorchOps(where), policy="lru")
             call = scenario(target, n)
+            made = kernels.launches if kernels is not None else 0
             with CountLaunches(target.ops) as counter:
                 call()
+            if kernels is not None and kernels.launches > made:
+                counter.cost.launches += kernels.launches - made
+                counter.cost.by_op["kvref_cuda kernel"] += kernels.launches - made
             out.setdefault(op, {})[n] = counter.cost
     return out
 
