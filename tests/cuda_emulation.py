@@ -97,20 +97,22 @@ def _library() -> ctypes.CDLL | None:
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     where = os.path.join(tempfile.gettempdir(), f"kvref-cuda-emulation-{digest}")
     library = os.path.join(where, "kernels.so")
-    if not os.path.exists(library):
+    if not os.path.exists(library):  # each process builds its own files, then one atomic rename wins
         os.makedirs(where, exist_ok=True)
-        source = os.path.join(where, "kernels.cpp")
+        mine = f"{os.getpid()}"
+        source, built_library = os.path.join(where, f"kernels.{mine}.cpp"), f"{library}.{mine}"
         with open(source, "w") as out:
             out.write(text)
         built = subprocess.run(
-            [compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-o", library + ".tmp", source],
+            [compiler, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-o", built_library, source],
             capture_output=True,
             text=True,
             check=False,
         )
         if built.returncode:
             raise RuntimeError(f"the CUDA C did not compile as emulated C++:\n{built.stderr[-3000:]}")
-        os.replace(library + ".tmp", library)
+        os.replace(built_library, library)
+        os.remove(source)
     lib = ctypes.CDLL(library)
     lib.kvref_emulate.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
     return lib
