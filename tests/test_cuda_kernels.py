@@ -18,7 +18,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.kernel_support import BlocksFusedBesideArrays, SlotsFusedBesideArrays
+from tests.kernel_support import BlocksFusedBesideArrays, SlotsFusedBesideArrays, outcome
 
 rule = pytest.mark.rule
 
@@ -205,15 +205,6 @@ def same(got: Any, want: Any) -> bool:
     if got is None or want is None:
         return got is None and want is None
     return bool(got.tolist() == want.tolist())
-
-
-def outcome(call: Any) -> tuple[str, str | None] | None:
-    """What ``call`` raised (class and rule), or None."""
-    try:
-        call()
-    except Exception as exc:  # the comparison is the point: any error must be the same on both sides
-        return type(exc).__name__, getattr(exc, "rule", None)
-    return None
 
 
 @rule("ERR-511", "ERR-512", "RADIX-606", "RADIX-607", "RADIX-610", "RADIX-616")

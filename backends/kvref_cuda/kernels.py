@@ -38,7 +38,8 @@ class Arrays:
     ``"int32"``, ``"int64"`` or ``"bool"``; ``suffixes`` maps the library's int32 and int64
     dtypes to the kernels' suffixes (ids of another dtype are widened to int64 first, by
     ``widen``); ``contiguous(a)`` the caller's ids laid out densely (the kernels read entry ``i``
-    at ``base + i``); ``stream()`` the library's current stream on ``device``, a driver handle.
+    at ``base + i``); ``stream()`` the library's current stream, a driver handle, read while
+    ``device`` is current (:class:`_Launch` makes it so).
     """
 
     device: int
@@ -79,7 +80,7 @@ def cupy_arrays(device: int) -> Arrays:
         suffixes={cupy.dtype(cupy.int32): "i32", cupy.dtype(cupy.int64): "i64"},
         widen=lambda a: here(lambda: a.astype(cupy.int64)),
         contiguous=dense,
-        stream=lambda: here(lambda: cupy.cuda.get_current_stream().ptr),
+        stream=lambda: cupy.cuda.get_current_stream().ptr,  # read where _Launch has made the device current
     )
 
 
