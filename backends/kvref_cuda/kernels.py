@@ -94,7 +94,7 @@ def torch_arrays(device: int, *, tensors: str | None = None) -> Arrays:
 
     where = torch.device(tensors) if tensors is not None else torch.device("cuda", device)
     dtypes = {"int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
-    raw_stream = _raw_stream_reader()
+    raw_stream = _raw_stream_reader() if tensors is None else None  # counted launches read no stream
 
     def stream() -> int:
         if raw_stream is not None:
