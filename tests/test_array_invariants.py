@@ -49,13 +49,13 @@ def set_to(array_of: Callable[[Any], Any], at: Callable[[Any], int] | int, value
 
 
 def a_shared_count_of_zero(p: Any) -> None:
-    p._shared.values[int(np.flatnonzero(p._shared.keys >= 0)[0])] = 0
+    p._shared.count0[int(np.flatnonzero(p._shared.hid0 >= 0)[0])] = 0
 
 
 def a_holder_counted_zero_times_another_twice(p: Any) -> None:
-    """Block 4's two holders: counts 0 and 2, which still add up to its reference count."""
-    live = np.flatnonzero(p._shared.keys >= 0)
-    p._shared.values[live[0]], p._shared.values[live[1]] = 0, 2
+    """Block 4's two holders (both counted inline): counts 0 and 2, which still add up to its reference count."""
+    b = int(np.flatnonzero((p._shared.hid0 >= 0) & (p._shared.hid1 >= 0))[0])
+    p._shared.count0[b], p._shared.count1[b] = 0, 2
 
 
 def one_count_off(name: str, by: int) -> Callable[[Any], None]:

@@ -7,7 +7,7 @@ Each does in one pass of array operations what the single calls would do in entr
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -32,10 +32,14 @@ class BatchedCalls(ArrayPoolState):
         op = "allocate_many"
         host, items = index_array(counts, op=op, arg="counts")
         originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
-        cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
+        if len(host) and int(host.min()) >= 0:  # ints, none negative: counts as they are
+            cs = originals
+        else:
+            cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
         hs = as_holder_list(holders, len(cs), op=op)
-        for c, h in zip(cs, hs, strict=True):
-            self._refuse_if_paused(h, c, op)
+        if self._paused:
+            for c, h in zip(cs, hs, strict=True):
+                self._refuse_if_paused(h, c, op)
         if not cs:
             return []
         total = sum(cs)
@@ -56,13 +60,12 @@ class BatchedCalls(ArrayPoolState):
         else:
             self._hand_out(ids, self._holder_ids(cs, hs), cs)
         flat = self.ops.tolist(ids)
-        out: list[list[int]] = []
-        start = 0
+        ends = list(accumulate(cs))
+        held = self._held
         for c, h in zip(cs, hs, strict=True):
-            out.append(flat[start : start + c])
-            start += c
-            self._add_held(h, c)
-        return out
+            if c:
+                held[h] = held.get(h, 0) + c
+        return [flat[end - c : end] for c, end in zip(cs, ends, strict=True)]
 
     def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
         """``free(block_lists[i], holder=holders[i])`` for each ``i`` in order, atomically (POOL-117).
@@ -72,33 +75,53 @@ class BatchedCalls(ArrayPoolState):
         """
         op = "free_many"
         entries = as_list(block_lists, op=op, arg="block_lists")
-        arrays = [index_array(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
-        hs = as_holder_list(holders, len(arrays), op=op)
-        if not arrays:
-            return
-        host = np.concatenate([a for a, _ in arrays]) if len(arrays) > 1 else arrays[0][0]
+        flat = _flat_ints(entries)
+        if flat is not None:  # lists of ints, as allocate_many returns them: one conversion for the batch
+            host, sizes = flat
+            arrays: list[tuple[np.ndarray, list[int] | None]] | None = None
+        else:
+            arrays = [index_array(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
+            host = np.concatenate([a for a, _ in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+            sizes = [len(a) for a, _ in arrays]
+        hs = as_holder_list(holders, len(entries), op=op)
         if len(host) == 0:
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
         if len(host) <= self._scalar_limit:  # a few blocks on NumPy: element by element, if all is well
-            per_block = [hid for (a, _), hid in zip(arrays, hid_of, strict=True) for _ in range(len(a))]
+            per_block = [hid for k, hid in zip(sizes, hid_of, strict=True) for _ in range(k)]
             if self._free_few(host.tolist(), per_block):
-                for (a, _), h in zip(arrays, hs, strict=True):
-                    self._drop_held(h, len(a))
+                self._drop_held_many(hs, sizes)
                 return
-        hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), [len(a) for a, _ in arrays]))
-        by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
-        for (a, items), h in zip(arrays, hs, strict=True):
-            parts, originals = by_holder.setdefault(h, ([], []))
-            parts.append(a)  # values beyond int64 are already -1 here; the originals keep them
-            originals.extend(items if items is not None else a.tolist())
-        groups = [
-            (h, self._hids.get(h, -1), np.concatenate(parts), originals) for h, (parts, originals) in by_holder.items()
-        ]
-        ids, distinct, sole = self._check_release(host, None, hids, groups, None, op)
+        hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), sizes))
+        known = all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
+
+        def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:
+            """Each holder with its ids in order, for naming the first bad entry (only a refused batch asks)."""
+            parts = arrays
+            if parts is None:
+                parts = [(a, e) for a, e in zip(np.split(host, np.cumsum(sizes)[:-1]), entries, strict=True)]
+            by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
+            for (a, items), h in zip(parts, hs, strict=True):
+                chunks, originals = by_holder.setdefault(h, ([], []))
+                chunks.append(a)  # values beyond int64 are already -1 here; the originals keep them
+                originals.extend(items if items is not None else a.tolist())
+            return [(h, self._hids.get(h, -1), np.concatenate(c), o) for h, (c, o) in by_holder.items()]
+
+        ids, distinct, sole = self._check_release(host, None, hids, groups, None, op, known=known)
         self._release(ids, hids, distinct, sole=sole)
-        for (a, _), h in zip(arrays, hs, strict=True):
-            self._drop_held(h, len(a))
+        self._drop_held_many(hs, sizes)
+
+    def _drop_held_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:
+        """``_drop_held(holders[i], counts[i])`` for each ``i``, inlined for a batch."""
+        held, known, spare = self._held, self._hids, self._spare_hids
+        for h, k in zip(holders, counts, strict=True):
+            if k:
+                left = held[h] - k
+                if left:
+                    held[h] = left
+                else:
+                    del held[h]
+                    spare.append(known.pop(h))
 
     def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> list[list[int]]:
         """``match(hash_lists[i], holder=holders[i])`` for each ``i`` in order (PFX-320).
@@ -134,7 +157,18 @@ class BatchedCalls(ArrayPoolState):
 
     def _entry_hids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> list[int]:
         """Holder id of each entry (-1 for an empty one), given to holders in entry order, as single calls would."""
-        return [self._hid(h) if c else -1 for c, h in zip(counts, holders, strict=True)]
+        known, spare, holder_of = self._hids, self._spare_hids, self._holder_of
+        out = []
+        for c, h in zip(counts, holders, strict=True):
+            hid = known.get(h) if c else -1
+            if hid is None:
+                if spare:  # ``_hid`` inlined for a batch of new holders
+                    hid = known[h] = spare.pop()
+                    holder_of[hid] = h
+                else:
+                    hid = self._hid(h)
+            out.append(hid)
+        return out
 
     def _lookup_many(self, lists: Sequence[np.ndarray]) -> tuple[Array, list[int]]:
         """The hits of every chain from the root, in one pass: their blocks (concatenated) and lengths.
@@ -162,3 +196,19 @@ class BatchedCalls(ArrayPoolState):
         ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
         ids = self._ehead[safe[pos < hit_length[seg]]]
         return ids, ops.tolist(hit_length)
+
+
+def _flat_ints(entries: list[object]) -> tuple[np.ndarray, list[int]] | None:
+    """Every entry's ids as one host int64 array, and each entry's length, when every entry is a
+    list of Python ints within int64; else None (each entry then goes through ``index_array``,
+    which names what is wrong, in entry order)."""
+    if not all(type(e) is list for e in entries):
+        return None
+    lists: list[list[int]] = entries  # type: ignore[assignment]
+    flat = list(chain.from_iterable(lists))
+    if not set(map(type, flat)) <= {int}:
+        return None
+    try:
+        return np.array(flat, dtype=np.int64), [len(e) for e in lists]
+    except OverflowError:
+        return None

@@ -62,7 +62,7 @@ class InvariantChecks(ArrayPoolState):
         if unowned.any():
             b = int(np.flatnonzero(unowned)[0])
             raise _fail("STATE-002", f"block {b} has reference count {ref[b]} but owner code {owner[b]}")
-        keys, values = (host(a) for a in self._shared.items())
+        keys, values = (host(a) for a in self._shared.items())  # every counted pair, inline or in the table
         per_block = np.zeros(n, dtype=np.int64)
         np.add.at(per_block, keys >> 32, values)
         shared = owner == -2

@@ -67,15 +67,10 @@ class Pinning(ReferenceCounting):
                 self._ncached -= 1
                 owner[b] = hids
             elif holds == SHARED:
-                key = b << HID_BITS | hids
-                slot = shared.slot_of(key)
-                if slot < 0:
-                    shared.insert_one(key, 1)
-                else:
-                    shared.values[slot] += 1
-            elif holds != hids:  # a second holder: both counts move to the shared table
-                shared.insert_one(b << HID_BITS | int(holds), int(ref[b]))
-                shared.insert_one(b << HID_BITS | hids, 1)
+                shared.add_one(b, hids, 1)
+            elif holds != hids:  # a second holder: both counts move to the shared counts
+                shared.add_one(b, int(holds), int(ref[b]))
+                shared.add_one(b, hids, 1)
                 owner[b] = SHARED
             ref[b] += 1
         return True
@@ -94,65 +89,58 @@ class Pinning(ReferenceCounting):
             return
         owner = self._owner[ids]
         m = len(ids)
-        if m <= self._n:  # distinct, held by no other holder, and which are cached: one host read
-            parts = [(owner != hids) & (owner != NOBODY), owner == NOBODY]
+        if m <= self._n:  # distinct? and which are cached, held by another holder alone, shared: one host read
+            parts = [owner == NOBODY, (owner >= 0) & (owner != hids), owner == SHARED]
             if m > 1:
                 pos = self._positions[:m]
                 self._mark[ids] = pos
                 parts.append(self._mark[ids] != pos)
             flags = ops.to_host(ops.concat(parts))
-            clash, unheld = bool(flags[:m].any()), flags[m : 2 * m]
-            distinct = not flags[2 * m :].any()
-        else:
-            distinct, clash, unheld = False, True, np.zeros(0, dtype=bool)
-        if distinct and not clash:
-            cached = self._part(ids, unheld)
-            if len(cached):
-                ops.fill_at(self._evstamp, cached, -1)
-                self._ncached -= len(cached)
-            ops.put(self._owner, ids, hids)
-            self._ref[ids] += 1
-            return
-        cnt: Array | int
-        if distinct and isinstance(hids, int):
-            # One holder, distinct blocks: every pair occurs once, no sort needed.
-            ub, current, cnt = ids, owner, 1
-            uh: Array | int = hids
-            uk = (ids << HID_BITS) | hids
-            stays_sole = (current == NOBODY) | (current == hids)
-            cached = ids[current == NOBODY]
-        else:
-            if isinstance(hids, int):
-                hids = ops.full(len(ids), hids)
-            uk, ub, cnt = self._pair_counts(ids, hids)
-            uh = uk & HID_MASK
-            blocks, inverse, holders_per_block = ops.unique(ub)
-            current = self._owner[ub]
-            stays_sole = (holders_per_block[inverse] == 1) & ((current == NOBODY) | (current == uh))
-            cached = blocks[self._ref[blocks] == 0]
+            if not flags[3 * m :].any():
+                self._pin_distinct(ids, hids, flags[:m], flags[m : 2 * m], flags[2 * m : 3 * m])
+                return
+        if isinstance(hids, int):
+            hids = ops.full(len(ids), hids)
+        uk, ub, cnt = self._pair_counts(ids, hids)
+        uh = uk & HID_MASK
+        blocks, inverse, holders_per_block = ops.unique(ub)
+        current = self._owner[ub]
+        stays_sole = (holders_per_block[inverse] == 1) & ((current == NOBODY) | (current == uh))
+        cached = blocks[self._ref[blocks] == 0]
         if len(cached):
             ops.fill_at(self._evstamp, cached, -1)
             self._ncached -= len(cached)
         to_shared = ~stays_sole
-        convert = ub[to_shared & (current >= 0)]
-        if len(convert) and not distinct:
-            convert = ops.unique(convert)[0]
+        convert = ops.unique(ub[to_shared & (current >= 0)])[0]
         if len(convert):
-            self._shared.insert((convert << HID_BITS) | self._owner[convert], self._ref[convert])
+            self._shared.add(convert, self._owner[convert], self._ref[convert])
         self.ops.fill_at(self._owner, ub[to_shared], SHARED)
         sk = uk[to_shared]
-        sc = cnt if isinstance(cnt, int) else cnt[to_shared]
-        slots = self._shared.find_slots(sk)
-        present = slots >= 0
-        if ops.any(present):
-            ps = slots[present]
-            self._shared.set_at(ps, self._shared.values[ps] + (sc if isinstance(sc, int) else sc[present]))
-        absent = ~present
-        if ops.any(absent):
-            add = sk[absent]
-            self._shared.insert(add, ops.full(len(add), sc) if isinstance(sc, int) else sc[absent])
-        ops.put(self._owner, ub[stays_sole], uh if isinstance(uh, int) else uh[stays_sole])
-        if isinstance(cnt, int):
-            self._ref[ids] += 1
+        self._shared.add(sk >> HID_BITS, sk & HID_MASK, cnt[to_shared])
+        ops.put(self._owner, ub[stays_sole], uh[stays_sole])
+        ops.scatter_add(self._ref, ub, cnt)
+
+    def _pin_distinct(
+        self, ids: Array, hids: Array | int, unheld: np.ndarray, other: np.ndarray, joined: np.ndarray
+    ) -> None:
+        """:meth:`_pin` of pairwise distinct blocks, given (host flags, per position) which are cached,
+        which another holder holds alone (they become shared) and which are shared already."""
+        ops = self.ops
+        cached = self._part(ids, unheld)
+        if len(cached):
+            ops.fill_at(self._evstamp, cached, -1)
+            self._ncached -= len(cached)
+        to_shared = other | joined
+        if to_shared.any():
+            convert = self._part(ids, other)
+            if len(convert):  # the sole holder's count moves to the shared counts
+                self._shared.add(convert, self._owner[convert], self._ref[convert])
+                ops.fill_at(self._owner, convert, SHARED)
+            at = self._part(self._positions[: len(ids)], to_shared)
+            self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1)
+            if not to_shared.all():
+                at = self._part(self._positions[: len(ids)], ~to_shared)
+                ops.put(self._owner, ids[at], hids if isinstance(hids, int) else hids[at])
         else:
-            ops.scatter_add(self._ref, ub, cnt)
+            ops.put(self._owner, ids, hids)
+        self._ref[ids] += 1

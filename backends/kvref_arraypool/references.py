@@ -8,7 +8,7 @@ constant number of array operations over its batch.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import SupportsIndex
 
 import numpy as np
@@ -122,7 +122,9 @@ class ReferenceCounting(ArrayPoolState):
         ):
             self._drop_held(holder, len(host))
             return
-        ids, distinct, sole = self._check_release(host, items, hid, [(holder, hid, host, items)], gens, op)
+        ids, distinct, sole = self._check_release(
+            host, items, hid, lambda: [(holder, hid, host, items)], gens, op, known=hid >= 0
+        )
         self._release(ids, hid, distinct, sole=sole)
         self._drop_held(holder, len(host))
 
@@ -138,23 +140,19 @@ class ReferenceCounting(ArrayPoolState):
         if len(set(ids)) != len(ids):
             return False
         n, owner, ref, shared = self._n, self._owner, self._ref, self._shared
-        slots: list[int] = []
+        pairs: list[tuple[int, int]] = []
         for b, hid in zip(ids, hids, strict=True):
             if not 0 <= b < n or hid < 0:
                 return False
             holds = owner[b]
             if holds == SHARED:
-                slot = shared.slot_of(b << HID_BITS | hid)
-                if slot < 0:
+                if shared.get_one(b, hid) < 1:
                     return False
-                slots.append(slot)
+                pairs.append((b, hid))
             elif holds != hid:
                 return False
-        for slot in slots:  # distinct blocks: distinct keys and slots
-            count = shared.values[slot] - 1
-            shared.values[slot] = count
-            if not count:
-                shared.delete_slot(slot)
+        for b, hid in pairs:  # distinct blocks: distinct pairs
+            shared.sub_one(b, hid, 1)
         zeroed: list[int] = []
         for b in ids:
             left = ref[b] - 1
@@ -194,35 +192,46 @@ class ReferenceCounting(ArrayPoolState):
         host: np.ndarray,
         items: list[int] | None,
         hids: Array | int,
-        groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
+        groups: Callable[[], Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]]],
         gens: np.ndarray | None,
         op: str,
+        *,
+        known: bool,
     ) -> tuple[Array, bool, bool]:
         """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
 
         Also whether they are pairwise distinct, and whether each is held by its entry's holder
-        alone (``sole``: the release then needs no look at shared counts). ``groups`` lists each
-        holder with its ids in order, for naming the first bad entry.
+        alone (``sole``: the release then needs no look at shared counts). ``known``: every holder
+        of a non-empty entry holds something. ``groups()`` lists each holder with its ids in order,
+        for naming the first bad entry (asked only when the batch is refused).
         """
         if gens is not None:
             self._check_generations(host, gens, op)
-        known = all(hid >= 0 for _, hid, g_host, _ in groups if len(g_host))  # an empty list asks nothing
         if known and self._in_range(host):
             ids = self.ops.asarray(host)
             owner = self._owner[ids]
             m = len(ids)
             if m <= self._n:  # distinct and solely held, in one host read (the common release)
-                bad = owner != hids
+                other = owner != hids
+                bad, twice = other, None
                 if m > 1:
                     pos = self._positions[:m]
                     self._mark[ids] = pos
-                    bad |= self._mark[ids] != pos
+                    twice = self._mark[ids] != pos
+                    bad = other | twice
                 if not self.ops.any(bad):
                     return ids, True, True
+                # Distinct, and each held by its entry's holder alone or shared: one more read.
+                joined = owner == SHARED
+                if not self.ops.any(other & ~joined if twice is None else (other & ~joined) | twice):
+                    at = self.ops.nonzero(joined)
+                    have = self._shared.get(ids[at], hids if isinstance(hids, int) else hids[at])
+                    if not self.ops.any(have < 1):
+                        return ids, True, False
             distinct = self._distinct(ids)
             if not self.ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
                 return ids, distinct, False
-        for holder, _, g_host, g_items in groups:
+        for holder, _, g_host, g_items in groups():
             explain_release(self, g_items if g_items is not None else g_host.tolist(), holder, op)
         raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
 
@@ -247,7 +256,7 @@ class ReferenceCounting(ArrayPoolState):
         have = self.ops.where(sole, self._ref[ub], 0)
         shared = self.ops.nonzero(owner == SHARED)
         if len(shared):
-            have[shared] = self._shared.find(uk[shared], 0)
+            have[shared] = self._shared.get(ub[shared], uk[shared] & HID_MASK)
         return have
 
     def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
@@ -258,21 +267,11 @@ class ReferenceCounting(ArrayPoolState):
         """
         ops = self.ops
         m = len(ids)
-        if distinct and (sole or not ops.any(self._owner[ids] < 0)):
-            left = self._ref[ids] - 1
-            self._ref[ids] = left
-            zeroed, hashed = self._reaching_zero(ids, left)
-            ops.fill_at(self._owner, zeroed, NOBODY)
-            self._settle(zeroed, hashed)
-            return
-        if distinct and isinstance(hids, int):
-            # One holder, distinct blocks: one reference each, some of them shared.
-            shared = ids[self._owner[ids] == SHARED]
-            if len(shared):
-                slots = self._shared.find_slots((shared << HID_BITS) | hids)
-                left = self._shared.values[slots] - 1
-                self._shared.set_at(slots, left)
-                self._shared.delete_at(slots[left == 0])
+        if distinct:  # one reference each, from the shared counts too where the block is shared
+            if not sole:
+                joined = ops.nonzero(self._owner[ids] == SHARED)
+                if len(joined):
+                    self._shared.sub(ids[joined], hids if isinstance(hids, int) else hids[joined], 1)
             left = self._ref[ids] - 1
             self._ref[ids] = left
             zeroed, hashed = self._reaching_zero(ids, left)
@@ -283,10 +282,7 @@ class ReferenceCounting(ArrayPoolState):
             uk, ub, cnt = self._pair_counts(ids, hids)
             shared = self._owner[ub] == SHARED
             if ops.any(shared):
-                slots = self._shared.find_slots(uk[shared])
-                left = self._shared.values[slots] - cnt[shared]
-                self._shared.set_at(slots, left)
-                self._shared.delete_at(slots[left == 0])
+                self._shared.sub(ub[shared], uk[shared] & HID_MASK, cnt[shared])
             ops.scatter_add(self._ref, ub, -cnt)
             blocks = ops.unique(ub)[0]
             zb = blocks[self._ref[blocks] == 0]

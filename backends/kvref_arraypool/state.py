@@ -8,7 +8,8 @@ defined by exactly one mixin).
 State (``n`` blocks, ``E = 2n + 2`` hash entries):
 
 * per block: ``ref`` (references), ``gen`` (POOL-111), ``owner`` (:data:`NOBODY`; ``h >= 0``:
-  holder id ``h`` holds every reference; :data:`SHARED`: per-holder counts in ``shared``),
+  holder id ``h`` holds every reference; :data:`SHARED`: per-holder counts in ``shared``, a
+  :class:`~kvref_arraypool.holder_counts.HolderCounts`),
   ``bhash`` and ``bentry`` (the hash and its entry, or -1), ``regstamp`` (registration stamp:
   copy age and fifo order), ``evstamp`` (release stamp while cached, else -1: lru order),
   ``access`` (position of the last access, read by lru-leaf-access only: EVICT-411);
@@ -28,7 +29,7 @@ never reallocated, so kernels captured in a CUDA graph may read them at fixed ad
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import SupportsIndex
 
 import numpy as np
@@ -41,6 +42,7 @@ from kvref.contract.policies import EvictionPolicy, as_policy
 from kvref.contract.protocol import BlockState
 from kvref.contract.shape import PoolShape
 from kvref.contract.validate import IntsLike, as_count, as_holder, as_int, as_pool_shape
+from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
 from kvref_arraypool.host_views import SCALAR_LIMIT
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.queue import StampQueue
@@ -52,9 +54,6 @@ __all__ = ["HID_BITS", "HID_MASK", "NOBODY", "SHARED", "ArrayPoolState"]
 NOBODY = -1
 #: ``owner[b]`` of a block several holders hold: their counts are in the ``shared`` table.
 SHARED = -2
-#: A (block, holder) pair packs into one int64 key: ``block << HID_BITS | holder id``.
-HID_BITS = 32
-HID_MASK = (1 << HID_BITS) - 1
 
 
 class ArrayPoolState(PoolShape, PausedHolders):
@@ -127,7 +126,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._escratch = ops.zeros(n_entries)
         self._escratch2 = ops.full(n_entries, -1)
         self._index = HashTable(ops, n_entries, growable=False, few=self._scalar_limit)
-        self._shared = HashTable(ops, 64, growable=True, few=self._scalar_limit)
+        self._shared = HolderCounts(ops, n, few=self._scalar_limit)
 
         self._lru_order = StampQueue(ops, self._evstamp, 2 * n + 64)
         self._fifo_order = StampQueue(ops, self._regstamp, 2 * n + 64)
@@ -231,11 +230,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
             return {}
         if owner >= 0:
             return {self._holder_of[owner]: int(self._ref[b])}
-        keys, values = self._shared.items()
-        mine = (keys >> HID_BITS) == b
-        hids = self.ops.tolist(keys[mine] & HID_MASK)
-        counts = self.ops.tolist(values[mine])
-        return {self._holder_of[h]: c for h, c in zip(hids, counts, strict=True)}
+        return {self._holder_of[h]: c for h, c in self._shared.holders_of(b)}
 
     def generation(self, block_id: SupportsIndex) -> int:
         """How many times ``block_id`` has been allocated (POOL-111)."""
@@ -363,9 +358,11 @@ class ArrayPoolState(PoolShape, PausedHolders):
         host: np.ndarray,
         items: list[int] | None,
         hids: Array | int,
-        groups: Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]],
+        groups: Callable[[], Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]]],
         gens: np.ndarray | None,
         op: str,
+        *,
+        known: bool,
     ) -> tuple[Array, bool, bool]:
         """Refuse a release a holder cannot make, or return the ids, distinct, sole; :mod:`.references`."""
         raise NotImplementedError

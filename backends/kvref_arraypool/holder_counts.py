@@ -1,0 +1,253 @@
+"""Per-holder reference counts of shared blocks: two pairs of a block inline, any more in a hash table (STATE-002).
+
+A block one holder holds keeps its holder in ``owner`` and its count in ``ref`` (see
+:mod:`kvref_arraypool.state`); a block that gains a second holder becomes shared, and the count of
+each (block, holder) pair then lives here. Most shared blocks have two holders (a request, and
+another reading its prefix), so a block's first two pairs sit in per-block arrays, ``hid0`` and
+``count0``, ``hid1`` and ``count1``: reading or changing them is a gather or a scatter, with no
+probe. A third holder and beyond go to a growable :class:`~kvref_arraypool.table.HashTable` keyed
+by ``block << HID_BITS | hid``; ``spilled[b]`` counts block ``b``'s pairs there, so that a block
+with none never probes it.
+
+Callers guarantee what each method states of its pairs (distinct, present or absent, counts
+positive and covered): the pool has validated them. The ``*_one`` methods are the element paths
+of host arrays (NumPy); the others take device arrays and read the host once or twice a call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvref_arraypool.ops import Array, ArrayOps
+from kvref_arraypool.table import HashTable
+
+__all__ = ["HID_BITS", "HID_MASK", "HolderCounts"]
+
+#: A (block, holder) pair packs into one int64 key: ``block << HID_BITS | holder id``.
+HID_BITS = 32
+HID_MASK = (1 << HID_BITS) - 1
+#: The holder id of an inline slot no pair uses.
+UNUSED = -1
+
+
+def _at(values: Array | int, idx: Array | slice) -> Array | int:
+    """``values[idx]``, or ``values`` itself when it is one int for every position."""
+    return values if isinstance(values, int) else values[idx]
+
+
+class HolderCounts:
+    """``(block, holder id) -> references`` for the shared blocks of a pool of ``n`` blocks.
+
+    ``few``: the :class:`HashTable`'s element-path limit (host arrays only).
+    """
+
+    def __init__(self, ops: ArrayOps, n: int, *, few: int = 0) -> None:
+        self.ops = ops
+        self.hid0 = ops.full(n, UNUSED)
+        self.count0 = ops.zeros(n)
+        self.hid1 = ops.full(n, UNUSED)
+        self.count1 = ops.zeros(n)
+        self.spilled = ops.zeros(n)
+        self.table = HashTable(ops, 64, growable=True, few=few)
+        self._mark = ops.full(n, -1)
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, blocks: Array, hids: Array | int) -> Array:
+        """References of each pair (0 for a pair not counted here)."""
+        ops = self.ops
+        h0, h1 = self.hid0[blocks], self.hid1[blocks]
+        out = ops.where(h0 == hids, self.count0[blocks], ops.where(h1 == hids, self.count1[blocks], 0))
+        if self.table.live:
+            look = ops.nonzero((h0 != hids) & (h1 != hids) & (self.spilled[blocks] > 0))
+            if len(look):
+                out[look] = self.table.find((blocks[look] << HID_BITS) | _at(hids, look), 0)
+        return out
+
+    def get_one(self, b: int, hid: int) -> int:
+        """:meth:`get` of one pair, in Python (host arrays)."""
+        if self.hid0[b] == hid:
+            return int(self.count0[b])
+        if self.hid1[b] == hid:
+            return int(self.count1[b])
+        if self.spilled[b]:
+            slot = self.table.slot_of(b << HID_BITS | hid)
+            return int(self.table.values[slot]) if slot >= 0 else 0
+        return 0
+
+    def items(self) -> tuple[Array, Array]:
+        """Every counted pair as a key ``block << HID_BITS | hid``, and its count (no set order)."""
+        ops = self.ops
+        keys, counts = [], []
+        for hid, count in ((self.hid0, self.count0), (self.hid1, self.count1)):
+            used = ops.nonzero(hid != UNUSED)
+            keys.append((used << HID_BITS) | hid[used])
+            counts.append(count[used])
+        table_keys, table_counts = self.table.items()
+        return ops.concat([*keys, table_keys]), ops.concat([*counts, table_counts])
+
+    def holders_of(self, b: int) -> list[tuple[int, int]]:
+        """Block ``b``'s pairs as (holder id, count), inline ones first."""
+        inline = ((self.hid0, self.count0), (self.hid1, self.count1))
+        out = [(int(h[b]), int(c[b])) for h, c in inline if h[b] != UNUSED]
+        if int(self.spilled[b]):
+            keys, values = self.table.items()
+            mine = (keys >> HID_BITS) == b
+            hids, counts = self.ops.tolist(keys[mine] & HID_MASK), self.ops.tolist(values[mine])
+            out.extend(zip(hids, counts, strict=True))
+        return out
+
+    # ---------------------------------------------------------------- changes
+
+    def add(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
+        """Add ``counts`` references to each pair, counted here or not; the pairs are distinct."""
+        ops = self.ops
+        if len(blocks) == 0:
+            return
+        h0, h1 = self.hid0[blocks], self.hid1[blocks]
+        where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
+        for slot, count in ((0, self.count0), (1, self.count1)):
+            at = self._positions(where == slot)
+            if at is not None:
+                count[blocks[at]] += _at(counts, at)
+        rest = self._positions(where == 2)
+        if rest is None:
+            return
+        blocks, hids, counts = blocks[rest], _at(hids, rest), _at(counts, rest)
+        if self.table.live:  # a pair in the table already: add there
+            spilled = ops.to_host(self.spilled[blocks] > 0)
+            look = self._positions(spilled)
+            if look is not None:
+                slots = self.table.find_slots((blocks[look] << HID_BITS) | _at(hids, look))
+                found = ops.to_host(slots >= 0)
+                there = self._positions(found)
+                if there is not None:
+                    hit = slots[there]
+                    self.table.set_at(hit, self.table.values[hit] + _at(_at(counts, look), there))
+                absent = np.ones(len(blocks), dtype=bool)
+                absent[np.flatnonzero(spilled)[found]] = False
+                new = self._positions(absent)
+                if new is None:
+                    return
+                blocks, hids, counts = blocks[new], _at(hids, new), _at(counts, new)
+        self._place(blocks, hids, counts)
+
+    def _place(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
+        """Count new pairs: each block's first in a free inline slot (``0`` before ``1``), the
+        next in the other if that is free too, any more in the table."""
+        ops = self.ops
+        f0, f1 = self.hid0[blocks] == UNUSED, self.hid1[blocks] == UNUSED
+        rank = self._rank(blocks)
+        if isinstance(rank, int):  # each block once
+            to0, to1 = f0, ~f0 & f1
+        else:
+            to0 = (rank == 0) & f0
+            to1 = ((rank == 0) & ~f0 & f1) | ((rank == 1) & f0 & f1)
+        where = ops.to_host(ops.where(to0, 0, ops.where(to1, 1, 2)))
+        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
+            at = self._positions(where == slot)
+            if at is not None:
+                b = blocks[at]
+                ops.put(hid, b, _at(hids, at))
+                ops.put(count, b, counts if isinstance(counts, int) else counts[at])
+        spill = self._positions(where == 2)
+        if spill is not None:
+            b = blocks[spill]
+            spilt = ops.full(len(b), counts) if isinstance(counts, int) else counts[spill]
+            self.table.insert((b << HID_BITS) | _at(hids, spill), spilt)
+            ops.scatter_add(self.spilled, b, 1)
+
+    def _rank(self, blocks: Array) -> Array | int:
+        """Each position's rank among the positions of its block, in order; 0 when every block is there once."""
+        ops = self.ops
+        m = len(blocks)
+        pos = ops.arange(m)
+        self._mark[blocks] = pos
+        if m < 2 or not ops.any(self._mark[blocks] != pos):
+            return 0
+        order = ops.argsort(blocks)
+        ordered = blocks[order]
+        starts = ops.concat([ops.full(1, 1), ops.where(ordered[1:] != ordered[:-1], 1, 0)])
+        group = ops.cumsum(starts) - 1
+        rank = ops.zeros(m)
+        rank[order] = pos - ops.nonzero(starts)[group]
+        return rank
+
+    def sub(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
+        """Take ``counts`` references from each pair (distinct, counted here with at least that many);
+        a pair left with none is no longer counted."""
+        ops = self.ops
+        if len(blocks) == 0:
+            return
+        h0, h1 = self.hid0[blocks], self.hid1[blocks]
+        where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
+        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
+            at = self._positions(where == slot)
+            if at is not None:
+                b = blocks[at]
+                left = count[b] - _at(counts, at)
+                count[b] = left
+                hid[b] = ops.where(left == 0, UNUSED, hid[b])
+        rest = self._positions(where == 2)
+        if rest is not None:
+            b = blocks[rest]
+            slots = self.table.find_slots((b << HID_BITS) | _at(hids, rest))
+            left = self.table.values[slots] - _at(counts, rest)
+            self.table.set_at(slots, left)
+            gone = ops.to_host(left == 0)
+            done = self._positions(gone)
+            if done is not None:
+                self.table.delete_at(slots[done])
+                ops.scatter_add(self.spilled, b[done], -1)
+
+    def add_one(self, b: int, hid: int, count: int) -> None:
+        """:meth:`add` of one pair, in Python (host arrays)."""
+        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+            if h[b] == hid:
+                c[b] += count
+                return
+        key = b << HID_BITS | hid
+        if self.spilled[b]:
+            slot = self.table.slot_of(key)
+            if slot >= 0:
+                self.table.values[slot] += count
+                return
+        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+            if h[b] == UNUSED:
+                h[b], c[b] = hid, count
+                return
+        self.table.insert_one(key, count)
+        self.spilled[b] += 1
+
+    def sub_one(self, b: int, hid: int, count: int) -> None:
+        """:meth:`sub` of one pair, in Python (host arrays)."""
+        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+            if h[b] == hid:
+                left = int(c[b]) - count
+                c[b] = left
+                if not left:
+                    h[b] = UNUSED
+                return
+        slot = self.table.slot_of(b << HID_BITS | hid)
+        left = int(self.table.values[slot]) - count
+        if left:
+            self.table.values[slot] = left
+        else:
+            self.table.delete_slot(slot)
+            self.spilled[b] -= 1
+
+    def clear(self) -> None:
+        """Count nothing (the arrays stay)."""
+        for hid in (self.hid0, self.hid1):
+            hid[:] = UNUSED
+        for count in (self.count0, self.count1, self.spilled):
+            count[:] = 0
+        self.table.clear()
+
+    def _positions(self, which: np.ndarray) -> Array | slice | None:
+        """The positions where host flags ``which`` are set: a device array, every position (a
+        slice: no gather), or None where none is."""
+        if which.all():
+            return slice(None)
+        at = np.flatnonzero(which)
+        return self.ops.asarray(at) if len(at) else None
