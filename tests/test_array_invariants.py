@@ -58,6 +58,14 @@ def a_holder_counted_zero_times_another_twice(p: Any) -> None:
     p._shared.count0[b], p._shared.count1[b] = 0, 2
 
 
+def a_pair_counted_inline_and_in_the_table(p: Any) -> None:
+    """Block 4's first holder also counted in the table (the counts no longer add up either: the layout is named)."""
+    b = int(np.flatnonzero(p._shared.hid0 >= 0)[0])
+    p._shared.add_one(b, 7, 1)  # a third holder: to the table
+    p._shared.table.values[np.flatnonzero(p._shared.table.keys >= 0)[0]] = 1
+    p._shared.table.keys[np.flatnonzero(p._shared.table.keys >= 0)[0]] = b << 32 | int(p._shared.hid0[b])
+
+
 def one_count_off(name: str, by: int) -> Callable[[Any], None]:
     return lambda p: setattr(p, name, getattr(p, name) + by)
 
@@ -125,6 +133,12 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
      "per-holder counts of shared blocks do not add up to their reference counts"),
     ("a holder counted zero times, another twice", "lru", a_holder_counted_zero_times_another_twice, "STATE-002",
      "per-holder counts of shared blocks do not add up to their reference counts"),
+    ("a pair counted inline and in the table", "lru", a_pair_counted_inline_and_in_the_table, "STATE-002",
+     "per-holder counts of shared blocks: a pair is counted inline and in the table"),
+    ("an unused inline slot with a count", "lru", lambda p: p._shared.count1.__setitem__(3, 1), "STATE-002",
+     "per-holder counts of shared blocks: an unused inline slot holds a count"),
+    ("a block's spilled count off by one", "lru", lambda p: p._shared.spilled.__setitem__(3, 1), "STATE-002",
+     "per-holder counts of shared blocks: spilled counts disagree with the pairs in the table"),
     ("a shared block counted more than its holders", "lru", set_to(ref, 4, 3), "STATE-002",
      "per-holder counts of shared blocks do not add up to their reference counts"),
     ("a holder's total off by one", "lru", lambda p: p._held.__setitem__("a", 4), "STATE-002",

@@ -74,7 +74,10 @@ def test_the_counts_of_shared_blocks_agree_with_a_dict_over_batched_adds_and_sub
         else:
             chosen = data.draw(st.lists(pairs, unique=True, min_size=1, max_size=12), label="pairs")
             given_ = [data.draw(st.integers(1, 3), label=f"add to {p}") for p in chosen]
-            counts.add(arr(ops, [b for b, _ in chosen]), arr(ops, [h for _, h in chosen]), arr(ops, given_))
+            once = len({b for b, _ in chosen}) == len(chosen)  # each block once: the caller may say so
+            distinct = once and data.draw(st.booleans(), label="distinct")
+            blocks, hids = arr(ops, [b for b, _ in chosen]), arr(ops, [h for _, h in chosen])
+            counts.add(blocks, hids, arr(ops, given_), distinct=distinct)
             for p, c in zip(chosen, given_, strict=True):
                 model[p] = model.get(p, 0) + c
             what = f"add {dict(zip(chosen, given_, strict=True))}"

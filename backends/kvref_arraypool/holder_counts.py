@@ -97,40 +97,78 @@ class HolderCounts:
             out.extend(zip(hids, counts, strict=True))
         return out
 
+    def fault(self) -> str | None:
+        """What is inconsistent in the layout, or None: a pair counted twice (inline and in the
+        table, or in both inline slots), an unused inline slot with a count, ``spilled`` that
+        disagrees with the table (STATE-002 checks the counts themselves)."""
+        host = self.ops.to_host
+        h0, h1, c0, c1 = host(self.hid0), host(self.hid1), host(self.count0), host(self.count1)
+        if ((h0 == UNUSED) & (c0 != 0)).any() or ((h1 == UNUSED) & (c1 != 0)).any():
+            return "an unused inline slot holds a count"
+        if ((h0 != UNUSED) & (h0 == h1)).any():
+            return "a pair is counted in both inline slots of its block"
+        keys = host(self.table.items()[0])
+        blocks, hids = keys >> HID_BITS, keys & HID_MASK
+        if ((h0[blocks] == hids) | (h1[blocks] == hids)).any():
+            return "a pair is counted inline and in the table"
+        if (np.bincount(blocks, minlength=len(h0)) != host(self.spilled)).any():
+            return "spilled counts disagree with the pairs in the table"
+        return None
+
     # ---------------------------------------------------------------- changes
 
-    def add(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
-        """Add ``counts`` references to each pair, counted here or not; the pairs are distinct."""
+    def add(self, blocks: Array, hids: Array | int, counts: Array | int, *, distinct: bool = False) -> None:
+        """Add ``counts`` references to each pair, counted here or not; the pairs are distinct.
+
+        ``distinct``: the blocks are too (each pair then takes a slot from one host read: counted
+        inline, or new and where it goes, or new in a block with pairs in the table, to look up).
+        """
         ops = self.ops
         if len(blocks) == 0:
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
-        where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
+        fresh = ops.where(h0 == UNUSED, 2, ops.where(h1 == UNUSED, 3, 4))
+        if self.table.live:
+            fresh = ops.where(self.spilled[blocks] > 0, 5, fresh)
+        code = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, fresh)))
         for slot, count in ((0, self.count0), (1, self.count1)):
-            at = self._positions(where == slot)
+            at = self._positions(code == slot)
             if at is not None:
                 count[blocks[at]] += _at(counts, at)
-        rest = self._positions(where == 2)
+        if not distinct:  # a block may come twice: the new pairs take their slots by rank (_place)
+            code = np.where(code >= 2, 5, code)
+        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
+            at = self._positions(code == 2 + slot)
+            if at is not None:
+                b = blocks[at]
+                ops.put(hid, b, _at(hids, at))
+                ops.put(count, b, counts if isinstance(counts, int) else counts[at])
+        spill = self._positions(code == 4)
+        if spill is not None:
+            self._spill(blocks[spill], _at(hids, spill), _at(counts, spill))
+        rest = self._positions(code == 5)
         if rest is None:
             return
         blocks, hids, counts = blocks[rest], _at(hids, rest), _at(counts, rest)
         if self.table.live:  # a pair in the table already: add there
-            spilled = ops.to_host(self.spilled[blocks] > 0)
-            look = self._positions(spilled)
-            if look is not None:
-                slots = self.table.find_slots((blocks[look] << HID_BITS) | _at(hids, look))
-                found = ops.to_host(slots >= 0)
-                there = self._positions(found)
-                if there is not None:
-                    hit = slots[there]
-                    self.table.set_at(hit, self.table.values[hit] + _at(_at(counts, look), there))
-                absent = np.ones(len(blocks), dtype=bool)
-                absent[np.flatnonzero(spilled)[found]] = False
-                new = self._positions(absent)
-                if new is None:
-                    return
-                blocks, hids, counts = blocks[new], _at(hids, new), _at(counts, new)
+            slots = self.table.find_slots((blocks << HID_BITS) | hids)
+            found = ops.to_host(slots >= 0)
+            there = self._positions(found)
+            if there is not None:
+                hit = slots[there]
+                self.table.set_at(hit, self.table.values[hit] + _at(counts, there))
+            new = self._positions(~found)
+            if new is None:
+                return
+            blocks, hids, counts = blocks[new], _at(hids, new), _at(counts, new)
         self._place(blocks, hids, counts)
+
+    def _spill(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
+        """Count new pairs in the table."""
+        ops = self.ops
+        spilt = ops.full(len(blocks), counts) if isinstance(counts, int) else counts
+        self.table.insert((blocks << HID_BITS) | hids, spilt)
+        ops.scatter_add(self.spilled, blocks, 1)
 
     def _place(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
         """Count new pairs: each block's first in a free inline slot (``0`` before ``1``), the
@@ -152,10 +190,7 @@ class HolderCounts:
                 ops.put(count, b, counts if isinstance(counts, int) else counts[at])
         spill = self._positions(where == 2)
         if spill is not None:
-            b = blocks[spill]
-            spilt = ops.full(len(b), counts) if isinstance(counts, int) else counts[spill]
-            self.table.insert((b << HID_BITS) | _at(hids, spill), spilt)
-            ops.scatter_add(self.spilled, b, 1)
+            self._spill(blocks[spill], _at(hids, spill), _at(counts, spill))
 
     def _rank(self, blocks: Array) -> Array | int:
         """Each position's rank among the positions of its block, in order; 0 when every block is there once."""

@@ -62,6 +62,9 @@ class InvariantChecks(ArrayPoolState):
         if unowned.any():
             b = int(np.flatnonzero(unowned)[0])
             raise _fail("STATE-002", f"block {b} has reference count {ref[b]} but owner code {owner[b]}")
+        layout = self._shared.fault()
+        if layout is not None:
+            raise _fail("STATE-002", f"per-holder counts of shared blocks: {layout}")
         keys, values = (host(a) for a in self._shared.items())  # every counted pair, inline or in the table
         per_block = np.zeros(n, dtype=np.int64)
         np.add.at(per_block, keys >> 32, values)

@@ -47,8 +47,8 @@ class Pinning(ReferenceCounting):
         if self._in_range(host):
             ids = self.ops.asarray(host)
             bad = self._is_reserved[ids] | ((self._ref[ids] == 0) & (self._bhash[ids] < 0))
-            if not self.ops.any(bad):
-                self._pin(ids, self._hid(holder))
+            if self._pin(ids, self._hid_to_be(holder), refuse=bad):  # checked in the pin's own host read
+                self._hid(holder)
                 self._add_held(holder, len(host))
                 return
         explain_acquire(self, items if items is not None else host.tolist(), op)
@@ -75,30 +75,42 @@ class Pinning(ReferenceCounting):
             ref[b] += 1
         return True
 
-    def _pin(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
-        """Add one reference per position (validated: every block in use or cached), an access of each
-        (EVICT-411; ``sizes`` splits a batched call into its calls).
+    def _pin(
+        self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
+    ) -> bool:
+        """Add one reference per position (every block in use or cached), an access of each
+        (EVICT-411; ``sizes`` splits a batched call into its calls); True.
 
-        A block gaining a second holder becomes shared: its per-holder counts move to ``shared``.
+        ``refuse``: a flag per position; if any is set nothing changes and the answer is False
+        (read with the pin's own flags: one host read for the check and the pin). A block gaining
+        a second holder becomes shared: its per-holder counts move to ``shared``.
         """
         ops = self.ops
-        if len(ids) == 0:
-            return
-        self._stamp_access(ids, sizes)
-        if len(ids) <= self._scalar_limit and self._pin_few(ids.tolist(), hids):
-            return
-        owner = self._owner[ids]
         m = len(ids)
-        if m <= self._n:  # distinct? and which are cached, held by another holder alone, shared: one host read
+        if m == 0:
+            return True
+        if m <= self._scalar_limit or m > self._n:  # the element path, or too many for one read
+            if refuse is not None and ops.any(refuse):
+                return False
+            self._stamp_access(ids, sizes)
+            if m <= self._scalar_limit and self._pin_few(ids.tolist(), hids):
+                return True
+        else:  # distinct? which are cached, held by another holder alone, shared; refused? One host read.
+            owner = self._owner[ids]
             parts = [owner == NOBODY, (owner >= 0) & (owner != hids), owner == SHARED]
+            if refuse is not None:
+                parts.append(refuse)
             if m > 1:
                 pos = self._positions[:m]
                 self._mark[ids] = pos
                 parts.append(self._mark[ids] != pos)
             flags = ops.to_host(ops.concat(parts))
-            if not flags[3 * m :].any():
+            if refuse is not None and flags[3 * m : 4 * m].any():
+                return False
+            self._stamp_access(ids, sizes)
+            if not flags[(3 if refuse is None else 4) * m :].any():
                 self._pin_distinct(ids, hids, flags[:m], flags[m : 2 * m], flags[2 * m : 3 * m])
-                return
+                return True
         if isinstance(hids, int):
             hids = ops.full(len(ids), hids)
         uk, ub, cnt = self._pair_counts(ids, hids)
@@ -119,6 +131,7 @@ class Pinning(ReferenceCounting):
         self._shared.add(sk >> HID_BITS, sk & HID_MASK, cnt[to_shared])
         ops.put(self._owner, ub[stays_sole], uh[stays_sole])
         ops.scatter_add(self._ref, ub, cnt)
+        return True
 
     def _pin_distinct(
         self, ids: Array, hids: Array | int, unheld: np.ndarray, other: np.ndarray, joined: np.ndarray
@@ -134,10 +147,10 @@ class Pinning(ReferenceCounting):
         if to_shared.any():
             convert = self._part(ids, other)
             if len(convert):  # the sole holder's count moves to the shared counts
-                self._shared.add(convert, self._owner[convert], self._ref[convert])
+                self._shared.add(convert, self._owner[convert], self._ref[convert], distinct=True)
                 ops.fill_at(self._owner, convert, SHARED)
             at = self._part(self._positions[: len(ids)], to_shared)
-            self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1)
+            self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
             if not to_shared.all():
                 at = self._part(self._positions[: len(ids)], ~to_shared)
                 ops.put(self._owner, ids[at], hids if isinstance(hids, int) else hids[at])

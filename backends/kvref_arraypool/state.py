@@ -7,21 +7,17 @@ defined by exactly one mixin).
 
 State (``n`` blocks, ``E = 2n + 2`` hash entries):
 
-* per block: ``ref`` (references), ``gen`` (POOL-111), ``owner`` (:data:`NOBODY`; ``h >= 0``:
-  holder id ``h`` holds every reference; :data:`SHARED`: per-holder counts in ``shared``, a
-  :class:`~kvref_arraypool.holder_counts.HolderCounts`),
-  ``bhash`` and ``bentry`` (the hash and its entry, or -1), ``regstamp`` (registration stamp:
-  copy age and fifo order), ``evstamp`` (release stamp while cached, else -1: lru order),
-  ``access`` (position of the last access, read by lru-leaf-access only: EVICT-411);
+* per block: ``ref`` (references), ``gen`` (POOL-111), ``owner`` (:data:`NOBODY`; ``h >= 0``: holder id ``h``
+  holds every reference; :data:`SHARED`: per-holder counts in ``shared``, :mod:`.holder_counts`), ``bhash`` and
+  ``bentry`` (the hash and its entry, or -1), ``regstamp`` (registration stamp: copy age and fifo order), ``evstamp``
+  (release stamp while cached, else -1: lru order), ``access`` (last access, read by lru-leaf-access only: EVICT-411);
 * the free stack ``stack[:nfree]`` (top at the end) with ``nfree`` kept on the host, so the
   free count is read without a device sync;
 * hash entries: ``index`` (hash -> entry id, open addressing), and per entry its hash, parent
   hash, parent entry, depth, number of copies, number of resident child hashes and oldest copy
   (``head``). An entry lives while its hash is resident or has resident children (STATE-007);
 * the orders: ``lru_order`` (release order of cached blocks) and ``fifo_order`` (registration order), append-only
-  arrays with lazy deletion (:mod:`kvref_arraypool.queue`).
-
-Holders are mapped to small integer ids on the host (one dict entry per holder, never per block).
+  arrays with lazy deletion (:mod:`kvref_arraypool.queue`). Holders have small integer ids, mapped on the host.
 
 CUDA graphs (CONF-908): ``ref``, ``gen``, ``bhash``, ``stack`` and the prefix ``index`` arrays are allocated once and
 never reallocated, so kernels captured in a CUDA graph may read them at fixed addresses between calls.
@@ -188,6 +184,11 @@ class ArrayPoolState(PoolShape, PausedHolders):
                 self._holder_of.append(holder)
             self._hids[holder] = hid
         return hid
+
+    def _hid_to_be(self, holder: Hashable) -> int:
+        """The id ``holder`` has, or the one :meth:`_hid` would give it next, without giving it."""
+        hid = self._hids.get(holder)
+        return hid if hid is not None else (self._spare_hids[-1] if self._spare_hids else len(self._holder_of))
 
     def _add_held(self, holder: Hashable, count: int) -> None:
         if count:
@@ -371,8 +372,10 @@ class ArrayPoolState(PoolShape, PausedHolders):
         """Drop one reference per position of checked ``ids``; :mod:`.references`."""
         raise NotImplementedError
 
-    def _pin(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
-        """Add one reference per position of checked ``ids`` (``sizes``: a batch's calls); :mod:`.pinning`."""
+    def _pin(
+        self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
+    ) -> bool:
+        """Add one reference per position of ``ids`` unless ``refuse`` flags one (False); :mod:`.pinning`."""
         raise NotImplementedError
 
     def _lookup(self, hs: np.ndarray, parent: int) -> Array:
