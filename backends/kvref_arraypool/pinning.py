@@ -16,7 +16,7 @@ from kvref.contract.validate import IntsLike, as_holder
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.references import ReferenceCounting
-from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED
+from kvref_arraypool.state import HID_MASK, NOBODY, SHARED
 
 __all__ = ["Pinning"]
 
@@ -113,23 +113,31 @@ class Pinning(ReferenceCounting):
                 return True
         if isinstance(hids, int):
             hids = ops.full(len(ids), hids)
-        uk, ub, cnt = self._pair_counts(ids, hids)
+        uk, ub, cnt = self._pair_counts(ids, hids)  # sorted by block, then holder
         uh = uk & HID_MASK
-        blocks, inverse, holders_per_block = ops.unique(ub)
+        k = len(ub)
+        change = ub[1:] != ub[:-1]
+        first, last = ops.concat([ops.full(1, 1) > 0, change]), ops.concat([change, ops.full(1, 1) > 0])
         current = self._owner[ub]
-        stays_sole = (holders_per_block[inverse] == 1) & ((current == NOBODY) | (current == uh))
-        cached = blocks[self._ref[blocks] == 0]
+        # Per pair, in one host read: it stays its block's sole holder; its block (first pair) leaves a
+        # sole holder for the shared counts; its block (first pair) is cached.
+        alone = first & last & ((current == NOBODY) | (current == uh))
+        flags = ops.to_host(ops.concat([alone, first & (current >= 0), first & (self._ref[ub] == 0)]))
+        sole = flags[:k]
+        convert = self._part(ub, flags[k : 2 * k] & ~sole)
+        cached = self._part(ub, flags[2 * k :])
         if len(cached):
             ops.fill_at(self._evstamp, cached, -1)
             self._ncached -= len(cached)
-        to_shared = ~stays_sole
-        convert = ops.unique(ub[to_shared & (current >= 0)])[0]
-        if len(convert):
-            self._shared.add(convert, self._owner[convert], self._ref[convert])
-        self.ops.fill_at(self._owner, ub[to_shared], SHARED)
-        sk = uk[to_shared]
-        self._shared.add(sk >> HID_BITS, sk & HID_MASK, cnt[to_shared])
-        ops.put(self._owner, ub[stays_sole], uh[stays_sole])
+        if len(convert):  # a sole holder's count moves to the shared counts
+            self._shared.add(convert, self._owner[convert], self._ref[convert], distinct=True)
+        if not sole.all():
+            at = ops.asarray(np.flatnonzero(~sole))
+            ops.fill_at(self._owner, ub[at], SHARED)
+            self._shared.add(ub[at], uh[at], cnt[at])
+        if sole.any():
+            at = ops.asarray(np.flatnonzero(sole))
+            ops.put(self._owner, ub[at], uh[at])
         ops.scatter_add(self._ref, ub, cnt)
         return True
 
