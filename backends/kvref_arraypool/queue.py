@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["StampQueue"]
@@ -102,13 +104,17 @@ class StampQueue:
             return parts_b[0], parts_s[0], exhausted
         return ops.concat(parts_b), ops.concat(parts_s), exhausted
 
-    def trim(self) -> None:
-        """Advance the head past dead entries (after blocks left the order)."""
-        ops = self.ops
-        width = 64
+    def trim(self, left: int = 0) -> None:
+        """Advance the head past dead entries (after ``left`` blocks left the order: often the oldest).
+
+        Windows from the head, the first wide enough for ``left`` dead entries and 64 more, each
+        doubling the last: one host read each, so usually one in all.
+        """
+        width = left + 64
         while self.head < self.tail:
             end = min(self.tail, self.head + width)
-            live = ops.nonzero(self._live(self.blocks[self.head : end], self.stamps[self.head : end]))
+            window = self._live(self.blocks[self.head : end], self.stamps[self.head : end])
+            live = np.flatnonzero(self.ops.to_host(window))
             if len(live):
                 self.head += int(live[0])
                 return

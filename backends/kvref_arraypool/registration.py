@@ -210,7 +210,7 @@ class Registration(ArrayPoolState):
             self._renew_heads(ops.asarray(lost_head))
         gone_at = np.flatnonzero(left == 0)
         if len(gone_at) == 0:
-            self._trim_orders()
+            self._trim_orders(m)
             return
         gone_host = ue_host[gone_at]
         if self._events_on:  # in the order their last copy left: the last position of each among the victims
@@ -234,7 +234,7 @@ class Registration(ArrayPoolState):
             ops.fill_at(self._ehead, dead, -1)
             self._estack[self._nefree : self._nefree + len(dead_host)] = dead
             self._nefree += len(dead_host)
-        self._trim_orders()
+        self._trim_orders(m)
 
     def _unregister_few(self, victims: list[int]) -> None:
         """:meth:`_unregister` element by element (NumPy, ``scalar_limit``): the same entries,
@@ -266,7 +266,7 @@ class Registration(ArrayPoolState):
                 ehash[e] = ehead[e] = -1
                 self._estack[self._nefree] = e
                 self._nefree += 1
-        self._trim_orders()
+        self._trim_orders(len(victims))
 
     def _renew_heads(self, entries: Array) -> None:
         """Oldest remaining copy of each entry, by registration stamp (rare: hashes with several copies)."""
@@ -279,7 +279,8 @@ class Registration(ArrayPoolState):
         first = cs == oldest[ce]
         self._ehead[ce[first]] = copies[first]
 
-    def _trim_orders(self) -> None:
-        self._lru_order.trim()
+    def _trim_orders(self, left: int) -> None:
+        """Advance the orders' heads past the ``left`` blocks that just left them."""
+        self._lru_order.trim(left)
         if self._policy is _FIFO:
-            self._fifo_order.trim()
+            self._fifo_order.trim(left)
