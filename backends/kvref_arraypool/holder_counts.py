@@ -137,15 +137,7 @@ class HolderCounts:
                 count[blocks[at]] += _at(counts, at)
         if not distinct:  # a block may come twice: the new pairs take their slots by rank (_place)
             code = np.where(code >= 2, 5, code)
-        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
-            at = self._positions(code == 2 + slot)
-            if at is not None:
-                b = blocks[at]
-                ops.put(hid, b, _at(hids, at))
-                ops.put(count, b, counts if isinstance(counts, int) else counts[at])
-        spill = self._positions(code == 4)
-        if spill is not None:
-            self._spill(blocks[spill], _at(hids, spill), _at(counts, spill))
+        self._put_new(blocks, hids, counts, code, 2)
         rest = self._positions(code == 5)
         if rest is None:
             return
@@ -181,14 +173,19 @@ class HolderCounts:
         else:
             to0 = (rank == 0) & f0
             to1 = ((rank == 0) & ~f0 & f1) | ((rank == 1) & f0 & f1)
-        where = ops.to_host(ops.where(to0, 0, ops.where(to1, 1, 2)))
+        self._put_new(blocks, hids, counts, ops.to_host(ops.where(to0, 0, ops.where(to1, 1, 2))), 0)
+
+    def _put_new(self, blocks: Array, hids: Array | int, counts: Array | int, code: np.ndarray, base: int) -> None:
+        """Count new pairs where host ``code`` places them: ``base`` in inline slot 0, ``base + 1`` in
+        inline slot 1, ``base + 2`` in the table (any other code: not here)."""
+        ops = self.ops
         for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
-            at = self._positions(where == slot)
+            at = self._positions(code == base + slot)
             if at is not None:
                 b = blocks[at]
                 ops.put(hid, b, _at(hids, at))
                 ops.put(count, b, counts if isinstance(counts, int) else counts[at])
-        spill = self._positions(where == 2)
+        spill = self._positions(code == base + 2)
         if spill is not None:
             self._spill(blocks[spill], _at(hids, spill), _at(counts, spill))
 
