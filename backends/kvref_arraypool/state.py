@@ -174,21 +174,21 @@ class ArrayPoolState(PoolShape, PausedHolders):
     def _hid(self, holder: Hashable) -> int:
         hid = self._hids.get(holder)
         if hid is None:
+            hid = self._hids[holder] = self._hid_to_be(holder)
             if self._spare_hids:
-                hid = self._spare_hids.pop()
-                self._holder_of[hid] = holder
+                self._holder_of[self._spare_hids.pop()] = holder
             else:
-                hid = len(self._holder_of)
-                if hid > HID_MASK >> 1:  # pragma: no cover - 2**31 holders at once
-                    raise OutOfBlocksError("POOL-105", f"{self.name}: more than 2**31 holders hold references")
                 self._holder_of.append(holder)
-            self._hids[holder] = hid
         return hid
 
     def _hid_to_be(self, holder: Hashable) -> int:
         """The id ``holder`` has, or the one :meth:`_hid` would give it next, without giving it."""
         hid = self._hids.get(holder)
-        return hid if hid is not None else (self._spare_hids[-1] if self._spare_hids else len(self._holder_of))
+        if hid is None:
+            hid = self._spare_hids[-1] if self._spare_hids else len(self._holder_of)
+            if hid > HID_MASK >> 1:  # pragma: no cover - 2**31 holders at once
+                raise OutOfBlocksError("POOL-105", f"{self.name}: more than 2**31 holders hold references")
+        return hid
 
     def _add_held(self, holder: Hashable, count: int) -> None:
         if count:
