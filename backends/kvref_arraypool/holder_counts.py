@@ -47,6 +47,8 @@ class HolderCounts:
         self.count0 = ops.zeros(n)
         self.hid1 = ops.full(n, UNUSED)
         self.count1 = ops.zeros(n)
+        #: The two inline slots, (holder ids, counts) each, in the order pairs take them.
+        self.inline = ((self.hid0, self.count0), (self.hid1, self.count1))
         self.spilled = ops.zeros(n)
         self.table = HashTable(ops, 64, growable=True, few=few)
         self._mark = ops.full(n, -1)
@@ -79,7 +81,7 @@ class HolderCounts:
         """Every counted pair as a key ``block << HID_BITS | hid``, and its count (no set order)."""
         ops = self.ops
         keys, counts = [], []
-        for hid, count in ((self.hid0, self.count0), (self.hid1, self.count1)):
+        for hid, count in self.inline:
             used = ops.nonzero(hid != UNUSED)
             keys.append((used << HID_BITS) | hid[used])
             counts.append(count[used])
@@ -88,8 +90,7 @@ class HolderCounts:
 
     def holders_of(self, b: int) -> list[tuple[int, int]]:
         """Block ``b``'s pairs as (holder id, count), inline ones first."""
-        inline = ((self.hid0, self.count0), (self.hid1, self.count1))
-        out = [(int(h[b]), int(c[b])) for h, c in inline if h[b] != UNUSED]
+        out = [(int(h[b]), int(c[b])) for h, c in self.inline if h[b] != UNUSED]
         if int(self.spilled[b]):
             keys, values = self.table.items()
             mine = (keys >> HID_BITS) == b
@@ -131,7 +132,7 @@ class HolderCounts:
         if self.table.live:
             fresh = ops.where(self.spilled[blocks] > 0, 5, fresh)
         code = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, fresh)))
-        for slot, count in ((0, self.count0), (1, self.count1)):
+        for slot, (_, count) in enumerate(self.inline):
             at = self._positions(code == slot)
             if at is not None:
                 count[blocks[at]] += _at(counts, at)
@@ -179,7 +180,7 @@ class HolderCounts:
         """Count new pairs where host ``code`` places them: ``base`` in inline slot 0, ``base + 1`` in
         inline slot 1, ``base + 2`` in the table (any other code: not here)."""
         ops = self.ops
-        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
+        for slot, (hid, count) in enumerate(self.inline):
             at = self._positions(code == base + slot)
             if at is not None:
                 b = blocks[at]
@@ -213,7 +214,7 @@ class HolderCounts:
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
-        for slot, (hid, count) in enumerate(((self.hid0, self.count0), (self.hid1, self.count1))):
+        for slot, (hid, count) in enumerate(self.inline):
             at = self._positions(where == slot)
             if at is not None:
                 b = blocks[at]
@@ -234,7 +235,7 @@ class HolderCounts:
 
     def add_one(self, b: int, hid: int, count: int) -> None:
         """:meth:`add` of one pair, in Python (host arrays)."""
-        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+        for h, c in self.inline:
             if h[b] == hid:
                 c[b] += count
                 return
@@ -244,7 +245,7 @@ class HolderCounts:
             if slot >= 0:
                 self.table.values[slot] += count
                 return
-        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+        for h, c in self.inline:
             if h[b] == UNUSED:
                 h[b], c[b] = hid, count
                 return
@@ -253,7 +254,7 @@ class HolderCounts:
 
     def sub_one(self, b: int, hid: int, count: int) -> None:
         """:meth:`sub` of one pair, in Python (host arrays)."""
-        for h, c in ((self.hid0, self.count0), (self.hid1, self.count1)):
+        for h, c in self.inline:
             if h[b] == hid:
                 left = int(c[b]) - count
                 c[b] = left
