@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvref_arraypool.host_flags import all_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.table import HashTable
 
@@ -280,7 +281,7 @@ class HolderCounts:
     def _positions(self, which: np.ndarray) -> Array | slice | None:
         """The positions where host flags ``which`` are set: a device array, every position (a
         slice: no gather), or None where none is."""
-        if which.all():
+        if all_true(which):
             return slice(None)
-        at = np.flatnonzero(which)
+        at = positions(which)
         return self.ops.asarray(at) if len(at) else None

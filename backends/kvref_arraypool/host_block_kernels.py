@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvref_arraypool.block_errors import FREE_BLOCK, HELD_ALREADY, NOT_HELD, RANGE, RESERVED, TWICE
+from kvref_arraypool.host_flags import all_true
 from kvref_arraypool.host_views import SCALAR_LIMIT, HostViews, first_refusal
 from kvref_arraypool.ops import Array
 
@@ -67,14 +68,14 @@ class HostBlockKernels(HostViews):
         if len(given) <= self._scalar:
             self._call_few(given.tolist(), rf, bt, self._host(reserved), rec, stack, num_blocks, words, word, bit, free)
             return
-        if (given.view(np.uint64) < num_blocks).all():  # in range (a negative id is huge as unsigned)
+        if all_true(given.view(np.uint64) < num_blocks):  # in range (a negative id is huge as unsigned)
             at = given * words + word
             old, r = bt[at], rf[given]
             held = (old & bit) != 0
             scratch, order = self._host(first), np.arange(len(given))
             scratch[given] = order  # each entry's position survives only where the ids are distinct
             good = (scratch[given] == order) & ~self._host(reserved)[given] & (held if free else ~held & (r != 0))
-            if good.all():  # the accepted call's checks, without the codes
+            if all_true(good):  # the accepted call's checks, without the codes
                 self._note(rec, None)  # counted, nothing refused
                 self._apply(given, at, old, r, bt, rf, rec, stack, bit, free)
                 return

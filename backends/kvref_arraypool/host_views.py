@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kvref_arraypool.deferred import CALLS, CODE, REFUSED, VALUE
+from kvref_arraypool.host_flags import positions
 from kvref_arraypool.ops import Array
 
 __all__ = ["SCALAR_LIMIT", "HostViews", "first_refusal"]
@@ -26,7 +27,7 @@ SCALAR_LIMIT = 16
 
 def first_refusal(codes: np.ndarray, given: np.ndarray) -> tuple[int, int, int] | None:
     """The first entry with a nonzero code, as (position, code, value), or None: one NumPy scan."""
-    bad = np.flatnonzero(codes)
+    bad = positions(codes)
     if not bad.size:
         return None
     at = int(bad[0])

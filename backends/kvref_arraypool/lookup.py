@@ -14,6 +14,7 @@ import numpy as np
 from kvref.contract.errors import CacheInUseError
 from kvref.contract.events import AllBlocksCleared, KVEvent
 from kvref.contract.validate import IntsLike, as_hash, as_holder, request_prefix_limit
+from kvref_arraypool.host_flags import positions
 from kvref_arraypool.inputs import hash_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import NOBODY, ArrayPoolState
@@ -34,7 +35,7 @@ class PrefixLookup(ArrayPoolState):
         safe = ops.where(entries >= 0, entries, 0)
         prev = ops.asarray(np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]]))
         ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
-        missed = np.flatnonzero(~ops.to_host(ok))  # one read: where the chain first misses
+        missed = positions(~ops.to_host(ok))  # one read: where the chain first misses
         length = int(missed[0]) if len(missed) else m
         return self._ehead[safe[:length]]
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from kvref.contract.checks import explain_acquire
 from kvref.contract.validate import IntsLike, as_holder
+from kvref_arraypool.host_flags import all_true, any_true, positions
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.references import ReferenceCounting
@@ -105,10 +106,10 @@ class Pinning(ReferenceCounting):
                 self._mark[ids] = pos
                 parts.append(self._mark[ids] != pos)
             flags = ops.to_host(ops.concat(parts))
-            if refuse is not None and flags[3 * m : 4 * m].any():
+            if refuse is not None and any_true(flags[3 * m : 4 * m]):
                 return False
             self._stamp_access(ids, sizes)
-            if not flags[(3 if refuse is None else 4) * m :].any():
+            if not any_true(flags[(3 if refuse is None else 4) * m :]):
                 self._pin_distinct(ids, hids, flags[:m], flags[m : 2 * m], flags[2 * m : 3 * m])
                 return True
         if isinstance(hids, int):
@@ -131,12 +132,12 @@ class Pinning(ReferenceCounting):
             self._ncached -= len(cached)
         if len(convert):  # a sole holder's count moves to the shared counts
             self._shared.add(convert, self._owner[convert], self._ref[convert], distinct=True)
-        if not sole.all():
-            at = ops.asarray(np.flatnonzero(~sole))
+        if not all_true(sole):
+            at = ops.asarray(positions(~sole))
             ops.fill_at(self._owner, ub[at], SHARED)
             self._shared.add(ub[at], uh[at], cnt[at])
-        if sole.any():
-            at = ops.asarray(np.flatnonzero(sole))
+        if any_true(sole):
+            at = ops.asarray(positions(sole))
             ops.put(self._owner, ub[at], uh[at])
         ops.scatter_add(self._ref, ub, cnt)
         return True
@@ -152,14 +153,14 @@ class Pinning(ReferenceCounting):
             ops.fill_at(self._evstamp, cached, -1)
             self._ncached -= len(cached)
         to_shared = other | joined
-        if to_shared.any():
+        if any_true(to_shared):
             convert = self._part(ids, other)
             if len(convert):  # the sole holder's count moves to the shared counts
                 self._shared.add(convert, self._owner[convert], self._ref[convert], distinct=True)
                 ops.fill_at(self._owner, convert, SHARED)
             at = self._part(self._positions[: len(ids)], to_shared)
             self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
-            if not to_shared.all():
+            if not all_true(to_shared):
                 at = self._part(self._positions[: len(ids)], ~to_shared)
                 ops.put(self._owner, ids[at], hids if isinstance(hids, int) else hids[at])
         else:

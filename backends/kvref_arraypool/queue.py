@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
+from kvref_arraypool.host_flags import positions
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["StampQueue"]
@@ -114,7 +113,7 @@ class StampQueue:
         while self.head < self.tail:
             end = min(self.tail, self.head + width)
             window = self._live(self.blocks[self.head : end], self.stamps[self.head : end])
-            live = np.flatnonzero(self.ops.to_host(window))
+            live = positions(self.ops.to_host(window))
             if len(live):
                 self.head += int(live[0])
                 return

@@ -17,6 +17,7 @@ from kvref.contract.checks import explain_release, stale_reference
 from kvref.contract.errors import InvalidValueError, InvariantViolation, OutOfBlocksError
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike, as_count, as_holder
+from kvref_arraypool.host_flags import all_true, any_true, positions
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED, ArrayPoolState
@@ -302,9 +303,9 @@ class ReferenceCounting(ArrayPoolState):
         m = len(ids)
         flags = ops.to_host(ops.concat([left == 0, self._bhash[ids] >= 0]))
         zero, hashed = flags[:m], flags[m:]
-        if zero.all():
+        if all_true(zero):
             return ids, hashed
-        at = np.flatnonzero(zero)
+        at = positions(zero)
         return (ids[ops.asarray(at)] if len(at) else ops.zeros(0)), hashed[at]
 
     def _settle(self, zeroed: Array, hashed: np.ndarray | None = None) -> None:
@@ -316,7 +317,7 @@ class ReferenceCounting(ArrayPoolState):
             return
         if hashed is None:
             hashed = self.ops.to_host(self._bhash[zeroed] >= 0)
-        if not hashed.any():  # the common release of unhashed blocks: all free, in order
+        if not any_true(hashed):  # the common release of unhashed blocks: all free, in order
             self._push_free(zeroed)
             return
         if self._policy is _REF_ZERO:

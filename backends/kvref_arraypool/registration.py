@@ -17,7 +17,8 @@ from kvref.contract.errors import HashConflictError, InvalidValueError, UnknownH
 from kvref.contract.events import BlockRemoved, BlockStored
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike, as_hash
-from kvref_arraypool.host_sets import count_distinct, sorted_distinct
+from kvref_arraypool.host_flags import any_true, count_true, positions
+from kvref_arraypool.host_sets import count_distinct, sorted_counts, sorted_distinct
 from kvref_arraypool.inputs import hash_array, index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import ArrayPoolState
@@ -65,7 +66,7 @@ class Registration(ArrayPoolState):
         entries = self._entries_of(ops.asarray(hs))
         resident = self._resident(entries)
         repeated = m > 1 and count_distinct(hs) != m
-        suspicious = repeated or not self._in_range(host) or bool((hs == prev_host).any())
+        suspicious = repeated or not self._in_range(host) or any_true(hs == prev_host)
         if not suspicious:
             ids = ops.asarray(host)
             prev = ops.asarray(prev_host)
@@ -92,7 +93,7 @@ class Registration(ArrayPoolState):
         hs_dev = ops.asarray(hs)
         # Which hashes have no entry yet and which are resident: one host read; the rest indexes by host positions.
         flags = ops.to_host(ops.concat([entries < 0, resident]))
-        absent_at, resident_here = np.flatnonzero(flags[:m]), flags[m:]
+        absent_at, resident_here = positions(flags[:m]), flags[m:]
         k = len(absent_at)
         if k:
             absent = ops.asarray(absent_at)
@@ -106,7 +107,7 @@ class Registration(ArrayPoolState):
         # Parent entry of each position: the given parent's for the first, the previous hash's after.
         pe = ops.concat([ops.full(1, parent_entry), entries[:-1]])
         base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
-        fresh_at = np.flatnonzero(~resident_here)
+        fresh_at = positions(~resident_here)
         fresh = ops.asarray(fresh_at)
         fe = entries[fresh]
         ops.fill_at(self._ecopies, fe, 1)
@@ -117,7 +118,7 @@ class Registration(ArrayPoolState):
         # Every position after the first has a parent entry (the previous hash's); the first, the given parent's.
         with_parent = fresh_at[(fresh_at > 0) | (parent_entry >= 0)]
         ops.scatter_add(self._echildren, pe[ops.asarray(with_parent)], 1)
-        self._ecopies[entries[ops.asarray(np.flatnonzero(resident_here))]] += 1
+        self._ecopies[entries[ops.asarray(positions(resident_here))]] += 1
         self._bhash[ids] = hs_dev
         self._bentry[ids] = entries
         stamps = self._stamps(m)
@@ -192,15 +193,15 @@ class Registration(ArrayPoolState):
             return
         first = ops.to_host(ops.concat([self._bentry[victims], ops.cast(self._evstamp[victims] >= 0, "int64")]))
         e_host, cached = first[:m], first[m:]
-        self._ncached -= int(cached.sum())
+        self._ncached -= count_true(cached)
         ops.fill_at(self._evstamp, victims, -1)
         ops.fill_at(self._bhash, victims, -1)
         ops.fill_at(self._bentry, victims, -1)
         ops.fill_at(self._regstamp, victims, -1)
-        ue_host, inverse, cnt = np.unique(e_host, return_inverse=True, return_counts=True)
+        ue_host, cnt = sorted_counts(e_host)
         k = len(ue_host)
         ue = ops.asarray(ue_host)
-        self._ecopies[ue] -= ops.asarray(cnt.astype(np.int64))
+        self._ecopies[ue] -= ops.asarray(cnt)
         second = ops.to_host(
             ops.concat([self._ecopies[ue], ops.cast(self._bentry[self._ehead[ue]] != ue, "int64"), self._epentry[ue]])
         )
@@ -208,14 +209,14 @@ class Registration(ArrayPoolState):
         lost_head = ue_host[(left > 0) & head_gone]
         if len(lost_head):
             self._renew_heads(ops.asarray(lost_head))
-        gone_at = np.flatnonzero(left == 0)
+        gone_at = positions(left == 0)
         if len(gone_at) == 0:
             self._trim_orders(m)
             return
         gone_host = ue_host[gone_at]
         if self._events_on:  # in the order their last copy left: the last position of each among the victims
             last = np.full(k, -1, dtype=np.int64)
-            np.maximum.at(last, inverse, np.arange(m, dtype=np.int64))
+            np.maximum.at(last, np.searchsorted(ue_host, e_host), np.arange(m, dtype=np.int64))
             order = np.argsort(last[gone_at], kind="stable")
             for h in ops.tolist(self._ehash[ops.asarray(gone_host[order])]):
                 self._events.append(BlockRemoved(h))

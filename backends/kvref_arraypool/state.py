@@ -39,6 +39,7 @@ from kvref.contract.protocol import BlockState
 from kvref.contract.shape import PoolShape
 from kvref.contract.validate import IntsLike, as_count, as_holder, as_int, as_pool_shape
 from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
+from kvref_arraypool.host_flags import all_true, any_true, positions
 from kvref_arraypool.host_views import SCALAR_LIMIT
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.queue import StampQueue
@@ -286,11 +287,11 @@ class ArrayPoolState(PoolShape, PausedHolders):
 
     def _part(self, blocks: Array, which: np.ndarray) -> Array:
         """The entries of ``blocks`` where the host flags ``which`` are set, in order (no device read)."""
-        if which.all():
+        if all_true(which):
             return blocks
-        if not which.any():
+        if not any_true(which):
             return self.ops.zeros(0)
-        return blocks[self.ops.asarray(np.flatnonzero(which))]
+        return blocks[self.ops.asarray(positions(which))]
 
     def _in_range(self, host_ids: np.ndarray) -> bool:
         return len(host_ids) == 0 or int(host_ids.astype(np.int64, copy=False).view(np.uint64).max()) < self._n

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvref_arraypool.host_flags import count_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["EMPTY", "TOMB", "HashTable"]
@@ -96,10 +97,13 @@ class HashTable:
         self.live += 1
 
     def _home(self, keys: Array) -> Array:
-        x = keys ^ (keys >> 33)
-        x = x * _MIX
-        x = x ^ (x >> 33)
-        return x & (self.capacity - 1)
+        """Each key's home slot: murmur3's fmix64 steps in int64 (in place on one fresh array)."""
+        x = keys >> 33
+        x ^= keys
+        x *= _MIX
+        x ^= x >> 33
+        x &= self.capacity - 1
+        return x
 
     def _window(self, slot: Array) -> Array:
         """The ``_WIDTH`` slots from each of ``slot`` on, one row per key."""
@@ -135,11 +139,11 @@ class HashTable:
             is_key = found & (tkeys[at] == want)
             # Which searches stopped, and which of those at their key: the round's one host read.
             flags = ops.to_host(ops.concat([found, is_key]))
-            stopped, hit_at = flags[: len(pending)], np.flatnonzero(flags[len(pending) :])
+            stopped, hit_at = flags[: len(pending)], positions(flags[len(pending) :])
             if len(hit_at):
                 hits = ops.asarray(hit_at)
                 out[pending[hits]] = at[hits]
-            rest = np.flatnonzero(~stopped)
+            rest = positions(~stopped)
             if len(rest) == 0:
                 break
             going = ops.asarray(rest)
@@ -156,10 +160,11 @@ class HashTable:
     def insert(self, keys: Array, values: Array) -> None:
         """Add distinct keys that are absent, with their values.
 
-        Each round, every pending key looks for the first open slot (empty or deleted) in its
-        window and tries to claim it; of several claimants the highest pending index wins (a
-        scatter-max, so the layout is the same on every device and run), the others go on from
-        the next slot.
+        The first round tries each key's home slot alone (at most 60% of the slots are taken, so
+        most keys stop there); later rounds look for the first open slot (empty or deleted) in a
+        window of ``_WIDTH``. Each round every pending key tries to claim its slot; of several
+        claimants the highest pending index wins (a scatter-max, so the layout is the same on every
+        device and run), the others go on from the next slot.
         """
         n = len(keys)
         if n == 0:
@@ -171,36 +176,47 @@ class HashTable:
                 self._insert_one(key, value)
             return
         ops = self.ops
+        mask = self.capacity - 1
         slot = self._home(keys)
         pending = ops.arange(n)
-        claim = self._claim_scratch()
-        spare = self.capacity  # the claim of a key with no open slot in its window: a slot of no one
         tkeys = self.keys
-        while len(pending):
-            window = self._window(slot)
-            found, first = ops.first_true(tkeys[window] < 0)
-            at = ops.where(found, window[ops.arange(len(pending)), first], spare)
-            ops.fill_at(claim, at, -1)  # the highest pending index wins a contested slot: the same winner on every
-            ops.scatter_max(claim, at, pending)  # device and run (a plain scatter leaves it to the device)
-            got = found & (claim[at] == pending)
-            tomb = got & (tkeys[ops.where(found, at, 0)] == TOMB)
-            # Which keys won a slot, and which of those slots held a tombstone: the round's one host read.
-            flags = ops.to_host(ops.concat([got, tomb]))
-            won_at = np.flatnonzero(flags[: len(pending)])
-            self.tombs -= int(flags[len(pending) :].sum())
-            if len(won_at):
-                won = ops.asarray(won_at)
-                ws, wk = at[won], pending[won]
-                tkeys[ws] = keys[wk]
-                self.values[ws] = values[wk]
-            rest = np.flatnonzero(~flags[: len(pending)])
+        found = tkeys[slot] < 0
+        at = ops.where(found, slot, self.capacity)  # a key with no open slot claims the spare slot past the table
+        step: Array | int = 1
+        while True:
+            rest = self._claim_round(keys, values, pending, found, at)
             if len(rest) == 0:
                 break
             left = ops.asarray(rest)
-            step = ops.where(found, first + 1, _WIDTH)
             pending = pending[left]
-            slot = (slot[left] + step[left]) & (self.capacity - 1)
+            slot = (slot[left] + (step if isinstance(step, int) else step[left])) & mask
+            window = self._window(slot)
+            found, first = ops.first_true(tkeys[window] < 0)
+            at = ops.where(found, window[ops.arange(len(pending)), first], self.capacity)
+            step = ops.where(found, first + 1, _WIDTH)
         self.live += n
+
+    def _claim_round(self, keys: Array, values: Array, pending: Array, found: Array, at: Array) -> np.ndarray:
+        """One round of :meth:`insert`: each pending key whose round ``found`` an open slot claims
+        it (``at``; the spare slot past the table otherwise). Writes the winners; returns the
+        positions in ``pending`` of the keys still without a slot (host)."""
+        ops, tkeys = self.ops, self.keys
+        claim = self._claim_scratch()
+        ops.fill_at(claim, at, -1)  # the highest pending index wins a contested slot: the same winner on every
+        ops.scatter_max(claim, at, pending)  # device and run (a plain scatter leaves it to the device)
+        got = found & (claim[at] == pending)
+        tomb = got & (tkeys[ops.where(found, at, 0)] == TOMB)
+        # Which keys won a slot, and which of those slots held a tombstone: the round's one host read.
+        flags = ops.to_host(ops.concat([got, tomb]))
+        m = len(pending)
+        won_at = positions(flags[:m])
+        self.tombs -= count_true(flags[m:])
+        if len(won_at):
+            won = ops.asarray(won_at)
+            ws, wk = at[won], pending[won]
+            tkeys[ws] = keys[wk]
+            self.values[ws] = values[wk]
+        return positions(~flags[:m])
 
     def _claim_scratch(self) -> Array:
         """The claims of one insert round: a slot per table slot and one spare past them. Made with
