@@ -17,7 +17,7 @@ from kvref.contract.checks import explain_release, stale_reference
 from kvref.contract.errors import InvalidValueError, InvariantViolation, OutOfBlocksError
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike, as_count, as_holder
-from kvref_arraypool.host_flags import all_true, any_true, positions
+from kvref_arraypool.host_flags import all_true, count_true, positions
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED, ArrayPoolState
@@ -317,7 +317,8 @@ class ReferenceCounting(ArrayPoolState):
             return
         if hashed is None:
             hashed = self.ops.to_host(self._bhash[zeroed] >= 0)
-        if not any_true(hashed):  # the common release of unhashed blocks: all free, in order
+        k = count_true(hashed)
+        if k == 0:  # the common release of unhashed blocks: all free, in order
             self._push_free(zeroed)
             return
         if self._policy is _REF_ZERO:
@@ -327,9 +328,9 @@ class ReferenceCounting(ArrayPoolState):
                 self._evictions += len(dropped)
             self._push_free(zeroed)
             return
-        self._push_free(self._part(zeroed, ~hashed))
+        if k < len(zeroed):
+            self._push_free(self._part(zeroed, ~hashed))
         cached = self._part(zeroed, hashed)
-        k = len(cached)
         if k:
             stamps = self._stamps(k)
             self._evstamp[cached] = stamps
