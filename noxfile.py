@@ -55,7 +55,7 @@ def tests(session: nox.Session) -> None:
 
 
 #: Extras each backend needs on top of the conformance suite (torch itself comes pinned).
-BACKEND_EXTRAS = {"oracle": (), "torch": ("torch",), "cupy": ("cupy",)}
+BACKEND_EXTRAS = {"oracle": (), "torch": ("torch", "jit"), "cupy": ("cupy", "jit")}
 
 
 @nox.session(python=PYTHON)

@@ -204,27 +204,32 @@ def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_libr
     )
 )
 def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps: list[tuple[str, list[int]]]) -> None:
-    """On NumPy a batch of up to ``few`` (16) keys probes key by key; the same calls through the
-    rounds (``few=0``) and a dict must agree on every find, live count and tombstone count."""
+    """On NumPy a batch of up to ``few`` (16) keys probes key by key, and with numba every batch
+    probes in one compiled loop; the same calls through the rounds (``few=0``, no compiled loop)
+    and a dict must agree on every find, live count and tombstone count."""
     numpy_ops = NumpyLikeOps(np, device="host", is_device=False)
-    by_key = HashTable(numpy_ops, 8, growable=True, few=16)
-    by_rounds = HashTable(numpy_ops, 8, growable=True, few=0)
+    by_key = HashTable(numpy_ops, 8, growable=True, few=16, jit=False)
+    by_rounds = HashTable(numpy_ops, 8, growable=True, few=0, jit=False)
+    tables = [("key by key", by_key), ("in rounds", by_rounds)]
+    compiled = HashTable(numpy_ops, 8, growable=True)
+    if compiled.jit is not None:
+        tables.append(("compiled", compiled))
     model: dict[int, int] = {}
     for i, (what, raw) in enumerate(steps):
         keys = list(dict.fromkeys(raw))  # distinct, as the pool guarantees
         if what == "insert":
             keys = [k for k in keys if k not in model]
-            for table in (by_key, by_rounds):
+            for _, table in tables:
                 table.insert(arr(numpy_ops, *keys), arr(numpy_ops, *(k * 7 for k in keys)))
             model.update({k: k * 7 for k in keys})
         elif what == "delete":
             keys = [k for k in keys if k in model]
-            for table in (by_key, by_rounds):
+            for _, table in tables:
                 table.delete(arr(numpy_ops, *keys))
             for k in keys:
                 del model[k]
         want = [model.get(k, -1) for k in range(61)]
-        for name, table in (("key by key", by_key), ("in rounds", by_rounds)):
+        for name, table in tables:
             got = host(table.find(arr(numpy_ops, *range(61))))
             assert got == want, f"step {i} ({what} {keys}): the table probing {name} finds {got}, the dict {want}"
             few = host(table.find(arr(numpy_ops, *keys[:16])))

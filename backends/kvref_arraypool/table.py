@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvref_arraypool.host_flags import count_true, positions
+from kvref_arraypool.host_jit import table_kernels
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["EMPTY", "TOMB", "HashTable"]
@@ -28,6 +29,11 @@ _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed i
 _U64 = (1 << 64) - 1
 _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
+
+
+def _int64(a: Array) -> np.ndarray:
+    """A NumPy array as the compiled probes read it: contiguous int64 (itself when it is)."""
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _pow2_at_least(n: int) -> int:
@@ -42,7 +48,7 @@ class HashTable:
     table does not re-check, since the pool has already validated them.
     """
 
-    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool, few: int = 0) -> None:
+    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool, few: int = 0, jit: bool = True) -> None:
         self.ops = ops
         self.growable = growable
         self.capacity = _pow2_at_least(int(capacity_hint / _MAX_LOAD) + 1)
@@ -56,6 +62,9 @@ class HashTable:
         #: instead of in vectorized rounds (~30 us for a batch of one): the same slots, found or taken.
         #: 0 (the default, and always on a device): the rounds only.
         self.few = few if ops.host_numpy else 0
+        #: On NumPy arrays, with numba installed (and ``jit``), every batch probes in one compiled
+        #: loop (:mod:`kvref_arraypool.host_jit`): the same slots as probing key by key.
+        self.jit = table_kernels() if jit and ops.host_numpy else None
 
     def _home_of(self, key: int) -> int:
         """:meth:`_home` of one key in Python ints: int64 wrap-around and arithmetic shifts, exactly."""
@@ -117,6 +126,10 @@ class HashTable:
         """
         ops = self.ops
         n = len(keys)
+        if self.jit is not None:
+            out = np.empty(n, dtype=np.int64)
+            self.jit.find_slots(self.keys, self.capacity - 1, _int64(keys), out)
+            return out
         if n <= self.few:
             return np.array([self.slot_of(k) for k in keys.tolist()], dtype=np.int64)
         out = ops.full(n, -1)
@@ -153,6 +166,10 @@ class HashTable:
 
     def find(self, keys: Array, default: int = -1) -> Array:
         """The value of each key, or ``default`` where absent."""
+        if self.jit is not None:
+            out = np.empty(len(keys), dtype=np.int64)
+            self.jit.find_values(self.keys, self.values, self.capacity - 1, _int64(keys), default, out)
+            return out
         slots = self.find_slots(keys)
         found = slots >= 0
         return self.ops.where(found, self.values[self.ops.where(found, slots, 0)], default)
@@ -171,6 +188,10 @@ class HashTable:
             return
         if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
             self._rebuild(self.live + n)
+        if self.jit is not None:
+            self.tombs -= int(self.jit.insert(self.keys, self.values, self.capacity - 1, _int64(keys), _int64(values)))
+            self.live += n
+            return
         if n <= self.few:
             for key, value in zip(keys.tolist(), values.tolist(), strict=True):
                 self._insert_one(key, value)
@@ -246,6 +267,11 @@ class HashTable:
 
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""
+        if self.jit is not None:
+            n = int(self.jit.delete(self.keys, self.capacity - 1, _int64(keys)))
+            self.live -= n
+            self.tombs += n
+            return
         self.delete_at(self.find_slots(keys))
 
     def items(self) -> tuple[Array, Array]:
