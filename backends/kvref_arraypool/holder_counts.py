@@ -20,7 +20,7 @@ import numpy as np
 
 from kvref_arraypool.host_flags import all_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
-from kvref_arraypool.table import HashTable
+from kvref_arraypool.table import HashTable, int64_host
 
 __all__ = ["HID_BITS", "HID_MASK", "HolderCounts"]
 
@@ -34,6 +34,11 @@ UNUSED = -1
 def _at(values: Array | int, idx: Array | slice) -> Array | int:
     """``values[idx]``, or ``values`` itself when it is one int for every position."""
     return values if isinstance(values, int) else values[idx]
+
+
+def _per_pair(values: Array | int, n: int) -> np.ndarray:
+    """One int64 per pair for a compiled kernel: ``values`` itself, or one int repeated."""
+    return np.full(n, values, dtype=np.int64) if isinstance(values, int) else int64_host(values)
 
 
 class HolderCounts:
@@ -58,6 +63,11 @@ class HolderCounts:
 
     def get(self, blocks: Array, hids: Array | int) -> Array:
         """References of each pair (0 for a pair not counted here)."""
+        jit = self.table.jit
+        if jit is not None:
+            out = np.empty(len(blocks), dtype=np.int64)
+            jit.counts_get(*self._compiled_args(), int64_host(blocks), _per_pair(hids, len(blocks)), out)
+            return out
         ops = self.ops
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         out = ops.where(h0 == hids, self.count0[blocks], ops.where(h1 == hids, self.count1[blocks], 0))
@@ -126,7 +136,16 @@ class HolderCounts:
         inline, or new and where it goes, or new in a block with pairs in the table, to look up).
         """
         ops = self.ops
-        if len(blocks) == 0:
+        n = len(blocks)
+        if n == 0:
+            return
+        jit = self.table.jit
+        if jit is not None:  # pair by pair in one compiled loop, as add_one
+            self.table.reserve(n)
+            added, taken = jit.counts_add(
+                *self._compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
+            )
+            self.table.account(added=int(added), tombs_taken=int(taken))
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         fresh = ops.where(h0 == UNUSED, 2, ops.where(h1 == UNUSED, 3, 4))
@@ -211,7 +230,15 @@ class HolderCounts:
         """Take ``counts`` references from each pair (distinct, counted here with at least that many);
         a pair left with none is no longer counted."""
         ops = self.ops
-        if len(blocks) == 0:
+        n = len(blocks)
+        if n == 0:
+            return
+        jit = self.table.jit
+        if jit is not None:  # pair by pair in one compiled loop, as sub_one
+            deleted = jit.counts_sub(
+                *self._compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
+            )
+            self.table.account(deleted=int(deleted))
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
@@ -277,6 +304,22 @@ class HolderCounts:
         for count in (self.count0, self.count1, self.spilled):
             count[:] = 0
         self.table.clear()
+
+    def _compiled_args(self) -> tuple[Array | int, ...]:
+        """The arrays a compiled kernel of :mod:`kvref_arraypool.host_jit` changes: the inline
+        slots, ``spilled``, and the table's keys, values and mask (as they are now: a table that
+        grew has new arrays)."""
+        table = self.table
+        return (
+            self.hid0,
+            self.count0,
+            self.hid1,
+            self.count1,
+            self.spilled,
+            table.keys,
+            table.values,
+            table.capacity - 1,
+        )
 
     def _positions(self, which: np.ndarray) -> Array | slice | None:
         """The positions where host flags ``which`` are set: a device array, every position (a

@@ -1,16 +1,17 @@
-"""The hash table's probes compiled for the CPU with numba, where it is installed (the ``jit`` extra).
+"""The hash tables' probes compiled for the CPU with numba, where it is installed (the ``jit`` extra).
 
 On NumPy arrays a vectorized probe round costs a dozen array calls of ~1 us each whatever the
 batch, so finding 256 keys took some 18 us and inserting them 25 us; a compiled loop over the same
-arrays takes ~1 us and ~2 us. :func:`table_kernels` gives the compiled probes, or None where numba
-is missing or ``KVREF_HOST_JIT=0`` is set (the table then probes in vectorized rounds, as on a
+arrays takes ~1 us and ~2 us. :func:`host_kernels` gives the compiled loops, or None where numba
+is missing or ``KVREF_HOST_JIT=0`` is set (the tables then probe in vectorized rounds, as on a
 GPU). Kernels are compiled on first use and cached on disk (``cache=True``), so a process pays
 some 0.3 s the first time it builds a pool on the host, and a fresh checkout ~1 s more once.
 
 The probes are those of :class:`~kvref_arraypool.table.HashTable` exactly: the same home slot
 (murmur3's fmix64 steps in int64, arithmetic shifts, wrapping products), linear probing, ``EMPTY``
 ending a search, ``TOMB`` skipped by a search and taken by an insert. So a table written by one
-path is read by any other.
+path is read by any other. The per-holder counts' kernels change pairs one by one in batch order,
+as :class:`~kvref_arraypool.holder_counts.HolderCounts`' ``add_one`` and ``sub_one`` do.
 """
 
 from __future__ import annotations
@@ -20,35 +21,48 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-__all__ = ["TableKernels", "table_kernels"]
+__all__ = ["HostKernels", "host_kernels"]
 
 
 @dataclass(frozen=True)
-class TableKernels:
-    """The compiled probes; every array is int64, ``mask`` is the capacity less one.
+class HostKernels:
+    """The compiled loops (``kvref_arraypool.host_jit_kernels``); every array is int64.
 
-    ``find_slots(tkeys, mask, keys, out)``: each key's slot, or -1. ``find_values(tkeys, tvalues,
-    mask, keys, default, out)``: each key's value, or ``default``. ``insert(tkeys, tvalues, mask,
-    keys, values)``: distinct absent keys, each in the first open slot from its home in batch order;
-    returns how many tombstones they took. ``delete(tkeys, mask, keys)``: distinct present keys
-    become tombstones; returns how many it found.
+    A table is passed as its keys, values and ``mask`` (the capacity less one). ``find_slots(tkeys,
+    mask, keys, out)``: each key's slot, or -1. ``find_values(tkeys, tvalues, mask, keys, default,
+    out)``: each key's value, or ``default``. ``insert(tkeys, tvalues, mask, keys, values)``:
+    distinct absent keys, each in the first open slot from its home, in batch order; returns how
+    many deleted slots they took. ``delete(tkeys, mask, keys)``: distinct present keys become
+    deleted slots; returns how many it found. ``counts_get``, ``counts_add`` and ``counts_sub``
+    take a :class:`~kvref_arraypool.holder_counts.HolderCounts`' arrays, its table's, and the
+    pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
+    table, deleted slots they took); ``sub`` returns the table keys it deleted.
     """
 
     find_slots: Any
     find_values: Any
     insert: Any
     delete: Any
+    counts_get: Any
+    counts_add: Any
+    counts_sub: Any
 
 
 @cache
-def table_kernels() -> TableKernels | None:
-    """The compiled probes (compiled once per process), or None without numba or with ``KVREF_HOST_JIT=0``."""
+def host_kernels() -> HostKernels | None:
+    """The compiled loops (compiled once per process), or None without numba or with ``KVREF_HOST_JIT=0``."""
     if os.environ.get("KVREF_HOST_JIT", "1") == "0":
         return None
     try:
         from kvref_arraypool import host_jit_kernels as compiled
-    except ImportError:  # numba is not installed: the table probes in vectorized rounds
+    except ImportError:  # numba is not installed: the tables probe in vectorized rounds
         return None
-    return TableKernels(
-        find_slots=compiled.find_slots, find_values=compiled.find_values, insert=compiled.insert, delete=compiled.delete
+    return HostKernels(
+        find_slots=compiled.find_slots,
+        find_values=compiled.find_values,
+        insert=compiled.insert,
+        delete=compiled.delete,
+        counts_get=compiled.counts_get,
+        counts_add=compiled.counts_add,
+        counts_sub=compiled.counts_sub,
     )

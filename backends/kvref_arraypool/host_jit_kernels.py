@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["delete", "find_slots", "find_values", "insert"]
+__all__ = ["counts_add", "counts_get", "counts_sub", "delete", "find_slots", "find_values", "insert"]
 
 _MIX = np.int64(0xFF51AFD7ED558CCD - (1 << 64))  # murmur3's fmix64 constant as a signed int64
 _EMPTY = -1
 _TOMB = -2
+_HID_BITS = 32  # kvref_arraypool.holder_counts.HID_BITS
+_UNUSED = -1  # kvref_arraypool.holder_counts.UNUSED
 
 
 @njit(cache=True, inline="always")
@@ -96,3 +98,105 @@ def delete(tkeys: Any, mask: Any, keys: Any) -> Any:  # pragma: no cover - compi
                 break
             slot = (slot + 1) & mask
     return found
+
+
+@njit(cache=True, inline="always")
+def _slot_of(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compiled
+    """``key``'s slot, or -1."""
+    slot = _home(key, mask)
+    for _ in range(mask + 1):
+        seen = tkeys[slot]
+        if seen == key:
+            return slot
+        if seen == _EMPTY:
+            return -1
+        slot = (slot + 1) & mask
+    return -1
+
+
+@njit(cache=True)
+def counts_get(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any, mask: Any,
+               blocks: Any, hids: Any, out: Any) -> None:  # fmt: skip  # pragma: no cover - compiled
+    """``HolderCounts.get``: ``out[i]``, the references of pair ``(blocks[i], hids[i])`` (0 when not counted)."""
+    for i in range(blocks.shape[0]):
+        b, h = blocks[i], hids[i]
+        if hid0[b] == h:
+            out[i] = count0[b]
+        elif hid1[b] == h:
+            out[i] = count1[b]
+        elif spilled[b] > 0:
+            slot = _slot_of(tkeys, mask, (b << _HID_BITS) | h)
+            out[i] = tvalues[slot] if slot >= 0 else 0
+        else:
+            out[i] = 0
+
+
+@njit(cache=True)
+def counts_add(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any, mask: Any,
+               blocks: Any, hids: Any, counts: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """``HolderCounts.add`` pair by pair, as ``add_one``: counted inline, else in the table if the
+    block has pairs there, else a free inline slot (0 before 1), else a new key in the table (room
+    made by the caller). Returns (keys added to the table, deleted slots they took)."""
+    added = 0
+    tombs = 0
+    for i in range(blocks.shape[0]):
+        b, h, c = blocks[i], hids[i], counts[i]
+        if hid0[b] == h:
+            count0[b] += c
+            continue
+        if hid1[b] == h:
+            count1[b] += c
+            continue
+        key = (b << _HID_BITS) | h
+        if spilled[b] > 0:
+            slot = _slot_of(tkeys, mask, key)
+            if slot >= 0:
+                tvalues[slot] += c
+                continue
+        if hid0[b] == _UNUSED:
+            hid0[b] = h
+            count0[b] = c
+            continue
+        if hid1[b] == _UNUSED:
+            hid1[b] = h
+            count1[b] = c
+            continue
+        slot = _home(key, mask)
+        while tkeys[slot] >= 0:
+            slot = (slot + 1) & mask
+        if tkeys[slot] == _TOMB:
+            tombs += 1
+        tkeys[slot] = key
+        tvalues[slot] = c
+        spilled[b] += 1
+        added += 1
+    return added, tombs
+
+
+@njit(cache=True)
+def counts_sub(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any, mask: Any,
+               blocks: Any, hids: Any, counts: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """``HolderCounts.sub`` pair by pair, as ``sub_one``: a pair left with none is no longer counted
+    (its inline slot unused, its table slot deleted). Returns how many table keys were deleted."""
+    deleted = 0
+    for i in range(blocks.shape[0]):
+        b, h, c = blocks[i], hids[i], counts[i]
+        if hid0[b] == h:
+            count0[b] -= c
+            if count0[b] == 0:
+                hid0[b] = _UNUSED
+            continue
+        if hid1[b] == h:
+            count1[b] -= c
+            if count1[b] == 0:
+                hid1[b] = _UNUSED
+            continue
+        slot = _slot_of(tkeys, mask, (b << _HID_BITS) | h)
+        if slot < 0:  # not counted: the caller promised otherwise; nothing to take
+            continue
+        tvalues[slot] -= c
+        if tvalues[slot] == 0:
+            tkeys[slot] = _TOMB
+            spilled[b] -= 1
+            deleted += 1
+    return deleted

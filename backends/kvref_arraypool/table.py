@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from kvref_arraypool.host_flags import count_true, positions
-from kvref_arraypool.host_jit import table_kernels
+from kvref_arraypool.host_jit import host_kernels
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["EMPTY", "TOMB", "HashTable"]
+__all__ = ["EMPTY", "TOMB", "HashTable", "int64_host"]
 
 EMPTY = -1
 TOMB = -2
@@ -31,8 +31,8 @@ _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 
 
-def _int64(a: Array) -> np.ndarray:
-    """A NumPy array as the compiled probes read it: contiguous int64 (itself when it is)."""
+def int64_host(a: Array) -> np.ndarray:
+    """A NumPy array as the compiled kernels read it: contiguous int64 (itself when it is)."""
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
@@ -62,9 +62,9 @@ class HashTable:
         #: instead of in vectorized rounds (~30 us for a batch of one): the same slots, found or taken.
         #: 0 (the default, and always on a device): the rounds only.
         self.few = few if ops.host_numpy else 0
-        #: On NumPy arrays, with numba installed (and ``jit``), every batch probes in one compiled
-        #: loop (:mod:`kvref_arraypool.host_jit`): the same slots as probing key by key.
-        self.jit = table_kernels() if jit and ops.host_numpy else None
+        #: On NumPy arrays (``ops.compiled``), with numba installed (and ``jit``), every batch probes
+        #: in one compiled loop (:mod:`kvref_arraypool.host_jit`): the same slots as key by key.
+        self.jit = host_kernels() if jit and ops.compiled else None
 
     def _home_of(self, key: int) -> int:
         """:meth:`_home` of one key in Python ints: int64 wrap-around and arithmetic shifts, exactly."""
@@ -128,7 +128,7 @@ class HashTable:
         n = len(keys)
         if self.jit is not None:
             out = np.empty(n, dtype=np.int64)
-            self.jit.find_slots(self.keys, self.capacity - 1, _int64(keys), out)
+            self.jit.find_slots(self.keys, self.capacity - 1, int64_host(keys), out)
             return out
         if n <= self.few:
             return np.array([self.slot_of(k) for k in keys.tolist()], dtype=np.int64)
@@ -168,7 +168,7 @@ class HashTable:
         """The value of each key, or ``default`` where absent."""
         if self.jit is not None:
             out = np.empty(len(keys), dtype=np.int64)
-            self.jit.find_values(self.keys, self.values, self.capacity - 1, _int64(keys), default, out)
+            self.jit.find_values(self.keys, self.values, self.capacity - 1, int64_host(keys), default, out)
             return out
         slots = self.find_slots(keys)
         found = slots >= 0
@@ -186,10 +186,11 @@ class HashTable:
         n = len(keys)
         if n == 0:
             return
-        if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
-            self._rebuild(self.live + n)
+        self.reserve(n)
         if self.jit is not None:
-            self.tombs -= int(self.jit.insert(self.keys, self.values, self.capacity - 1, _int64(keys), _int64(values)))
+            self.tombs -= int(
+                self.jit.insert(self.keys, self.values, self.capacity - 1, int64_host(keys), int64_host(values))
+            )
             self.live += n
             return
         if n <= self.few:
@@ -239,6 +240,18 @@ class HashTable:
             self.values[ws] = values[wk]
         return positions(~flags[:m])
 
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` more keys (a rebuild, or growth, where they would pass the load
+        limit): what :meth:`insert` does first, for a compiled kernel that inserts by itself."""
+        if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
+            self._rebuild(self.live + n)
+
+    def account(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0) -> None:
+        """Record what a compiled kernel did to :attr:`keys`: ``added`` keys (``tombs_taken`` of
+        them in deleted slots), ``deleted`` keys."""
+        self.live += added - deleted
+        self.tombs += deleted - tombs_taken
+
     def _claim_scratch(self) -> Array:
         """The claims of one insert round: a slot per table slot and one spare past them. Made with
         the table (and remade when it grows), so the table's memory is all there from the start."""
@@ -268,7 +281,7 @@ class HashTable:
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""
         if self.jit is not None:
-            n = int(self.jit.delete(self.keys, self.capacity - 1, _int64(keys)))
+            n = int(self.jit.delete(self.keys, self.capacity - 1, int64_host(keys)))
             self.live -= n
             self.tombs += n
             return
