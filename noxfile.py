@@ -63,10 +63,17 @@ BACKEND_EXTRAS = {"oracle": (), "torch": ("torch", "jit"), "cupy": ("cupy", "jit
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json.
 
-    torch runs on its CPU build and CuPy on its NumPy host path when there is no CUDA device.
+    torch runs on its CPU build and CuPy on its NumPy host path when there is no CUDA device; CuPy's
+    runs a second time with ``KVREF_HOST_JIT=0`` (results/conformance/array-path/), so the array
+    path a GPU runs is held to the suite on the CPU too, not only numba's compiled loops.
     """
     install(session, "conformance", *BACKEND_EXTRAS[backend], torch=backend == "torch")
     session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+    if backend == "cupy":  # once more without numba's loops: the array path a GPU runs, on NumPy
+        session.run(
+            "kvref", "conformance", "--backend", backend, "--profile", "ci", "--results",
+            "results/conformance/array-path", *session.posargs, env={"KVREF_HOST_JIT": "0"},
+        )  # fmt: skip
 
 
 @nox.session(python=False)

@@ -36,7 +36,8 @@ class HostKernels:
     deleted slots; returns how many it found. ``counts_get``, ``counts_add`` and ``counts_sub``
     take a :class:`~kvref_arraypool.holder_counts.HolderCounts`' arrays, its table's, and the
     pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
-    table, deleted slots they took); ``sub`` returns the table keys it deleted.
+    table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_sole``
+    (:mod:`kvref_arraypool.host_jit_pool`) is a pool's ``free`` of distinct, solely held blocks.
     """
 
     find_slots: Any
@@ -46,6 +47,7 @@ class HostKernels:
     counts_get: Any
     counts_add: Any
     counts_sub: Any
+    release_sole: Any
 
 
 @cache
@@ -55,6 +57,7 @@ def host_kernels() -> HostKernels | None:
         return None
     try:
         from kvref_arraypool import host_jit_kernels as compiled
+        from kvref_arraypool import host_jit_pool as pool
     except ImportError:  # numba is not installed: the tables probe in vectorized rounds
         return None
     return HostKernels(
@@ -65,4 +68,5 @@ def host_kernels() -> HostKernels | None:
         counts_get=compiled.counts_get,
         counts_add=compiled.counts_add,
         counts_sub=compiled.counts_sub,
+        release_sole=pool.release_sole,
     )

@@ -115,6 +115,9 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
+        if gens is None and hid >= 0 and self._release_compiled(host, np.full(len(host), hid, dtype=np.int64)):
+            self._drop_held(holder, len(host))
+            return
         if (
             gens is None
             and hid >= 0
@@ -187,6 +190,27 @@ class ReferenceCounting(ArrayPoolState):
         if len(stale):
             i = int(stale[0])
             raise stale_reference(op, int(host[i]), int(gens[i]), int(current[i]))
+
+    def _release_compiled(self, host: np.ndarray, hids: np.ndarray) -> bool:
+        """The common release in one compiled kernel (host arrays with numba; not under ``ref-zero``,
+        whose hashed blocks leave the cache): distinct blocks, each held by its holder alone, as
+        ``_check_release``'s first read, ``_release`` and ``_settle`` would. False, with nothing
+        changed, for anything else: the array path then checks, explains or releases."""
+        if self._compiled is None or self._policy is _REF_ZERO:
+            return False
+        m = len(host)
+        order = self._lru_order
+        order.make_room(m)
+        done, nfree, tail, cached = self._compiled.release_sole(
+            np.ascontiguousarray(host, dtype=np.int64), hids, self._n, self._owner, self._ref, self._mark,
+            self._bhash, self._evstamp, self._stack, self._nfree, order.blocks, order.stamps, order.tail, self._clock,
+        )  # fmt: skip
+        if not done:
+            return False
+        self._nfree, order.tail = int(nfree), int(tail)
+        self._clock += int(cached)
+        self._ncached += int(cached)
+        return True
 
     def _check_release(
         self,

@@ -109,8 +109,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._mark = ops.full(n, -1)
         self._positions = ops.arange(n)
 
-        n_entries = 2 * n + 2
-        self._n_entries = n_entries
+        self._n_entries = n_entries = 2 * n + 2
         self._ehash = ops.full(n_entries, -1)
         self._eparent = ops.full(n_entries, -1)
         self._epentry = ops.full(n_entries, -1)
@@ -124,6 +123,7 @@ class ArrayPoolState(PoolShape, PausedHolders):
         self._escratch2 = ops.full(n_entries, -1)
         self._index = HashTable(ops, n_entries, growable=False, few=self._scalar_limit)
         self._shared = HolderCounts(ops, n, few=self._scalar_limit)
+        self._compiled = self._index.jit  # numba's loops over host arrays (kvref_arraypool.host_jit), or None
 
         self._lru_order = StampQueue(ops, self._evstamp, 2 * n + 64)
         self._fifo_order = StampQueue(ops, self._regstamp, 2 * n + 64)
