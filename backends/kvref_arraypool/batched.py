@@ -87,13 +87,16 @@ class BatchedCalls(ArrayPoolState):
         if len(host) == 0:
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
+        per_block = np.repeat(np.array(hid_of, dtype=np.int64), sizes)
+        known = all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
+        if known and self._release_compiled(host, per_block):
+            self._drop_held_many(hs, sizes)
+            return
         if len(host) <= self._scalar_limit:  # a few blocks on NumPy: element by element, if all is well
-            per_block = [hid for k, hid in zip(sizes, hid_of, strict=True) for _ in range(k)]
-            if self._free_few(host.tolist(), per_block):
+            if self._free_few(host.tolist(), per_block.tolist()):
                 self._drop_held_many(hs, sizes)
                 return
-        hids = self.ops.asarray(np.repeat(np.array(hid_of, dtype=np.int64), sizes))
-        known = all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
+        hids = self.ops.asarray(per_block)
 
         def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:
             """Each holder with its ids in order, for naming the first bad entry (only a refused batch asks)."""

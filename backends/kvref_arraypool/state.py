@@ -2,8 +2,8 @@
 
 :class:`ArrayPoolState` allocates every array the mixins of :mod:`kvref_arraypool` share, maps
 holders to small integer ids on the host, answers the per-block queries and declares the
-internal methods the mixins call on one another (each raises NotImplementedError here and is
-defined by exactly one mixin).
+internal methods the mixins call on one another (:class:`~kvref_arraypool.mixin_calls.MixinCalls`:
+each raises NotImplementedError there and is defined by exactly one mixin).
 
 State (``n`` blocks, ``E = 2n + 2`` hash entries):
 
@@ -25,7 +25,7 @@ never reallocated, so kernels captured in a CUDA graph may read them at fixed ad
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import SupportsIndex
 
 import numpy as np
@@ -41,6 +41,7 @@ from kvref.contract.validate import IntsLike, as_count, as_holder, as_int, as_po
 from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
 from kvref_arraypool.host_flags import all_true, any_true, positions
 from kvref_arraypool.host_views import SCALAR_LIMIT
+from kvref_arraypool.mixin_calls import MixinCalls
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.queue import StampQueue
 from kvref_arraypool.table import HashTable
@@ -53,7 +54,7 @@ NOBODY = -1
 SHARED = -2
 
 
-class ArrayPoolState(PoolShape, PausedHolders):
+class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
     """The array core's arrays and host counters, sizes, holder ids and per-block queries.
 
     ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks`` blocks of which
@@ -336,65 +337,3 @@ class ArrayPoolState(PoolShape, PausedHolders):
     def _resident(self, entries: Array) -> Array:
         found = entries >= 0
         return found & (self._ecopies[self.ops.where(found, entries, 0)] > 0)
-
-    # ------------------------------------------- what the mixins provide one another
-
-    def _take(self, n: int, op: str) -> Array:
-        """Pop ``n`` blocks: the free stack, then eviction victims (POOL-105); :mod:`.references`."""
-        raise NotImplementedError
-
-    def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
-        """One reference each on fresh ``ids`` for ``hids`` (``sizes``: a batch's calls); :mod:`.references`."""
-        raise NotImplementedError
-
-    def _hand_out_few(self, ids: list[int], hids: list[int]) -> None:
-        """``_hand_out`` element by element on NumPy, one holder id per block; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _free_few(self, ids: list[int], hids: list[int]) -> bool:
-        """Release a few blocks element by element on NumPy when valid, else change nothing; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _check_release(
-        self,
-        host: np.ndarray,
-        items: list[int] | None,
-        hids: Array | int,
-        groups: Callable[[], Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]]],
-        gens: np.ndarray | None,
-        op: str,
-        *,
-        known: bool,
-    ) -> tuple[Array, bool, bool]:
-        """Refuse a release a holder cannot make, or return the ids, distinct, sole; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
-        """Drop one reference per position of checked ``ids``; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _pin(
-        self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
-    ) -> bool:
-        """Add one reference per position of ``ids`` unless ``refuse`` flags one (False); :mod:`.pinning`."""
-        raise NotImplementedError
-
-    def _lookup(self, hs: np.ndarray, parent: int) -> Array:
-        """Blocks of the longest resident prefix of a chain; :mod:`.lookup`."""
-        raise NotImplementedError
-
-    def _unregister(self, victims: Array) -> None:
-        """Remove the hash registration of ``victims``; :mod:`.registration`."""
-        raise NotImplementedError
-
-    def _reclaimable(self) -> int:
-        """How many cached blocks eviction could free now (POOL-106); :mod:`.eviction`."""
-        raise NotImplementedError
-
-    def _select_victims(self, k: int) -> tuple[Array, int]:
-        """The first ``k`` blocks the policy evicts, and the reclaimable count; :mod:`.eviction`."""
-        raise NotImplementedError
-
-    def eviction_order(self) -> list[int]:
-        """Cached blocks in release order, oldest first; :mod:`.pool`."""
-        raise NotImplementedError
