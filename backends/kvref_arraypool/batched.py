@@ -6,6 +6,7 @@ Each does in one pass of array operations what the single calls would do in entr
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable, Sequence
 from itertools import accumulate, chain
 
@@ -92,10 +93,10 @@ class BatchedCalls(ArrayPoolState):
         if known and self._release_compiled(host, per_block):
             self._drop_held_many(hs, sizes)
             return
-        if len(host) <= self._scalar_limit:  # a few blocks on NumPy: element by element, if all is well
-            if self._free_few(host.tolist(), per_block.tolist()):
-                self._drop_held_many(hs, sizes)
-                return
+        # A few blocks on NumPy: element by element, if all is well.
+        if len(host) <= self._scalar_limit and self._free_few(host.tolist(), per_block.tolist()):
+            self._drop_held_many(hs, sizes)
+            return
         hids = self.ops.asarray(per_block)
 
         def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:
@@ -117,6 +118,11 @@ class BatchedCalls(ArrayPoolState):
     def _drop_held_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:
         """``_drop_held(holders[i], counts[i])`` for each ``i``, inlined for a batch."""
         held, known, spare = self._held, self._hids, self._spare_hids
+        if list(map(held.get, holders)) == list(counts) and len(set(holders)) == len(holders):
+            # The common end of a step: distinct holders letting go of all they held, in passes in C.
+            deque(map(held.pop, holders), maxlen=0)
+            spare.extend(map(known.pop, holders))
+            return
         for h, k in zip(holders, counts, strict=True):
             if k:
                 left = held[h] - k
@@ -205,7 +211,7 @@ def _flat_ints(entries: list[object]) -> tuple[np.ndarray, list[int]] | None:
     """Every entry's ids as one host int64 array, and each entry's length, when every entry is a
     list of Python ints within int64; else None (each entry then goes through ``index_array``,
     which names what is wrong, in entry order)."""
-    if not all(type(e) is list for e in entries):
+    if set(map(type, entries)) != {list}:
         return None
     lists: list[list[int]] = entries  # type: ignore[assignment]
     flat = list(chain.from_iterable(lists))

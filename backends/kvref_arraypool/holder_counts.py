@@ -66,7 +66,7 @@ class HolderCounts:
         jit = self.table.jit
         if jit is not None:
             out = np.empty(len(blocks), dtype=np.int64)
-            jit.counts_get(*self._compiled_args(), int64_host(blocks), _per_pair(hids, len(blocks)), out)
+            jit.counts_get(*self.compiled_args(), int64_host(blocks), _per_pair(hids, len(blocks)), out)
             return out
         ops = self.ops
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
@@ -141,11 +141,10 @@ class HolderCounts:
             return
         jit = self.table.jit
         if jit is not None:  # pair by pair in one compiled loop, as add_one
-            self.table.reserve(n)
             added, taken = jit.counts_add(
-                *self._compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
+                *self.compiled_args(n), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
             )
-            self.table.account(added=int(added), tombs_taken=int(taken))
+            self.compiled_changes(added=int(added), tombs_taken=int(taken))
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         fresh = ops.where(h0 == UNUSED, 2, ops.where(h1 == UNUSED, 3, 4))
@@ -236,9 +235,9 @@ class HolderCounts:
         jit = self.table.jit
         if jit is not None:  # pair by pair in one compiled loop, as sub_one
             deleted = jit.counts_sub(
-                *self._compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
+                *self.compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
             )
-            self.table.account(deleted=int(deleted))
+            self.compiled_changes(deleted=int(deleted))
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
@@ -305,11 +304,14 @@ class HolderCounts:
             count[:] = 0
         self.table.clear()
 
-    def _compiled_args(self) -> tuple[Array | int, ...]:
+    def compiled_args(self, room: int = 0) -> tuple[Array | int, ...]:
         """The arrays a compiled kernel of :mod:`kvref_arraypool.host_jit` changes: the inline
-        slots, ``spilled``, and the table's keys, values and mask (as they are now: a table that
-        grew has new arrays)."""
+        slots, ``spilled``, and the table's keys, values and mask, after making room in the table
+        for ``room`` new keys (so as they are then: a table that grew has new arrays). The kernel's
+        changes to the table's keys are recorded with :meth:`compiled_changes`."""
         table = self.table
+        if room:
+            table.reserve(room)
         return (
             self.hid0,
             self.count0,
@@ -320,6 +322,10 @@ class HolderCounts:
             table.values,
             table.capacity - 1,
         )
+
+    def compiled_changes(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0) -> None:
+        """Record what a compiled kernel did to the table's keys (:meth:`HashTable.account`)."""
+        self.table.account(added=added, tombs_taken=tombs_taken, deleted=deleted)
 
     def _positions(self, which: np.ndarray) -> Array | slice | None:
         """The positions where host flags ``which`` are set: a device array, every position (a

@@ -36,8 +36,9 @@ class HostKernels:
     deleted slots; returns how many it found. ``counts_get``, ``counts_add`` and ``counts_sub``
     take a :class:`~kvref_arraypool.holder_counts.HolderCounts`' arrays, its table's, and the
     pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
-    table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_sole``
-    (:mod:`kvref_arraypool.host_jit_pool`) is a pool's ``free`` of distinct, solely held blocks.
+    table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_distinct``
+    and ``pin_distinct`` (:mod:`kvref_arraypool.host_jit_pool`) are a pool's ``free`` of distinct
+    blocks and its pin of distinct blocks for one holder.
     """
 
     find_slots: Any
@@ -47,7 +48,8 @@ class HostKernels:
     counts_get: Any
     counts_add: Any
     counts_sub: Any
-    release_sole: Any
+    release_distinct: Any
+    pin_distinct: Any
 
 
 @cache
@@ -68,5 +70,6 @@ def host_kernels() -> HostKernels | None:
         counts_get=compiled.counts_get,
         counts_add=compiled.counts_add,
         counts_sub=compiled.counts_sub,
-        release_sole=pool.release_sole,
+        release_distinct=pool.release_distinct,
+        pin_distinct=pool.pin_distinct,
     )

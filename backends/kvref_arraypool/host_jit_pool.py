@@ -1,8 +1,11 @@
-"""A pool's common release as one numba kernel (imported by :mod:`kvref_arraypool.host_jit` only where numba is).
+"""A pool's common release and pin as numba kernels (imported by :mod:`kvref_arraypool.host_jit` only where numba is).
 
-:func:`release_sole` is ``free`` of pairwise distinct blocks each held by its entry's holder alone,
-checked and applied in one pass over the pool's own arrays: what ``_check_release``'s first host
-read, ``_release`` and ``_settle`` do on the array path for that case, in the same order.
+:func:`release_distinct` is ``free`` of pairwise distinct blocks each held by its entry's holder
+(alone or shared), checked and applied in one pass over the pool's own arrays: what
+``_check_release``'s fast reads, ``_release`` and ``_settle`` do on the array path for that case, in
+the same order.
+:func:`pin_distinct` is ``acquire`` (and ``match``'s pin) of pairwise distinct blocks for one
+holder: its checks, then ``_pin_few``'s changes block by block.
 """
 
 from __future__ import annotations
@@ -11,31 +14,45 @@ from typing import Any
 
 from numba import njit
 
-__all__ = ["release_sole"]
+from kvref_arraypool.host_jit_kernels import count_pair, pair_count, uncount_pair
+
+__all__ = ["pin_distinct", "release_distinct"]
 
 _NOBODY = -1  # kvref_arraypool.state.NOBODY
+_SHARED = -2  # kvref_arraypool.state.SHARED
 
 
-@njit(cache=True)
-def release_sole(ids: Any, hids: Any, n: Any, owner: Any, ref: Any, mark: Any, bhash: Any, evstamp: Any,
-                 stack: Any, nfree: Any, qblocks: Any, qstamps: Any, qtail: Any, clock: Any) -> Any:  # fmt: skip
+@njit(cache=True, _nrt=False)
+def release_distinct(ids: Any, hids: Any, n: Any, owner: Any, ref: Any, mark: Any, bhash: Any, evstamp: Any,
+                     stack: Any, nfree: Any, qblocks: Any, qstamps: Any, qtail: Any, clock: Any, hid0: Any,
+                     count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any,
+                     mask: Any) -> Any:  # fmt: skip
     """Drop one reference of ``hids[i]`` to ``ids[i]`` for every ``i``, in order, if every id is in
-    ``[0, n)``, held by ``hids[i]`` alone, and none comes twice; else change nothing (but ``mark``,
-    the pool's scratch). A block reaching zero is nobody's: pushed on the free stack, or, hashed,
-    stamped ``clock``, ``clock + 1``, ... and appended to the eviction order (room made by the
-    caller). Returns (accepted, free count, order tail, blocks cached)."""
+    ``[0, n)`` and held by ``hids[i]`` (alone, or with a count among the shared ones), and none
+    comes twice; else change nothing (but ``mark``, the pool's scratch). A shared block's pair
+    loses the reference too. A block reaching zero is nobody's: pushed on the free stack, or,
+    hashed, stamped ``clock``, ``clock + 1``, ... and appended to the eviction order (room made by
+    the caller). Returns (accepted, free count, order tail, blocks cached, table keys deleted)."""
     m = ids.shape[0]
     for i in range(m):
         b = ids[i]
-        if b < 0 or b >= n or owner[b] != hids[i]:
-            return False, nfree, qtail, 0
+        if b < 0 or b >= n:
+            return False, nfree, qtail, 0, 0
+        holds = owner[b]
+        if holds != hids[i] and (
+            holds != _SHARED or pair_count(hid0, count0, hid1, count1, spilled, tkeys, tvalues, mask, b, hids[i]) < 1
+        ):
+            return False, nfree, qtail, 0, 0
         mark[b] = i
     for i in range(m):
         if mark[ids[i]] != i:  # a block that comes twice
-            return False, nfree, qtail, 0
+            return False, nfree, qtail, 0, 0
     cached = 0
+    deleted = 0
     for i in range(m):
         b = ids[i]
+        if owner[b] == _SHARED:
+            deleted += uncount_pair(hid0, count0, hid1, count1, spilled, tkeys, tvalues, mask, b, hids[i], 1)
         left = ref[b] - 1
         ref[b] = left
         if left:
@@ -50,4 +67,48 @@ def release_sole(ids: Any, hids: Any, n: Any, owner: Any, ref: Any, mark: Any, b
         else:
             stack[nfree] = b
             nfree += 1
-    return True, nfree, qtail, cached
+    return True, nfree, qtail, cached, deleted
+
+
+@njit(cache=True, _nrt=False)
+def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any, owner: Any, evstamp: Any, mark: Any,
+                 hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any,
+                 mask: Any) -> Any:  # fmt: skip
+    """One more reference of holder ``hid`` to each of ``ids``, if every id is in ``[0, n)``, not
+    reserved, in use or cached, and none comes twice; else change nothing (but ``mark``). A cached
+    block leaves the eviction order; a block another holder holds alone becomes shared, both
+    counts moving to the per-holder counts (room for two new keys per block made by the caller).
+    Returns (accepted, blocks taken out of the cache, keys added to the table, deleted slots taken)."""
+    m = ids.shape[0]
+    for i in range(m):
+        b = ids[i]
+        if b < 0 or b >= n or reserved[b] or (ref[b] == 0 and bhash[b] < 0):
+            return False, 0, 0, 0
+        mark[b] = i
+    for i in range(m):
+        if mark[ids[i]] != i:
+            return False, 0, 0, 0
+    uncached = 0
+    added = 0
+    tombs = 0
+    for i in range(m):
+        b = ids[i]
+        holds = owner[b]
+        if holds == _NOBODY:  # cached: it leaves the eviction order (PFX-310)
+            evstamp[b] = -1
+            uncached += 1
+            owner[b] = hid
+        elif holds == _SHARED:
+            a, t = count_pair(hid0, count0, hid1, count1, spilled, tkeys, tvalues, mask, b, hid, 1)
+            added += a
+            tombs += t
+        elif holds != hid:  # a second holder: both counts move to the shared counts
+            a, t = count_pair(hid0, count0, hid1, count1, spilled, tkeys, tvalues, mask, b, holds, ref[b])
+            added += a
+            tombs += t
+            a, t = count_pair(hid0, count0, hid1, count1, spilled, tkeys, tvalues, mask, b, hid, 1)
+            added += a
+            tombs += t
+            owner[b] = _SHARED
+        ref[b] += 1
+    return True, uncached, added, tombs

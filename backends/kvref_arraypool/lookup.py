@@ -68,7 +68,9 @@ class PrefixLookup(ArrayPoolState):
         hit = self._lookup(hs, parent)
         k = len(hit)
         if k:
-            self._pin(hit, self._hid(holder))
+            hid = self._hid(holder)
+            if not self._pin_compiled(hit, hid):
+                self._pin(hit, hid)
             self._add_held(holder, k)
         self._requests += 1
         self._queries += len(hs)

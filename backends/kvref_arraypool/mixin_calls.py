@@ -83,3 +83,7 @@ class MixinCalls:
     def _release_compiled(self, host: np.ndarray, hids: np.ndarray) -> bool:
         """The common release in one compiled kernel when it applies, else False; :mod:`.references`."""
         raise NotImplementedError
+
+    def _pin_compiled(self, ids: np.ndarray, hid: int) -> bool:
+        """Pin distinct ids for one holder in one compiled kernel when it applies, else False; :mod:`.pinning`."""
+        raise NotImplementedError

@@ -45,6 +45,10 @@ class Pinning(ReferenceCounting):
             self._check_generations(host, gens, op)
         if len(host) == 0:
             return
+        if self._pin_compiled(host, self._hid_to_be(holder)):  # checked in the kernel's first pass
+            self._hid(holder)
+            self._add_held(holder, len(host))
+            return
         if self._in_range(host):
             ids = self.ops.asarray(host)
             bad = self._is_reserved[ids] | ((self._ref[ids] == 0) & (self._bhash[ids] < 0))
@@ -53,6 +57,25 @@ class Pinning(ReferenceCounting):
                 self._add_held(holder, len(host))
                 return
         explain_acquire(self, items if items is not None else host.tolist(), op)
+
+    def _pin_compiled(self, ids: np.ndarray, hid: int) -> bool:
+        """``acquire``'s checks and pin for one holder in one compiled kernel (host arrays with
+        numba): distinct ids in range, unreserved, in use or cached get a reference each, as
+        ``_pin_few`` would. False, with nothing changed, for anything else (duplicates, a refusal):
+        the array path then checks, explains or pins."""
+        if self._compiled is None:
+            return False
+        shared = self._shared
+        done, uncached, added, taken = self._compiled.pin_distinct(
+            np.ascontiguousarray(ids, dtype=np.int64), hid, self._n, self._is_reserved, self._ref, self._bhash,
+            self._owner, self._evstamp, self._mark, *shared.compiled_args(2 * len(ids)),
+        )  # fmt: skip
+        if not done:
+            return False
+        shared.compiled_changes(added=int(added), tombs_taken=int(taken))
+        self._ncached -= int(uncached)
+        self._stamp_access(ids)
+        return True
 
     def _pin_few(self, ids: list[int], hids: Array | int) -> bool:
         """``_pin``'s host path for a few distinct blocks and one holder id (``scalar_limit``),

@@ -193,20 +193,21 @@ class ReferenceCounting(ArrayPoolState):
 
     def _release_compiled(self, host: np.ndarray, hids: np.ndarray) -> bool:
         """The common release in one compiled kernel (host arrays with numba; not under ``ref-zero``,
-        whose hashed blocks leave the cache): distinct blocks, each held by its holder alone, as
-        ``_check_release``'s first read, ``_release`` and ``_settle`` would. False, with nothing
-        changed, for anything else: the array path then checks, explains or releases."""
+        whose hashed blocks leave the cache): distinct blocks, each held by its holder, alone or
+        shared, as ``_check_release``'s fast reads, ``_release`` and ``_settle`` would. False, with
+        nothing changed, for anything else: the array path then checks, explains or releases."""
         if self._compiled is None or self._policy is _REF_ZERO:
             return False
-        m = len(host)
-        order = self._lru_order
-        order.make_room(m)
-        done, nfree, tail, cached = self._compiled.release_sole(
+        order, shared = self._lru_order, self._shared
+        order.make_room(len(host))
+        done, nfree, tail, cached, deleted = self._compiled.release_distinct(
             np.ascontiguousarray(host, dtype=np.int64), hids, self._n, self._owner, self._ref, self._mark,
             self._bhash, self._evstamp, self._stack, self._nfree, order.blocks, order.stamps, order.tail, self._clock,
+            *shared.compiled_args(),
         )  # fmt: skip
         if not done:
             return False
+        shared.compiled_changes(deleted=int(deleted))
         self._nfree, order.tail = int(nfree), int(tail)
         self._clock += int(cached)
         self._ncached += int(cached)

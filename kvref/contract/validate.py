@@ -183,7 +183,12 @@ def as_holder_list(holders: object, expected: int, *, op: str) -> list[Hashable]
         raise InvalidTypeError("ERR-503", f"{op}: holders must be a sequence, one per entry")
     if len(holders) != expected:
         raise InvalidValueError("ERR-506", f"{op}: {len(holders)} holders for {expected} entries; they must pair up")
+    if set(map(type, holders)) <= _PLAIN_HOLDERS:  # ints and strs name holders as they are: one pass in C
+        return list(holders)
     return [as_holder(h, op=op) for h in holders]
+
+
+_PLAIN_HOLDERS = {int, str}
 
 
 def request_prefix_limit(num_hashes: int, num_tokens: object, block_size: object, *, op: str = "match_request") -> int:
