@@ -38,7 +38,8 @@ class HostKernels:
     pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
     table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_distinct``
     and ``pin_distinct`` (:mod:`kvref_arraypool.host_jit_pool`) are a pool's ``free`` of distinct
-    blocks and its pin of distinct blocks for one holder.
+    blocks and its pin of distinct blocks for one holder; ``unregister`` its removal of evicted
+    blocks' hashes.
     """
 
     find_slots: Any
@@ -50,6 +51,7 @@ class HostKernels:
     counts_sub: Any
     release_distinct: Any
     pin_distinct: Any
+    unregister: Any
 
 
 @cache
@@ -72,4 +74,5 @@ def host_kernels() -> HostKernels | None:
         counts_sub=compiled.counts_sub,
         release_distinct=pool.release_distinct,
         pin_distinct=pool.pin_distinct,
+        unregister=pool.unregister,
     )

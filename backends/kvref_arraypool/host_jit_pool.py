@@ -5,21 +5,26 @@
 ``_check_release``'s fast reads, ``_release`` and ``_settle`` do on the array path for that case, in
 the same order.
 :func:`pin_distinct` is ``acquire`` (and ``match``'s pin) of pairwise distinct blocks for one
-holder: its checks, then ``_pin_few``'s changes block by block.
+holder: its checks, then ``_pin_few``'s changes block by block. :func:`unregister` is
+``_unregister_few``'s removal of evicted blocks' hashes, for any number of blocks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from numba import njit
 
 from kvref_arraypool.host_jit_kernels import count_pair, pair_count, uncount_pair
 
-__all__ = ["pin_distinct", "release_distinct"]
+__all__ = ["pin_distinct", "release_distinct", "unregister"]
 
 _NOBODY = -1  # kvref_arraypool.state.NOBODY
 _SHARED = -2  # kvref_arraypool.state.SHARED
+_TOMB = -2  # kvref_arraypool.table.TOMB
+_EMPTY = -1  # kvref_arraypool.table.EMPTY
+_MIX = np.int64(0xFF51AFD7ED558CCD - (1 << 64))  # kvref_arraypool.table's fmix64 constant
 
 
 @njit(cache=True, _nrt=False)
@@ -112,3 +117,72 @@ def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any
             owner[b] = _SHARED
         ref[b] += 1
     return True, uncached, added, tombs
+
+
+@njit(cache=True)
+def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: Any, ecopies: Any, ehead: Any,
+               ehash: Any, epentry: Any, echildren: Any, estack: Any, nefree: Any, tkeys: Any, tvalues: Any,
+               mask: Any, buf: Any, lost: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """Remove the hash registration of distinct hashed ``victims``, as ``_unregister_few`` does: each
+    block forgets its hash, entry and stamps and its entry loses a copy; an entry whose head copy
+    left (copies remain) goes to ``lost`` for the caller to renew; an entry left with no copies
+    loses a child from its parent entry; then every such entry and parent with neither copies nor
+    children is dead (ascending): its hash leaves the index, the entry goes back on the entry
+    stack. ``buf``: scratch of at least 3 * len(victims). Uses numba's reference counting (it
+    sorts in place), so it calls no helper with arrays. Returns (blocks that were cached, entries
+    free, heads lost, index keys deleted)."""
+    m = victims.shape[0]
+    uncached = 0
+    for i in range(m):
+        b = victims[i]
+        e = bentry[b]
+        buf[i] = e
+        if evstamp[b] >= 0:
+            uncached += 1
+        evstamp[b] = -1
+        bhash[b] = -1
+        bentry[b] = -1
+        regstamp[b] = -1
+        ecopies[e] -= 1
+    touched = buf[:m]
+    touched.sort()
+    nlost = 0
+    ncand = 0
+    for i in range(m):
+        e = touched[i]
+        if i and e == touched[i - 1]:
+            continue
+        if ecopies[e] > 0:
+            if bentry[ehead[e]] != e:
+                lost[nlost] = e
+                nlost += 1
+            continue
+        buf[m + ncand] = e
+        ncand += 1
+        p = epentry[e]
+        if p >= 0:
+            echildren[p] -= 1
+            buf[m + ncand] = p
+            ncand += 1
+    candidates = buf[m : m + ncand]
+    candidates.sort()
+    deleted = 0
+    for i in range(ncand):
+        e = candidates[i]
+        if (i and e == candidates[i - 1]) or ecopies[e] != 0 or echildren[e] != 0:
+            continue
+        key = ehash[e]  # out of the index: HashTable's probe, inline
+        x = key ^ (key >> 33)
+        x = x * _MIX
+        x = x ^ (x >> 33)
+        slot = x & mask
+        while tkeys[slot] != key and tkeys[slot] != _EMPTY:
+            slot = (slot + 1) & mask
+        if tkeys[slot] == key:
+            tkeys[slot] = _TOMB
+            deleted += 1
+        ehash[e] = -1
+        ehead[e] = -1
+        estack[nefree] = e
+        nefree += 1
+    return uncached, nefree, nlost, deleted

@@ -188,6 +188,9 @@ class Registration(ArrayPoolState):
         """
         ops = self.ops
         m = len(victims)
+        if self._compiled is not None:
+            self._unregister_compiled(victims)
+            return
         if m <= self._scalar_limit:
             self._unregister_few(victims.tolist())
             return
@@ -235,6 +238,33 @@ class Registration(ArrayPoolState):
             ops.fill_at(self._ehead, dead, -1)
             self._estack[self._nefree : self._nefree + len(dead_host)] = dead
             self._nefree += len(dead_host)
+        self._trim_orders(m)
+
+    def _unregister_compiled(self, victims: Array) -> None:
+        """:meth:`_unregister` in one compiled kernel (host arrays with numba): the same entries,
+        copies, heads, children, free entries (ascending), events and orders as ``_unregister_few``."""
+        m = len(victims)
+        if self._events_on:  # each gone hash once, in the order its last copy left
+            entries, hashes = self._bentry[victims].tolist(), self._bhash[victims].tolist()
+            last = {e: i for i, e in enumerate(entries)}
+        lost = np.empty(m, dtype=np.int64)
+        uncached, nefree, nlost, deleted = self._compiled.unregister(  # type: ignore[union-attr]
+            np.ascontiguousarray(victims, dtype=np.int64), self._bentry, self._evstamp, self._bhash, self._regstamp,
+            self._ecopies, self._ehead, self._ehash, self._epentry, self._echildren, self._estack, self._nefree,
+            self._index.keys, self._index.values, self._index.capacity - 1, np.empty(3 * m, dtype=np.int64), lost,
+        )  # fmt: skip
+        self._ncached -= int(uncached)
+        self._nefree = int(nefree)
+        self._index.account(deleted=int(deleted))
+        if nlost:
+            self._renew_heads(self.ops.asarray(lost[: int(nlost)]))
+        if self._events_on:
+            ecopies = self._ecopies
+            self._events.extend(
+                BlockRemoved(h)
+                for i, (e, h) in enumerate(zip(entries, hashes, strict=True))
+                if last[e] == i and not ecopies[e]
+            )
         self._trim_orders(m)
 
     def _unregister_few(self, victims: list[int]) -> None:
