@@ -38,8 +38,8 @@ class HostKernels:
     pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
     table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_distinct``
     and ``pin_distinct`` (:mod:`kvref_arraypool.host_jit_pool`) are a pool's ``free`` of distinct
-    blocks and its pin of distinct blocks for one holder; ``unregister`` its removal of evicted
-    blocks' hashes.
+    blocks and its pin of distinct blocks for one holder; ``register`` and ``unregister`` its
+    registration of blocks' hashes and their removal.
     """
 
     find_slots: Any
@@ -52,6 +52,7 @@ class HostKernels:
     release_distinct: Any
     pin_distinct: Any
     unregister: Any
+    register: Any
 
 
 @cache
@@ -75,4 +76,5 @@ def host_kernels() -> HostKernels | None:
         release_distinct=pool.release_distinct,
         pin_distinct=pool.pin_distinct,
         unregister=pool.unregister,
+        register=pool.register,
     )

@@ -5,8 +5,8 @@
 ``_check_release``'s fast reads, ``_release`` and ``_settle`` do on the array path for that case, in
 the same order.
 :func:`pin_distinct` is ``acquire`` (and ``match``'s pin) of pairwise distinct blocks for one
-holder: its checks, then ``_pin_few``'s changes block by block. :func:`unregister` is
-``_unregister_few``'s removal of evicted blocks' hashes, for any number of blocks.
+holder: its checks, then ``_pin_few``'s changes block by block. :func:`register` and
+:func:`unregister` are ``_register_few`` and ``_unregister_few`` for any number of blocks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from numba import njit
 
 from kvref_arraypool.host_jit_kernels import count_pair, pair_count, uncount_pair
 
-__all__ = ["pin_distinct", "release_distinct", "unregister"]
+__all__ = ["pin_distinct", "register", "release_distinct", "unregister"]
 
 _NOBODY = -1  # kvref_arraypool.state.NOBODY
 _SHARED = -2  # kvref_arraypool.state.SHARED
@@ -186,3 +186,86 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
         estack[nefree] = e
         nefree += 1
     return uncached, nefree, nlost, deleted
+
+
+@njit(cache=True)
+def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved: Any, ref: Any, bhash: Any,
+             bentry: Any, regstamp: Any, tkeys: Any, tvalues: Any, mask: Any, ecopies: Any, eparent: Any,
+             echildren: Any, ehead: Any, epentry: Any, edepth: Any, ehash: Any, estack: Any, nefree: Any, clock: Any,
+             buf: Any, entries: Any, resident: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """``register`` of distinct ``ids`` under ``hs`` (chained from ``parent``), as ``_register_few``
+    does, if nothing needs explaining: distinct hashes, each differing from its parent, ids in
+    range, unreserved, in use and unhashed, a resident hash under the same parent, an absent one
+    with no resident children; else change nothing. New entries come off the entry stack in
+    position order and go into the index (room made by the caller); ``entries`` and ``resident``
+    get each position's entry and whether its hash was resident already. ``buf``: scratch of
+    len(hs). Uses numba's reference counting (it sorts), so it calls no helper with arrays.
+    Returns (accepted, entries free, index keys added, deleted index slots taken)."""
+    m = hs.shape[0]
+    for i in range(m):
+        buf[i] = hs[i]
+    ordered = buf[:m]
+    ordered.sort()
+    for i in range(1, m):
+        if ordered[i] == ordered[i - 1]:
+            return False, nefree, 0, 0
+    absent = 0
+    for i in range(m):
+        b, h = ids[i], hs[i]
+        p = parent if i == 0 else hs[i - 1]
+        if b < 0 or b >= n or h == p or reserved[b] or ref[b] == 0 or bhash[b] >= 0:
+            return False, nefree, 0, 0
+        x = h ^ (h >> 33)  # the index's probe, inline
+        x = x * _MIX
+        x = x ^ (x >> 33)
+        slot = x & mask
+        while tkeys[slot] != h and tkeys[slot] != _EMPTY:
+            slot = (slot + 1) & mask
+        e = tvalues[slot] if tkeys[slot] == h else -1
+        here = e >= 0 and ecopies[e] > 0
+        if (here and eparent[e] != p) or (not here and e >= 0 and echildren[e] > 0):
+            return False, nefree, 0, 0
+        entries[i] = e
+        resident[i] = here
+        if e < 0:
+            absent += 1
+    top = nefree - absent
+    j = 0
+    tombs = 0
+    for i in range(m):  # new entries from the entry stack, in position order, into the index
+        if entries[i] >= 0:
+            continue
+        e = estack[top + j]
+        j += 1
+        entries[i] = e
+        h = hs[i]
+        x = h ^ (h >> 33)
+        x = x * _MIX
+        x = x ^ (x >> 33)
+        slot = x & mask
+        while tkeys[slot] >= 0:
+            slot = (slot + 1) & mask
+        if tkeys[slot] == _TOMB:
+            tombs += 1
+        tkeys[slot] = h
+        tvalues[slot] = e
+        ehash[e] = h
+        echildren[e] = 0
+    base = edepth[parent_entry] + 1 if parent_entry >= 0 else 0
+    for i in range(m):
+        b, h, e = ids[i], hs[i], entries[i]
+        if resident[i]:
+            ecopies[e] += 1
+        else:
+            pe = parent_entry if i == 0 else entries[i - 1]
+            ecopies[e] = 1
+            ehead[e] = b
+            eparent[e] = parent if i == 0 else hs[i - 1]
+            epentry[e] = pe
+            edepth[e] = base + i
+            if pe >= 0:
+                echildren[pe] += 1
+        bhash[b] = h
+        bentry[b] = e
+        regstamp[b] = clock + i
+    return True, top, absent, tombs

@@ -60,6 +60,8 @@ class Registration(ArrayPoolState):
         if m > 1 and (len(set(items)) if items is not None else count_distinct(host)) != m:
             shown = items if items is not None else host.tolist()
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
+        if self._register_compiled(host, hs, parent, parent_entry):
+            return
         if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
             return
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
@@ -129,6 +131,42 @@ class Registration(ArrayPoolState):
             for i in fresh_at.tolist():
                 p = int(prev_host[i])
                 self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
+
+    def _register_compiled(self, host: np.ndarray, hs: np.ndarray, parent: int, parent_entry: int) -> bool:
+        """``register`` in one compiled kernel (host arrays with numba) when nothing in the call needs
+        explaining, as :meth:`_register_few` does; False, with nothing changed, for the array path
+        to check, explain or apply."""
+        if self._compiled is None:
+            return False
+        m = len(hs)
+        index = self._index
+        index.reserve(m)
+        entries, resident = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.bool_)
+        done, nefree, added, taken = self._compiled.register(
+            np.ascontiguousarray(host, dtype=np.int64), np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
+            self._n, self._is_reserved, self._ref, self._bhash, self._bentry, self._regstamp, index.keys,
+            index.values, index.capacity - 1, self._ecopies, self._eparent, self._echildren, self._ehead,
+            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock,
+            np.empty(m, dtype=np.int64), entries, resident,
+        )  # fmt: skip
+        if not done:
+            return False
+        index.account(added=int(added), tombs_taken=int(taken))
+        self._nefree = int(nefree)
+        start = self._clock
+        self._clock += m
+        if self._policy is _FIFO:
+            self._fifo_order.push(
+                self.ops.asarray(np.ascontiguousarray(host, dtype=np.int64)), self.ops.arange(start, start + m)
+            )
+        if self._events_on:
+            prev = [parent, *hs[:-1].tolist()]
+            self._events.extend(
+                BlockStored(h, None if p < 0 else p)
+                for h, p, here in zip(hs.tolist(), prev, resident.tolist(), strict=True)
+                if not here
+            )
+        return True
 
     def _register_few(self, ids: list[int], hs: list[int], parent: int, parent_entry: int) -> bool:
         """``register`` element by element (NumPy, ``scalar_limit``) when nothing in the call needs
