@@ -1,11 +1,12 @@
 """The array core's paths a CPU build no longer takes by default, driven beside the oracle.
 
 On the CPU the torch backend runs its list-protocol pools on NumPy over tensor memory
-(``kvref_torch.host_ops``), and on NumPy calls of up to ``scalar_limit`` blocks take the core's
-element-by-element paths. So ``kvref conformance --backend torch|cupy`` on a CPU checks those; the
-paths a GPU runs are the same code on another array library: torch's own ops (``TorchOps``) and
-the NumPy array path at every batch size (``scalar_limit=0``). Here the differential machine, with
-the targeted and batched steps, holds both to the oracle, and the element paths to the array path.
+(``kvref_torch.host_ops``); with numba installed the common calls run as compiled kernels
+(``kvref_arraypool.host_jit``), and without it calls of up to ``scalar_limit`` blocks take the
+core's element-by-element paths. So ``kvref conformance --backend torch|cupy`` on a CPU checks the
+compiled kernels; the paths a GPU runs are the same code on another array library: torch's own ops
+(``TorchOps``) and the NumPy array path at every batch size (``scalar_limit=0``, nothing compiled).
+Here the differential machine, with the targeted and batched steps, holds each path to the oracle.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+from kvref_arraypool.host_jit import host_kernels
 from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 from kvref_arraypool.pool import ArrayBlockPool
 from kvref_arraypool.table import HashTable
@@ -27,7 +29,14 @@ rule = pytest.mark.rule
 
 
 def numpy_ops() -> ArrayOps:
-    return NumpyLikeOps(np, device="cpu", is_device=False)
+    return NumpyLikeOps(np, device="cpu", is_device=False, compiled=False)
+
+
+def compiled_ops() -> ArrayOps:
+    ops = NumpyLikeOps(np, device="cpu", is_device=False)
+    if host_kernels() is None:
+        pytest.skip("numba is not installed (the jit extra), or KVREF_HOST_JIT=0")
+    return ops
 
 
 def torch_ops() -> ArrayOps:
@@ -40,7 +49,8 @@ def torch_ops() -> ArrayOps:
 PATHS = {
     "torch-ops": (torch_ops, None),  # what a CUDA device runs, on the CPU
     "numpy-arrays": (numpy_ops, 0),  # CuPy's path on a device, on NumPy: no element paths, no element probes
-    "numpy-elements": (numpy_ops, 16),  # the CPU default: element paths up to 16 blocks
+    "numpy-elements": (numpy_ops, 16),  # the CPU default without numba: element paths up to 16 blocks
+    "numpy-compiled": (compiled_ops, 16),  # the CPU default with numba: compiled kernels, element paths beside
 }
 
 

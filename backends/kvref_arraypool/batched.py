@@ -89,7 +89,7 @@ class BatchedCalls(ArrayPoolState):
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
         per_block = np.repeat(np.array(hid_of, dtype=np.int64), sizes)
-        known = all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
+        known = -1 not in hid_of or all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
         if known and self._release_compiled(host, per_block):
             self._drop_held_many(hs, sizes)
             return
