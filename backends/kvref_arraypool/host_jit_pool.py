@@ -119,39 +119,45 @@ def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any
     return True, uncached, added, tombs
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: Any, ecopies: Any, ehead: Any,
-               ehash: Any, epentry: Any, echildren: Any, estack: Any, nefree: Any, tkeys: Any, tvalues: Any,
-               mask: Any, buf: Any, lost: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+               ehash: Any, epentry: Any, echildren: Any, estack: Any, nefree: Any, tkeys: Any, mask: Any,
+               mark: Any, buf: Any, lost: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
     """Remove the hash registration of distinct hashed ``victims``, as ``_unregister_few`` does: each
     block forgets its hash, entry and stamps and its entry loses a copy; an entry whose head copy
     left (copies remain) goes to ``lost`` for the caller to renew; an entry left with no copies
     loses a child from its parent entry; then every such entry and parent with neither copies nor
-    children is dead (ascending): its hash leaves the index, the entry goes back on the entry
-    stack. ``buf``: scratch of at least 3 * len(victims). Uses numba's reference counting (it
-    sorts in place), so it calls no helper with arrays. Returns (blocks that were cached, entries
-    free, heads lost, index keys deleted)."""
+    children is dead: its hash leaves the index, the entry goes back on the entry stack (in the
+    order the victims first name them; entry ids are the pool's own). ``mark``: scratch over the
+    entries, all -1, and so left; ``buf``: scratch of at least 3 * len(victims). Each pass touches
+    few arrays, so the CPU keeps many of its scattered reads in flight. Returns (blocks that were
+    cached, entries free, heads lost, index keys deleted)."""
     m = victims.shape[0]
+    for i in range(m):
+        buf[i] = bentry[victims[i]]
     uncached = 0
     for i in range(m):
-        b = victims[i]
-        e = bentry[b]
-        buf[i] = e
-        if evstamp[b] >= 0:
+        if evstamp[victims[i]] >= 0:
             uncached += 1
+    for i in range(m):
+        b = victims[i]
         evstamp[b] = -1
         bhash[b] = -1
         bentry[b] = -1
         regstamp[b] = -1
+    k = 0
+    for i in range(m):  # copies drop; each entry kept once, in first-named order
+        e = buf[i]
         ecopies[e] -= 1
-    touched = buf[:m]
-    touched.sort()
+        if mark[e] < 0:
+            mark[e] = 0
+            buf[k] = e
+            k += 1
     nlost = 0
     ncand = 0
-    for i in range(m):
-        e = touched[i]
-        if i and e == touched[i - 1]:
-            continue
+    for j in range(k):
+        e = buf[j]
+        mark[e] = -1
         if ecopies[e] > 0:
             if bentry[ehead[e]] != e:
                 lost[nlost] = e
@@ -164,68 +170,71 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
             echildren[p] -= 1
             buf[m + ncand] = p
             ncand += 1
-    candidates = buf[m : m + ncand]
-    candidates.sort()
     deleted = 0
-    for i in range(ncand):
-        e = candidates[i]
-        if (i and e == candidates[i - 1]) or ecopies[e] != 0 or echildren[e] != 0:
+    for j in range(m, m + ncand):
+        e = buf[j]
+        if mark[e] >= 0:  # named twice (an entry and another's parent)
             continue
-        key = ehash[e]  # out of the index: HashTable's probe, inline
-        x = key ^ (key >> 33)
-        x = x * _MIX
-        x = x ^ (x >> 33)
-        slot = x & mask
-        while tkeys[slot] != key and tkeys[slot] != _EMPTY:
-            slot = (slot + 1) & mask
-        if tkeys[slot] == key:
+        mark[e] = 0
+        if ecopies[e] != 0 or echildren[e] != 0:
+            continue
+        slot = _slot_in(tkeys, mask, ehash[e])
+        if slot >= 0:
             tkeys[slot] = _TOMB
             deleted += 1
         ehash[e] = -1
         ehead[e] = -1
         estack[nefree] = e
         nefree += 1
+    for j in range(m, m + ncand):
+        mark[buf[j]] = -1
     return uncached, nefree, nlost, deleted
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always", _nrt=False)
+def _slot_in(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compiled
+    """``key``'s slot in an index, or -1: ``HashTable``'s probe."""
+    x = key ^ (key >> 33)
+    x = x * _MIX
+    x = x ^ (x >> 33)
+    slot = x & mask
+    while True:
+        seen = tkeys[slot]
+        if seen == key:
+            return slot
+        if seen == _EMPTY:
+            return -1
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, _nrt=False)
 def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved: Any, ref: Any, bhash: Any,
              bentry: Any, regstamp: Any, tkeys: Any, tvalues: Any, mask: Any, ecopies: Any, eparent: Any,
              echildren: Any, ehead: Any, epentry: Any, edepth: Any, ehash: Any, estack: Any, nefree: Any, clock: Any,
-             buf: Any, entries: Any, resident: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
-    """``register`` of distinct ``ids`` under ``hs`` (chained from ``parent``), as ``_register_few``
-    does, if nothing needs explaining: distinct hashes, each differing from its parent, ids in
-    range, unreserved, in use and unhashed, a resident hash under the same parent, an absent one
-    with no resident children; else change nothing. New entries come off the entry stack in
-    position order and go into the index (room made by the caller); ``entries`` and ``resident``
-    get each position's entry and whether its hash was resident already. ``buf``: scratch of
-    len(hs). Uses numba's reference counting (it sorts), so it calls no helper with arrays.
+             entries: Any, resident: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """``register`` of distinct ``ids`` under distinct ``hs`` (chained from ``parent``), as
+    ``_register_few`` does, if nothing needs explaining: each hash unlike its parent, ids in range,
+    unreserved, in use and unhashed, a resident hash under the same parent, an absent one with no
+    resident children; else change nothing. New entries come off the entry stack in position order
+    and go into the index (room made by the caller); ``entries`` and ``resident`` get each
+    position's entry and whether its hash was resident already. Each pass touches few arrays.
     Returns (accepted, entries free, index keys added, deleted index slots taken)."""
     m = hs.shape[0]
     for i in range(m):
-        buf[i] = hs[i]
-    ordered = buf[:m]
-    ordered.sort()
-    for i in range(1, m):
-        if ordered[i] == ordered[i - 1]:
+        b = ids[i]
+        if b < 0 or b >= n or hs[i] == (parent if i == 0 else hs[i - 1]):
             return False, nefree, 0, 0
+        if reserved[b] or ref[b] == 0 or bhash[b] >= 0:
+            return False, nefree, 0, 0
+    for i in range(m):
+        slot = _slot_in(tkeys, mask, hs[i])
+        entries[i] = tvalues[slot] if slot >= 0 else -1
     absent = 0
     for i in range(m):
-        b, h = ids[i], hs[i]
-        p = parent if i == 0 else hs[i - 1]
-        if b < 0 or b >= n or h == p or reserved[b] or ref[b] == 0 or bhash[b] >= 0:
-            return False, nefree, 0, 0
-        x = h ^ (h >> 33)  # the index's probe, inline
-        x = x * _MIX
-        x = x ^ (x >> 33)
-        slot = x & mask
-        while tkeys[slot] != h and tkeys[slot] != _EMPTY:
-            slot = (slot + 1) & mask
-        e = tvalues[slot] if tkeys[slot] == h else -1
+        e = entries[i]
         here = e >= 0 and ecopies[e] > 0
-        if (here and eparent[e] != p) or (not here and e >= 0 and echildren[e] > 0):
+        if (here and eparent[e] != (parent if i == 0 else hs[i - 1])) or (not here and e >= 0 and echildren[e] > 0):
             return False, nefree, 0, 0
-        entries[i] = e
         resident[i] = here
         if e < 0:
             absent += 1
@@ -253,19 +262,21 @@ def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved
         echildren[e] = 0
     base = edepth[parent_entry] + 1 if parent_entry >= 0 else 0
     for i in range(m):
-        b, h, e = ids[i], hs[i], entries[i]
+        e = entries[i]
         if resident[i]:
             ecopies[e] += 1
-        else:
-            pe = parent_entry if i == 0 else entries[i - 1]
-            ecopies[e] = 1
-            ehead[e] = b
-            eparent[e] = parent if i == 0 else hs[i - 1]
-            epentry[e] = pe
-            edepth[e] = base + i
-            if pe >= 0:
-                echildren[pe] += 1
-        bhash[b] = h
-        bentry[b] = e
+            continue
+        pe = parent_entry if i == 0 else entries[i - 1]
+        ecopies[e] = 1
+        ehead[e] = ids[i]
+        eparent[e] = parent if i == 0 else hs[i - 1]
+        epentry[e] = pe
+        edepth[e] = base + i
+        if pe >= 0:
+            echildren[pe] += 1
+    for i in range(m):
+        b = ids[i]
+        bhash[b] = hs[i]
+        bentry[b] = entries[i]
         regstamp[b] = clock + i
     return True, top, absent, tombs

@@ -136,9 +136,9 @@ class Registration(ArrayPoolState):
         """``register`` in one compiled kernel (host arrays with numba) when nothing in the call needs
         explaining, as :meth:`_register_few` does; False, with nothing changed, for the array path
         to check, explain or apply."""
-        if self._compiled is None:
-            return False
         m = len(hs)
+        if self._compiled is None or (m > 1 and count_distinct(hs) != m):
+            return False
         index = self._index
         index.reserve(m)
         entries, resident = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.bool_)
@@ -146,8 +146,7 @@ class Registration(ArrayPoolState):
             np.ascontiguousarray(host, dtype=np.int64), np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
             self._n, self._is_reserved, self._ref, self._bhash, self._bentry, self._regstamp, index.keys,
             index.values, index.capacity - 1, self._ecopies, self._eparent, self._echildren, self._ehead,
-            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock,
-            np.empty(m, dtype=np.int64), entries, resident,
+            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock, entries, resident,
         )  # fmt: skip
         if not done:
             return False
@@ -280,7 +279,8 @@ class Registration(ArrayPoolState):
 
     def _unregister_compiled(self, victims: Array) -> None:
         """:meth:`_unregister` in one compiled kernel (host arrays with numba): the same entries,
-        copies, heads, children, free entries (ascending), events and orders as ``_unregister_few``."""
+        copies, heads, children, events and orders as ``_unregister_few`` (dead entries go back on
+        the entry stack in the order the victims name them, not ascending: entry ids are internal)."""
         m = len(victims)
         if self._events_on:  # each gone hash once, in the order its last copy left
             entries, hashes = self._bentry[victims].tolist(), self._bhash[victims].tolist()
@@ -289,7 +289,7 @@ class Registration(ArrayPoolState):
         uncached, nefree, nlost, deleted = self._compiled.unregister(  # type: ignore[union-attr]
             np.ascontiguousarray(victims, dtype=np.int64), self._bentry, self._evstamp, self._bhash, self._regstamp,
             self._ecopies, self._ehead, self._ehash, self._epentry, self._echildren, self._estack, self._nefree,
-            self._index.keys, self._index.values, self._index.capacity - 1, np.empty(3 * m, dtype=np.int64), lost,
+            self._index.keys, self._index.capacity - 1, self._escratch2, np.empty(3 * m, dtype=np.int64), lost,
         )  # fmt: skip
         self._ncached -= int(uncached)
         self._nefree = int(nefree)
