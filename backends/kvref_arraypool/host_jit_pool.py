@@ -211,13 +211,14 @@ def _slot_in(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - comp
 def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved: Any, ref: Any, bhash: Any,
              bentry: Any, regstamp: Any, tkeys: Any, tvalues: Any, mask: Any, ecopies: Any, eparent: Any,
              echildren: Any, ehead: Any, epentry: Any, edepth: Any, ehash: Any, estack: Any, nefree: Any, clock: Any,
-             entries: Any, resident: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
-    """``register`` of distinct ``ids`` under distinct ``hs`` (chained from ``parent``), as
-    ``_register_few`` does, if nothing needs explaining: each hash unlike its parent, ids in range,
-    unreserved, in use and unhashed, a resident hash under the same parent, an absent one with no
-    resident children; else change nothing. New entries come off the entry stack in position order
-    and go into the index (room made by the caller); ``entries`` and ``resident`` get each
-    position's entry and whether its hash was resident already. Each pass touches few arrays.
+             mark: Any, entries: Any, resident: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+    """``register`` of ``ids`` under distinct ``hs`` (chained from ``parent``), as ``_register_few``
+    does, if nothing needs explaining: distinct ids (``mark``: the pool's scratch), each hash unlike
+    its parent, ids in range, unreserved, in use and unhashed, a resident hash under the same
+    parent, an absent one with no resident children; else change nothing (but ``mark``). New
+    entries come off the entry stack in position order and go into the index (room made by the
+    caller); ``entries`` and ``resident`` get each position's entry and whether its hash was
+    resident already. Each pass touches few arrays.
     Returns (accepted, entries free, index keys added, deleted index slots taken)."""
     m = hs.shape[0]
     for i in range(m):
@@ -225,6 +226,10 @@ def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved
         if b < 0 or b >= n or hs[i] == (parent if i == 0 else hs[i - 1]):
             return False, nefree, 0, 0
         if reserved[b] or ref[b] == 0 or bhash[b] >= 0:
+            return False, nefree, 0, 0
+        mark[b] = i
+    for i in range(m):
+        if mark[ids[i]] != i:  # a block named twice
             return False, nefree, 0, 0
     for i in range(m):
         slot = _slot_in(tkeys, mask, hs[i])

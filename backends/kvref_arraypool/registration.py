@@ -57,11 +57,11 @@ class Registration(ArrayPoolState):
             parent_entry = int(pe[0])
         if m == 0:
             return
+        if self._register_compiled(host, hs, parent, parent_entry):  # refuses a block named twice itself
+            return
         if m > 1 and (len(set(items)) if items is not None else count_distinct(host)) != m:
             shown = items if items is not None else host.tolist()
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
-        if self._register_compiled(host, hs, parent, parent_entry):
-            return
         if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
             return
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
@@ -146,7 +146,8 @@ class Registration(ArrayPoolState):
             np.ascontiguousarray(host, dtype=np.int64), np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
             self._n, self._is_reserved, self._ref, self._bhash, self._bentry, self._regstamp, index.keys,
             index.values, index.capacity - 1, self._ecopies, self._eparent, self._echildren, self._ehead,
-            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock, entries, resident,
+            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock, self._mark, entries,
+            resident,
         )  # fmt: skip
         if not done:
             return False
