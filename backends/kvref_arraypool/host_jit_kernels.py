@@ -17,8 +17,8 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "count_pair", "counts_add", "counts_get", "counts_sub", "delete", "find_slots", "find_values", "insert",
-    "pair_count", "uncount_pair",
+    "count_pair", "counts_add", "counts_get", "counts_sub", "delete", "find_slots", "find_values", "home", "insert",
+    "pair_count", "put_key", "slot_of", "uncount_pair",
 ]  # fmt: skip
 
 _MIX = np.int64(0xFF51AFD7ED558CCD - (1 << 64))  # murmur3's fmix64 constant as a signed int64
@@ -29,7 +29,7 @@ _UNUSED = -1  # kvref_arraypool.holder_counts.UNUSED
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _home(key: Any, mask: Any) -> Any:  # pragma: no cover - compiled
+def home(key: Any, mask: Any) -> Any:  # pragma: no cover - compiled
     """``HashTable._home`` of one key: int64 arithmetic shifts and a wrapping product."""
     x = key ^ (key >> 33)
     x = x * _MIX
@@ -42,7 +42,7 @@ def find_slots(tkeys: Any, mask: Any, keys: Any, out: Any) -> None:  # pragma: n
     """``out[i]``: the slot of ``keys[i]``, or -1 where it is absent."""
     for i in range(keys.shape[0]):
         key = keys[i]
-        slot = _home(key, mask)
+        slot = home(key, mask)
         out[i] = -1
         for _ in range(mask + 1):
             seen = tkeys[slot]
@@ -59,7 +59,7 @@ def find_values(tkeys: Any, tvalues: Any, mask: Any, keys: Any, default: Any, ou
     """``out[i]``: the value of ``keys[i]``, or ``default`` where it is absent."""
     for i in range(keys.shape[0]):
         key = keys[i]
-        slot = _home(key, mask)
+        slot = home(key, mask)
         out[i] = default
         for _ in range(mask + 1):
             seen = tkeys[slot]
@@ -77,13 +77,7 @@ def insert(tkeys: Any, tvalues: Any, mask: Any, keys: Any, values: Any) -> Any: 
     batch order; returns how many deleted slots they took (the caller made room: a slot is open)."""
     tombs = 0
     for i in range(keys.shape[0]):
-        slot = _home(keys[i], mask)
-        while tkeys[slot] >= 0:
-            slot = (slot + 1) & mask
-        if tkeys[slot] == _TOMB:
-            tombs += 1
-        tkeys[slot] = keys[i]
-        tvalues[slot] = values[i]
+        tombs += put_key(tkeys, tvalues, mask, keys[i], values[i])
     return tombs
 
 
@@ -94,7 +88,7 @@ def delete(tkeys: Any, mask: Any, keys: Any) -> Any:  # pragma: no cover - compi
     found = 0
     for i in range(keys.shape[0]):
         key = keys[i]
-        slot = _home(key, mask)
+        slot = home(key, mask)
         for _ in range(mask + 1):
             seen = tkeys[slot]
             if seen == key:
@@ -108,9 +102,9 @@ def delete(tkeys: Any, mask: Any, keys: Any) -> Any:  # pragma: no cover - compi
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _slot_of(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compiled
+def slot_of(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compiled
     """``key``'s slot, or -1."""
-    slot = _home(key, mask)
+    slot = home(key, mask)
     for _ in range(mask + 1):
         seen = tkeys[slot]
         if seen == key:
@@ -122,6 +116,19 @@ def _slot_of(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - comp
 
 
 @njit(cache=True, inline="always", _nrt=False)
+def put_key(tkeys: Any, tvalues: Any, mask: Any, key: Any, value: Any) -> Any:  # pragma: no cover - compiled
+    """An absent ``key`` with ``value`` in the first open slot (empty or deleted) from its home (room
+    made by the caller); 1 if that slot was a deleted one, else 0."""
+    slot = home(key, mask)
+    while tkeys[slot] >= 0:
+        slot = (slot + 1) & mask
+    tomb = 1 if tkeys[slot] == _TOMB else 0
+    tkeys[slot] = key
+    tvalues[slot] = value
+    return tomb
+
+
+@njit(cache=True, inline="always", _nrt=False)
 def pair_count(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any, mask: Any,
                b: Any, h: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
     """``HolderCounts.get_one``: the references of pair ``(b, h)`` (0 when not counted)."""
@@ -130,7 +137,7 @@ def pair_count(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tke
     if hid1[b] == h:
         return count1[b]
     if spilled[b] > 0:
-        slot = _slot_of(tkeys, mask, (b << _HID_BITS) | h)
+        slot = slot_of(tkeys, mask, (b << _HID_BITS) | h)
         if slot >= 0:
             return tvalues[slot]
     return 0
@@ -158,7 +165,7 @@ def count_pair(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tke
         return 0, 0
     key = (b << _HID_BITS) | h
     if spilled[b] > 0:
-        slot = _slot_of(tkeys, mask, key)
+        slot = slot_of(tkeys, mask, key)
         if slot >= 0:
             tvalues[slot] += c
             return 0, 0
@@ -170,12 +177,7 @@ def count_pair(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tke
         hid1[b] = h
         count1[b] = c
         return 0, 0
-    slot = _home(key, mask)
-    while tkeys[slot] >= 0:
-        slot = (slot + 1) & mask
-    tomb = 1 if tkeys[slot] == _TOMB else 0
-    tkeys[slot] = key
-    tvalues[slot] = c
+    tomb = put_key(tkeys, tvalues, mask, key, c)
     spilled[b] += 1
     return 1, tomb
 
@@ -210,7 +212,7 @@ def uncount_pair(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, t
         if count1[b] == 0:
             hid1[b] = _UNUSED
         return 0
-    slot = _slot_of(tkeys, mask, (b << _HID_BITS) | h)
+    slot = slot_of(tkeys, mask, (b << _HID_BITS) | h)
     if slot < 0:  # not counted: the caller promised otherwise; nothing to take
         return 0
     tvalues[slot] -= c

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from numba import njit
 
-from kvref_arraypool.host_jit_kernels import count_pair, pair_count, uncount_pair
+from kvref_arraypool.host_jit_kernels import count_pair, pair_count, put_key, slot_of, uncount_pair
 
 __all__ = ["pin_distinct", "register", "release_distinct", "unregister"]
 
 _NOBODY = -1  # kvref_arraypool.state.NOBODY
 _SHARED = -2  # kvref_arraypool.state.SHARED
 _TOMB = -2  # kvref_arraypool.table.TOMB
-_EMPTY = -1  # kvref_arraypool.table.EMPTY
-_MIX = np.int64(0xFF51AFD7ED558CCD - (1 << 64))  # kvref_arraypool.table's fmix64 constant
 
 
 @njit(cache=True, _nrt=False)
@@ -178,7 +175,7 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
         mark[e] = 0
         if ecopies[e] != 0 or echildren[e] != 0:
             continue
-        slot = _slot_in(tkeys, mask, ehash[e])
+        slot = slot_of(tkeys, mask, ehash[e])
         if slot >= 0:
             tkeys[slot] = _TOMB
             deleted += 1
@@ -189,22 +186,6 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
     for j in range(m, m + ncand):
         mark[buf[j]] = -1
     return uncached, nefree, nlost, deleted
-
-
-@njit(cache=True, inline="always", _nrt=False)
-def _slot_in(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compiled
-    """``key``'s slot in an index, or -1: ``HashTable``'s probe."""
-    x = key ^ (key >> 33)
-    x = x * _MIX
-    x = x ^ (x >> 33)
-    slot = x & mask
-    while True:
-        seen = tkeys[slot]
-        if seen == key:
-            return slot
-        if seen == _EMPTY:
-            return -1
-        slot = (slot + 1) & mask
 
 
 @njit(cache=True, _nrt=False)
@@ -232,7 +213,7 @@ def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved
         if mark[ids[i]] != i:  # a block named twice
             return False, nefree, 0, 0
     for i in range(m):
-        slot = _slot_in(tkeys, mask, hs[i])
+        slot = slot_of(tkeys, mask, hs[i])
         entries[i] = tvalues[slot] if slot >= 0 else -1
     absent = 0
     for i in range(m):
@@ -252,18 +233,8 @@ def register(ids: Any, hs: Any, parent: Any, parent_entry: Any, n: Any, reserved
         e = estack[top + j]
         j += 1
         entries[i] = e
-        h = hs[i]
-        x = h ^ (h >> 33)
-        x = x * _MIX
-        x = x ^ (x >> 33)
-        slot = x & mask
-        while tkeys[slot] >= 0:
-            slot = (slot + 1) & mask
-        if tkeys[slot] == _TOMB:
-            tombs += 1
-        tkeys[slot] = h
-        tvalues[slot] = e
-        ehash[e] = h
+        tombs += put_key(tkeys, tvalues, mask, hs[i], e)
+        ehash[e] = hs[i]
         echildren[e] = 0
     base = edepth[parent_entry] + 1 if parent_entry >= 0 else 0
     for i in range(m):
