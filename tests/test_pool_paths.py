@@ -22,6 +22,7 @@ from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 from kvref_arraypool.pool import ArrayBlockPool
 from kvref_arraypool.table import HashTable
 
+from kvref.contract.errors import KVRefError
 from kvref_conformance.machines import make_machine
 from kvref_conformance.target import Target
 
@@ -94,3 +95,57 @@ def test_scalar_limit_decides_whether_the_hash_tables_probe_key_by_key(monkeypat
     assert bool(probed) == bool(limit), (
         f"scalar_limit={limit}: {len(probed)} keys probed one by one; expected {'some' if limit else 'none'}"
     )
+
+
+@rule("ERR-501", "PFX-303", "POOL-103")
+def test_a_refused_long_register_on_the_compiled_path_names_its_rule_and_leaves_the_pool_usable() -> None:
+    """The compiled register makes room in the entry index before it checks the call: only as much
+    as the entry stack can give, so 20 positions on an 8-block pool are refused by their rule, not
+    by an index that cannot hold them (which made the pool unusable, ERR-515)."""
+    ops = compiled_ops()
+    for ids, rule_id in (([1] * 20, "PFX-303"), (list(range(1, 21)), "POOL-103")):
+        pool = ArrayBlockPool(8, ops=ops)
+        pool.allocate(7, holder="a")
+        before = pool.snapshot()
+        with pytest.raises(KVRefError) as refused:
+            pool.register(ids, list(range(1, 21)))
+        assert getattr(refused.value, "rule", None) == rule_id, (
+            f"register({ids}, 20 hashes) on 8 blocks raised {refused.value!r}; the rule is {rule_id}"
+        )
+        assert pool.snapshot() == before, f"the refused register({ids}, ...) changed the pool (ERR-501)"
+        pool.free(pool.allocate(0, holder="a"), holder="a")  # still usable
+        pool.register([1], [7])
+
+
+@rule("ERR-501", "POOL-103")
+def test_a_refused_acquire_on_the_compiled_path_does_not_grow_the_shared_counts_table() -> None:
+    """The compiled pin counts the table keys a call needs only once the call is checked, so a
+    refused acquire of a million ids leaves the per-holder counts' table as it was (it grew to
+    8 million slots, 128 MiB, when room was made for every position first)."""
+    pool = ArrayBlockPool(64, ops=compiled_ops())
+    pool.allocate(2, holder="a")
+    capacity = pool._shared.table.capacity
+    before = pool.snapshot()
+    with pytest.raises(KVRefError) as refused:
+        pool.acquire([10**6] * 1_000_000, holder="b")
+    assert getattr(refused.value, "rule", None) == "POOL-103", f"acquire of out-of-range ids raised {refused.value!r}"
+    assert pool.snapshot() == before, "the refused acquire changed the pool (ERR-501)"
+    assert pool._shared.table.capacity == capacity, (
+        f"a refused acquire grew the shared counts' table from {capacity} to {pool._shared.table.capacity} slots"
+    )
+
+
+@rule("STATE-002")
+def test_the_compiled_pin_makes_room_for_a_third_holder_when_the_table_is_full() -> None:
+    """Blocks with two holders inline and a third arriving need one table key each: the compiled
+    pin asks for exactly that room (status 2), gets it, and pins, as the array path would."""
+    pools = [ArrayBlockPool(300, ops=make()) for make in (compiled_ops, numpy_ops)]
+    for pool in pools:
+        ids = pool.allocate(256, holder="a")
+        pool.acquire(ids, holder="b")
+        pool.acquire(ids, holder="c")  # 256 new keys in a table made for 64
+        pool.acquire(ids[::2], holder="d")
+        pool.free(ids[1::2], holder="c")
+    compiled, plain = (pool.snapshot() for pool in pools)
+    assert compiled == plain, "four holders' counts differ between the compiled pin and the array path"
+    pools[0].check_invariants()

@@ -18,7 +18,7 @@ from numba import njit
 
 __all__ = [
     "count_pair", "counts_add", "counts_get", "counts_sub", "delete", "find_slots", "find_values", "home", "insert",
-    "pair_count", "put_key", "slot_of", "uncount_pair",
+    "pair_count", "pair_key", "put_key", "slot_of", "uncount_pair",
 ]  # fmt: skip
 
 _MIX = np.int64(0xFF51AFD7ED558CCD - (1 << 64))  # murmur3's fmix64 constant as a signed int64
@@ -116,6 +116,12 @@ def slot_of(tkeys: Any, mask: Any, key: Any) -> Any:  # pragma: no cover - compi
 
 
 @njit(cache=True, inline="always", _nrt=False)
+def pair_key(b: Any, h: Any) -> Any:  # pragma: no cover - compiled
+    """The per-holder counts' table key of pair ``(b, h)``: ``b << HID_BITS | h``."""
+    return (b << _HID_BITS) | h
+
+
+@njit(cache=True, inline="always", _nrt=False)
 def put_key(tkeys: Any, tvalues: Any, mask: Any, key: Any, value: Any) -> Any:  # pragma: no cover - compiled
     """An absent ``key`` with ``value`` in the first open slot (empty or deleted) from its home (room
     made by the caller); 1 if that slot was a deleted one, else 0."""
@@ -137,7 +143,7 @@ def pair_count(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tke
     if hid1[b] == h:
         return count1[b]
     if spilled[b] > 0:
-        slot = slot_of(tkeys, mask, (b << _HID_BITS) | h)
+        slot = slot_of(tkeys, mask, pair_key(b, h))
         if slot >= 0:
             return tvalues[slot]
     return 0
@@ -163,7 +169,7 @@ def count_pair(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tke
     if hid1[b] == h:
         count1[b] += c
         return 0, 0
-    key = (b << _HID_BITS) | h
+    key = pair_key(b, h)
     if spilled[b] > 0:
         slot = slot_of(tkeys, mask, key)
         if slot >= 0:
@@ -212,7 +218,7 @@ def uncount_pair(hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, t
         if count1[b] == 0:
             hid1[b] = _UNUSED
         return 0
-    slot = slot_of(tkeys, mask, (b << _HID_BITS) | h)
+    slot = slot_of(tkeys, mask, pair_key(b, h))
     if slot < 0:  # not counted: the caller promised otherwise; nothing to take
         return 0
     tvalues[slot] -= c

@@ -15,7 +15,7 @@ from typing import Any
 
 from numba import njit
 
-from kvref_arraypool.host_jit_kernels import count_pair, pair_count, put_key, slot_of, uncount_pair
+from kvref_arraypool.host_jit_kernels import count_pair, pair_count, pair_key, put_key, slot_of, uncount_pair
 
 __all__ = ["pin_distinct", "register", "release_distinct", "unregister"]
 
@@ -75,21 +75,30 @@ def release_distinct(ids: Any, hids: Any, n: Any, owner: Any, ref: Any, mark: An
 @njit(cache=True, _nrt=False)
 def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any, owner: Any, evstamp: Any, mark: Any,
                  hid0: Any, count0: Any, hid1: Any, count1: Any, spilled: Any, tkeys: Any, tvalues: Any,
-                 mask: Any) -> Any:  # fmt: skip
+                 mask: Any, room: Any) -> Any:  # fmt: skip
     """One more reference of holder ``hid`` to each of ``ids``, if every id is in ``[0, n)``, not
     reserved, in use or cached, and none comes twice; else change nothing (but ``mark``). A cached
     block leaves the eviction order; a block another holder holds alone becomes shared, both
-    counts moving to the per-holder counts (room for two new keys per block made by the caller).
-    Returns (accepted, blocks taken out of the cache, keys added to the table, deleted slots taken)."""
+    counts moving to its free inline slots. Returns (status, blocks taken out of the cache, keys
+    added to the table, deleted slots taken); status 1: done; 0: refused; 2: nothing changed
+    because the per-holder table has ``room`` for fewer new keys than the call needs (the second
+    value is then how many: make room and call again)."""
     m = ids.shape[0]
     for i in range(m):
         b = ids[i]
         if b < 0 or b >= n or reserved[b] or (ref[b] == 0 and bhash[b] < 0):
-            return False, 0, 0, 0
+            return 0, 0, 0, 0
         mark[b] = i
+    need = 0
     for i in range(m):
-        if mark[ids[i]] != i:
-            return False, 0, 0, 0
+        b = ids[i]
+        if mark[b] != i:
+            return 0, 0, 0, 0
+        third = owner[b] == _SHARED and hid0[b] >= 0 and hid1[b] >= 0 and hid0[b] != hid and hid1[b] != hid
+        if third and (spilled[b] == 0 or slot_of(tkeys, mask, pair_key(b, hid)) < 0):  # a new key in the table
+            need += 1
+    if need > room:
+        return 2, need, 0, 0
     uncached = 0
     added = 0
     tombs = 0
@@ -113,7 +122,7 @@ def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any
             tombs += t
             owner[b] = _SHARED
         ref[b] += 1
-    return True, uncached, added, tombs
+    return 1, uncached, added, tombs
 
 
 @njit(cache=True, _nrt=False)

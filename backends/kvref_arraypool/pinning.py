@@ -66,11 +66,17 @@ class Pinning(ReferenceCounting):
         if self._compiled is None:
             return False
         shared = self._shared
-        done, uncached, added, taken = self._compiled.pin_distinct(
-            np.ascontiguousarray(ids, dtype=np.int64), hid, self._n, self._is_reserved, self._ref, self._bhash,
-            self._owner, self._evstamp, self._mark, *shared.compiled_args(2 * len(ids)),
-        )  # fmt: skip
-        if not done:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        need = 0
+        while True:  # twice at most: a call that needs more room in the shared counts' table gets it, once checked
+            status, uncached, added, taken = self._compiled.pin_distinct(
+                ids, hid, self._n, self._is_reserved, self._ref, self._bhash, self._owner, self._evstamp, self._mark,
+                *shared.compiled_args(need), shared.table.room(),
+            )  # fmt: skip
+            if status != 2:
+                break
+            need = int(uncached)
+        if not status:
             return False
         shared.compiled_changes(added=int(added), tombs_taken=int(taken))
         self._ncached -= int(uncached)

@@ -140,7 +140,9 @@ class Registration(ArrayPoolState):
         if self._compiled is None or (m > 1 and count_distinct(hs) != m):
             return False
         index = self._index
-        index.reserve(m)
+        # Room for the new keys before the kernel checks the call: no more than the entry stack can
+        # give (a call needing more is refused), so a refused long call never overfills the index.
+        index.reserve(min(m, self._nefree))
         entries, resident = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.bool_)
         done, nefree, added, taken = self._compiled.register(
             np.ascontiguousarray(host, dtype=np.int64), np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,

@@ -240,6 +240,10 @@ class HashTable:
             self.values[ws] = values[wk]
         return positions(~flags[:m])
 
+    def room(self) -> int:
+        """How many keys an insert may add before the table must be rebuilt (or grown) first."""
+        return max(0, int(_MAX_LOAD * self.capacity) - self.live - self.tombs)
+
     def reserve(self, n: int) -> None:
         """Make room for ``n`` more keys (a rebuild, or growth, where they would pass the load
         limit): what :meth:`insert` does first, for a compiled kernel that inserts by itself."""
