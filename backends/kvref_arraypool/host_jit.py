@@ -65,7 +65,7 @@ def host_kernels() -> HostKernels | None:
         from kvref_arraypool import host_jit_pool as pool
     except ImportError:  # numba is not installed: the tables probe in vectorized rounds
         return None
-    return HostKernels(
+    kernels = HostKernels(
         find_slots=compiled.find_slots,
         find_values=compiled.find_values,
         insert=compiled.insert,
@@ -77,4 +77,73 @@ def host_kernels() -> HostKernels | None:
         pin_distinct=pool.pin_distinct,
         unregister=pool.unregister,
         register=pool.register,
+    )
+    _warm(kernels)
+    return kernels
+
+
+def _warm(k: HostKernels) -> None:
+    """Call every kernel once on empty batches, with the argument types the pool passes, so that
+    numba compiles them (or loads them from its cache) now, when the first pool is built, and not
+    inside the first calls a replay or a benchmark times."""
+    import numpy as np
+
+    a, t, none = np.full(16, -1, dtype=np.int64), np.zeros(16, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    flags, no_flags = np.zeros(16, dtype=np.bool_), np.zeros(0, dtype=np.bool_)
+    counts = (a, t, a.copy(), t.copy(), t.copy(), a.copy(), t.copy(), 15)
+    k.find_slots(a, 15, none, none.copy())
+    k.find_values(a, t, 15, none, -1, none.copy())
+    k.insert(a, t, 15, none, none)
+    k.delete(a, 15, none)
+    k.counts_get(*counts, none, none, none.copy())
+    k.counts_add(*counts, none, none, none)
+    k.counts_sub(*counts, none, none, none)
+    k.release_distinct(none, none, 16, a, t, a.copy(), a.copy(), a.copy(), t, 0, t.copy(), t.copy(), 0, 0, *counts)
+    k.pin_distinct(none, 0, 16, flags, t, a, a.copy(), a.copy(), a.copy(), *counts, 0)
+    k.unregister(
+        none,
+        a,
+        a.copy(),
+        a.copy(),
+        a.copy(),
+        t,
+        a.copy(),
+        a.copy(),
+        a.copy(),
+        t.copy(),
+        t.copy(),
+        0,
+        a.copy(),
+        15,
+        a.copy(),
+        t.copy(),
+        t.copy(),
+    )
+    k.register(
+        none,
+        none,
+        -1,
+        -1,
+        16,
+        flags,
+        t,
+        a,
+        a.copy(),
+        a.copy(),
+        a.copy(),
+        t.copy(),
+        15,
+        t.copy(),
+        a.copy(),
+        t.copy(),
+        a.copy(),
+        a.copy(),
+        t.copy(),
+        a.copy(),
+        t.copy(),
+        0,
+        0,
+        a.copy(),
+        none.copy(),
+        no_flags,
     )
