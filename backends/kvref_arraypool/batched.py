@@ -6,7 +6,6 @@ Each does in one pass of array operations what the single calls would do in entr
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Sequence
 from itertools import accumulate, chain
 
@@ -118,11 +117,6 @@ class BatchedCalls(ArrayPoolState):
     def _drop_held_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:
         """``_drop_held(holders[i], counts[i])`` for each ``i``, inlined for a batch."""
         held, known, spare = self._held, self._hids, self._spare_hids
-        if list(map(held.get, holders)) == list(counts) and len(set(holders)) == len(holders):
-            # The common end of a step: distinct holders letting go of all they held, in passes in C.
-            deque(map(held.pop, holders), maxlen=0)
-            spare.extend(map(known.pop, holders))
-            return
         for h, k in zip(holders, counts, strict=True):
             if k:
                 left = held[h] - k

@@ -144,8 +144,9 @@ class Registration(ArrayPoolState):
         # give (a call needing more is refused), so a refused long call never overfills the index.
         index.reserve(min(m, self._nefree))
         entries, resident = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.bool_)
+        ids = np.ascontiguousarray(host, dtype=np.int64)
         done, nefree, added, taken = self._compiled.register(
-            np.ascontiguousarray(host, dtype=np.int64), np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
+            ids, np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
             self._n, self._is_reserved, self._ref, self._bhash, self._bentry, self._regstamp, index.keys,
             index.values, index.capacity - 1, self._ecopies, self._eparent, self._echildren, self._ehead,
             self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock, self._mark, entries,
@@ -158,9 +159,7 @@ class Registration(ArrayPoolState):
         start = self._clock
         self._clock += m
         if self._policy is _FIFO:
-            self._fifo_order.push(
-                self.ops.asarray(np.ascontiguousarray(host, dtype=np.int64)), self.ops.arange(start, start + m)
-            )
+            self._fifo_order.push(self.ops.asarray(ids), self.ops.arange(start, start + m))
         if self._events_on:
             prev = [parent, *hs[:-1].tolist()]
             self._events.extend(
