@@ -119,7 +119,8 @@ def _table(ops: ArrayOps, hint: int, *, growable: bool) -> HashTable:
 
 @rule("STATE-006")
 def test_a_table_counts_live_keys_and_tombstones_and_rebuilds_when_they_pass_its_load(ops: ArrayOps) -> None:
-    table = _table(ops, 8, growable=False)
+    """The probes of a device, or of NumPy without numba (the compiled delete leaves no tombstone)."""
+    table = HashTable(ops, 8, growable=False, jit=False)
     assert table.capacity == 16 and (table.live, table.tombs) == (0, 0), "8 keys at 60% need 16 slots"
     keys = arr(ops, *range(100, 109))
     table.insert(keys, arr(ops, *range(9)))
@@ -141,6 +142,31 @@ def test_a_table_counts_live_keys_and_tombstones_and_rebuilds_when_they_pass_its
 
 
 @rule("STATE-006")
+def test_find_near_answers_keys_within_eight_slots_of_home_and_flags_the_rest(ops: ArrayOps) -> None:
+    """A lookup on a device reads ``find_near``'s flags with its own: only a flagged key may be wrong."""
+    table = _table(ops, 8, growable=False)
+
+    def home(key: int) -> int:  # where a key lands in an empty table
+        table.clear()
+        table.insert(arr(ops, key), arr(ops, 0))
+        return host(table.keys).index(key)
+
+    crowd = [k for k in range(1000, 3000) if home(k) == 3][:10]
+    elsewhere = next(k for k in range(5000, 6000) if home(k) not in range(3, 12))
+    table.clear()
+    table.insert(arr(ops, *crowd[:9]), arr(ops, *range(9)))  # slots 3..11: one of them lies 8 past home
+    layout = host(table.keys)
+    past = [(layout.index(k) - 3) % 16 >= 8 for k in crowd[:9]]
+    values, far = table.find_near(arr(ops, *crowd, elsewhere))
+    assert sum(past) == 1 and host(far) == [*past, True, False], (
+        f"find_near flagged {host(far)} for 9 keys of one home ({past}: 8 slots past it), an absent one of "
+        "that home and one elsewhere; expected the key past the window and the absent one flagged"
+    )
+    near = [v for v, p in zip(host(values), past, strict=False) if not p]
+    assert near == [i for i, p in enumerate(past) if not p] and host(values)[-1] == -1, f"find_near gave {host(values)}"
+
+
+@rule("STATE-006")
 def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops: ArrayOps) -> None:
     table = _table(ops, 16, growable=True)
     assert table.capacity == 32
@@ -148,7 +174,8 @@ def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops
     assert (table.capacity, table.live, table.tombs) == (128, 20, 0), (table.capacity, table.live, table.tombs)
     assert host(table.find(arr(ops, 0, 19, 20))) == [20, 39, -1]
     table.delete(arr(ops, *range(0, 20, 2)))
-    assert (table.capacity, table.live, table.tombs) == (128, 10, 10)
+    tombs = 0 if table.jit is not None else 10  # the compiled delete leaves no tombstone
+    assert (table.capacity, table.live, table.tombs) == (128, 10, tombs)
     keys, values = table.items()
     assert sorted(zip(host(keys), host(values), strict=True)) == [(k, k + 20) for k in range(1, 20, 2)]
     exact = _table(ops, 16, growable=True)
@@ -205,15 +232,18 @@ def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_libr
 )
 def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps: list[tuple[str, list[int]]]) -> None:
     """On NumPy a batch of up to ``few`` (16) keys probes key by key, and with numba every batch
-    probes in one compiled loop; the same calls through the rounds (``few=0``, no compiled loop)
-    and a dict must agree on every find, live count and tombstone count."""
+    probes in one compiled loop, whose delete moves later keys back instead of leaving a tombstone
+    (also in a table where the element path's deletes left tombstones); the same calls through the
+    rounds (``few=0``, no compiled loop) and a dict must agree on every find, live count and
+    tombstone count."""
     numpy_ops = NumpyLikeOps(np, device="host", is_device=False)
     by_key = HashTable(numpy_ops, 8, growable=True, few=16, jit=False)
     by_rounds = HashTable(numpy_ops, 8, growable=True, few=0, jit=False)
     tables = [("key by key", by_key), ("in rounds", by_rounds)]
     compiled = HashTable(numpy_ops, 8, growable=True)
+    mixed = HashTable(numpy_ops, 61, growable=False, few=16)  # 128 slots: long runs, and rebuilds
     if compiled.jit is not None:
-        tables.append(("compiled", compiled))
+        tables += [("compiled", compiled), ("compiled, tombstones beside", mixed)]
     model: dict[int, int] = {}
     for i, (what, raw) in enumerate(steps):
         keys = list(dict.fromkeys(raw))  # distinct, as the pool guarantees
@@ -225,7 +255,12 @@ def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps:
         elif what == "delete":
             keys = [k for k in keys if k in model]
             for _, table in tables:
-                table.delete(arr(numpy_ops, *keys))
+                if table is mixed:  # every other key deleted as the pool's element path does: a tombstone
+                    for k in keys[1::2]:
+                        table.delete_slot(table.slot_of(k))
+                    table.delete(arr(numpy_ops, *keys[::2]))
+                else:
+                    table.delete(arr(numpy_ops, *keys))
             for k in keys:
                 del model[k]
         want = [model.get(k, -1) for k in range(61)]

@@ -149,3 +149,18 @@ def test_the_compiled_pin_makes_room_for_a_third_holder_when_the_table_is_full()
     compiled, plain = (pool.snapshot() for pool in pools)
     assert compiled == plain, "four holders' counts differ between the compiled pin and the array path"
     pools[0].check_invariants()
+
+
+@rule("PFX-309", "PFX-311")
+def test_a_match_whose_probe_runs_long_looks_up_and_pins_the_exact_way(monkeypatch: Any) -> None:
+    """On a device, match reads its lookup and pin flags at once unless a hash sat past its home's window
+    (``HashTable.find_near``); then it falls back to the exact lookup. Every hash flagged far: the same answers."""
+    find_near = HashTable.find_near
+
+    def all_far(table: HashTable, keys: Any, default: int = -1) -> tuple[Any, Any]:
+        values, far = find_near(table, keys, default)
+        return values, far | True
+
+    monkeypatch.setattr(HashTable, "find_near", all_far)
+    machine = make_machine(path_target("numpy-arrays"), "lru", targeted=True)
+    run_state_machine_as_test(machine, settings=settings(max_examples=15, stateful_step_count=40, deadline=None))

@@ -7,10 +7,11 @@ Each does in one pass of array operations what the single calls would do in entr
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from itertools import accumulate, chain
+from itertools import accumulate, chain, pairwise
 
 import numpy as np
 
+from kvref.contract.errors import InvalidValueError
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
 from kvref_arraypool.inputs import hash_array, index_array
 from kvref_arraypool.ops import Array
@@ -29,7 +30,21 @@ class BatchedCalls(ArrayPoolState):
         entry that does not fit. The admitted entries take their blocks from one pop of the free
         stack (and one eviction for the shortfall), in entry order, exactly as single calls would.
         """
-        op = "allocate_many"
+        ids, ends = self._allocate_many(counts, holders, "allocate_many")
+        flat = self.ops.tolist(ids)
+        return [flat[start:end] for start, end in pairwise([0, *ends])]
+
+    def allocate_many_ids(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> tuple[Array, list[int]]:
+        """``allocate_many`` (POOL-116) for a caller that keeps block tables as arrays.
+
+        Returns every admitted entry's ids, entry after entry, as one fresh device array (int64),
+        and ``admitted + 1`` host offsets into it: entry ``i`` got ``ids[offsets[i]:offsets[i + 1]]``.
+        """
+        ids, ends = self._allocate_many(counts, holders, "allocate_many_ids")
+        return self.ops.export(ids), [0, *ends]
+
+    def _allocate_many(self, counts: IntsLike, holders: Sequence[Hashable], op: str) -> tuple[Array, list[int]]:
+        """The blocks of the admitted entries in one array, and where each admitted entry ends in it."""
         host, items = index_array(counts, op=op, arg="counts")
         originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
         if len(host) and int(host.min()) >= 0:  # ints, none negative: counts as they are
@@ -40,32 +55,28 @@ class BatchedCalls(ArrayPoolState):
         if self._paused:
             for c, h in zip(cs, hs, strict=True):
                 self._refuse_if_paused(h, c, op)
-        if not cs:
-            return []
-        total = sum(cs)
+        ends = list(accumulate(cs))
+        total = ends[-1] if ends else 0
         admitted = len(cs)
         if total > self._nfree:
             room = self._nfree + self._reclaimable()
-            ends = list(accumulate(cs))
             admitted = next((i for i, end in enumerate(ends) if end > room), len(cs))
             total = ends[admitted - 1] if admitted else 0
+            cs, hs, ends = cs[:admitted], hs[:admitted], ends[:admitted]
         if total == 0:
-            return [[] for _ in range(admitted)]
+            return self.ops.zeros(0), ends
         ids = self._take(total, op)
-        cs, hs = cs[:admitted], hs[:admitted]
         if total <= self._scalar_limit:  # a few blocks on NumPy: element by element
             hid_of = self._entry_hids(cs, hs)
             self._hand_out_few(ids.tolist(), [hid for c, hid in zip(cs, hid_of, strict=True) for _ in range(c)])
             self._stamp_access(ids, cs)
         else:
             self._hand_out(ids, self._holder_ids(cs, hs), cs)
-        flat = self.ops.tolist(ids)
-        ends = list(accumulate(cs))
         held = self._held
         for c, h in zip(cs, hs, strict=True):
             if c:
                 held[h] = held.get(h, 0) + c
-        return [flat[end - c : end] for c, end in zip(cs, ends, strict=True)]
+        return ids, ends
 
     def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
         """``free(block_lists[i], holder=holders[i])`` for each ``i`` in order, atomically (POOL-117).
@@ -76,14 +87,48 @@ class BatchedCalls(ArrayPoolState):
         op = "free_many"
         entries = as_list(block_lists, op=op, arg="block_lists")
         flat = _flat_ints(entries)
+        originals = None
         if flat is not None:  # lists of ints, as allocate_many returns them: one conversion for the batch
             host, sizes = flat
-            arrays: list[tuple[np.ndarray, list[int] | None]] | None = None
         else:
             arrays = [index_array(ids, op=op, arg=f"block_lists[{i}]") for i, ids in enumerate(entries)]
             host = np.concatenate([a for a, _ in arrays]) if arrays else np.zeros(0, dtype=np.int64)
             sizes = [len(a) for a, _ in arrays]
+            if any(items is not None for _, items in arrays):  # values beyond int64 are -1 in ``host``
+                originals = list(chain.from_iterable(a.tolist() if i is None else i for a, i in arrays))
         hs = as_holder_list(holders, len(entries), op=op)
+        self._free_flat(host, originals, sizes, hs, op)
+
+    def free_many_ids(self, block_ids: IntsLike, offsets: IntsLike, *, holders: Sequence[Hashable]) -> None:
+        """``free_many`` (POOL-117) of entries laid end to end, as ``allocate_many_ids`` returns them.
+
+        Entry ``i`` is ``block_ids[offsets[i]:offsets[i + 1]]``, released by ``holders[i]``.
+        ``offsets`` are ``len(holders) + 1`` integers (ERR-503) from 0 to ``len(block_ids)``
+        (ERR-506), none below the one before (a negative count, ERR-504); a bad call drops nothing.
+        """
+        op = "free_many_ids"
+        host, items = index_array(block_ids, op=op)
+        bounds, _ = index_array(offsets, op=op, arg="offsets")
+        if len(bounds) == 0 or bounds[0] != 0 or bounds[-1] != len(host):
+            ends = f"{bounds[0]} to {bounds[-1]}" if len(bounds) else "none"
+            raise InvalidValueError("ERR-506", f"{op}: offsets must run from 0 to {len(host)}, got {ends}")
+        hs = as_holder_list(holders, len(bounds) - 1, op=op)
+        sizes = np.diff(bounds)
+        if len(sizes) and int(sizes.min()) < 0:
+            at = int(np.argmax(sizes < 0))
+            raise InvalidValueError(
+                "ERR-504", f"{op}: offsets[{at + 1}] = {bounds[at + 1]} is below offsets[{at}] = {bounds[at]}: "
+                "a negative count",
+            )  # fmt: skip
+        self._free_flat(host, items, sizes.tolist(), hs, op)
+
+    def _free_flat(
+        self, host: np.ndarray, originals: list[int] | None, sizes: list[int], hs: list[Hashable], op: str
+    ) -> None:
+        """Release entry after entry of ``host`` (``sizes[i]`` ids of ``hs[i]``), atomically (POOL-117).
+
+        ``originals``: the ids as given, where some lie beyond int64 (``-1`` in ``host``), for messages.
+        """
         if len(host) == 0:
             return
         hid_of = [self._hids.get(h, -1) for h in hs]
@@ -100,18 +145,16 @@ class BatchedCalls(ArrayPoolState):
 
         def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:
             """Each holder with its ids in order, for naming the first bad entry (only a refused batch asks)."""
-            parts = arrays
-            if parts is None:
-                parts = [(a, e) for a, e in zip(np.split(host, np.cumsum(sizes)[:-1]), entries, strict=True)]
+            given = originals if originals is not None else host.tolist()
             by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
-            for (a, items), h in zip(parts, hs, strict=True):
-                chunks, originals = by_holder.setdefault(h, ([], []))
-                chunks.append(a)  # values beyond int64 are already -1 here; the originals keep them
-                originals.extend(items if items is not None else a.tolist())
+            for h, start, end in zip(hs, [0, *accumulate(sizes)], accumulate(sizes), strict=False):
+                chunks, values = by_holder.setdefault(h, ([], []))
+                chunks.append(host[start:end])
+                values.extend(given[start:end])
             return [(h, self._hids.get(h, -1), np.concatenate(c), o) for h, (c, o) in by_holder.items()]
 
-        ids, distinct, sole = self._check_release(host, None, hids, groups, None, op, known=known)
-        self._release(ids, hids, distinct, sole=sole)
+        ids, distinct, sole, flags = self._check_release(host, None, hids, groups, None, op, known=known)
+        self._release(ids, hids, distinct, sole=sole, flags=flags)
         self._drop_held_many(hs, sizes)
 
     def _drop_held_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:

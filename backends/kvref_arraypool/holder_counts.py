@@ -175,6 +175,16 @@ class HolderCounts:
             blocks, hids, counts = blocks[new], _at(hids, new), _at(counts, new)
         self._place(blocks, hids, counts)
 
+    def share(self, blocks: Array, first: Array, first_counts: Array, second: Array | int, second_counts: int) -> None:
+        """Count the two pairs of blocks that had one holder until now: ``(first, first_counts)`` and
+        ``(second, second_counts)`` per block; the blocks are distinct and none is counted here (a
+        block held alone has no pair here, STATE-002), so both pairs go inline with no host read."""
+        ops = self.ops
+        ops.put(self.hid0, blocks, first)
+        ops.put(self.count0, blocks, first_counts)
+        ops.put(self.hid1, blocks, second)
+        ops.fill_at(self.count1, blocks, second_counts)
+
     def _spill(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
         """Count new pairs in the table."""
         ops = self.ops

@@ -32,14 +32,14 @@ class HostKernels:
     mask, keys, out)``: each key's slot, or -1. ``find_values(tkeys, tvalues, mask, keys, default,
     out)``: each key's value, or ``default``. ``insert(tkeys, tvalues, mask, keys, values)``:
     distinct absent keys, each in the first open slot from its home, in batch order; returns how
-    many deleted slots they took. ``delete(tkeys, mask, keys)``: distinct present keys become
-    deleted slots; returns how many it found. ``counts_get``, ``counts_add`` and ``counts_sub``
-    take a :class:`~kvref_arraypool.holder_counts.HolderCounts`' arrays, its table's, and the
-    pairs: ``get`` writes each pair's references to ``out``; ``add`` returns (keys added to the
-    table, deleted slots they took); ``sub`` returns the table keys it deleted. ``release_distinct``
-    and ``pin_distinct`` (:mod:`kvref_arraypool.host_jit_pool`) are a pool's ``free`` of distinct
-    blocks and its pin of distinct blocks for one holder; ``register`` and ``unregister`` its
-    registration of blocks' hashes and their removal.
+    many deleted slots they took. ``delete(tkeys, tvalues, mask, keys)``: distinct present keys
+    leave with no tombstone (backward-shift deletion); returns how many it found. ``counts_get``,
+    ``counts_add`` and ``counts_sub`` take a :class:`~kvref_arraypool.holder_counts.HolderCounts`'
+    arrays, its table's, and the pairs: ``get`` writes each pair's references to ``out``; ``add``
+    returns (keys added to the table, deleted slots they took); ``sub`` returns the table keys it
+    deleted. ``release_distinct`` and ``pin_distinct`` (:mod:`kvref_arraypool.host_jit_pool`) are a
+    pool's ``free`` of distinct blocks and its pin of distinct blocks for one holder; ``register``
+    and ``unregister`` its registration of blocks' hashes and their removal.
     """
 
     find_slots: Any
@@ -94,7 +94,7 @@ def _warm(k: HostKernels) -> None:
     k.find_slots(a, 15, none, none.copy())
     k.find_values(a, t, 15, none, -1, none.copy())
     k.insert(a, t, 15, none, none)
-    k.delete(a, 15, none)
+    k.delete(a, t, 15, none)
     k.counts_get(*counts, none, none, none.copy())
     k.counts_add(*counts, none, none, none)
     k.counts_sub(*counts, none, none, none)
@@ -114,6 +114,7 @@ def _warm(k: HostKernels) -> None:
         t.copy(),
         0,
         a.copy(),
+        t.copy(),
         15,
         a.copy(),
         t.copy(),

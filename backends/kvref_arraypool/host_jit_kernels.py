@@ -17,7 +17,8 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "count_pair", "counts_add", "counts_get", "counts_sub", "delete", "find_slots", "find_values", "home", "insert",
+    "count_pair", "counts_add", "counts_get", "counts_sub", "delete", "erase", "find_slots", "find_values", "home",
+    "insert",
     "pair_count", "pair_key", "put_key", "slot_of", "uncount_pair",
 ]  # fmt: skip
 
@@ -82,23 +83,35 @@ def insert(tkeys: Any, tvalues: Any, mask: Any, keys: Any, values: Any) -> Any: 
 
 
 @njit(cache=True, _nrt=False)
-def delete(tkeys: Any, mask: Any, keys: Any) -> Any:  # pragma: no cover - compiled
-    """Distinct present keys become deleted slots; returns how many were found (all, when the
-    caller's keys were present)."""
+def delete(tkeys: Any, tvalues: Any, mask: Any, keys: Any) -> Any:  # pragma: no cover - compiled
+    """Distinct present keys leave the table with no tombstone (:func:`erase`); returns how many
+    were found (all, when the caller's keys were present)."""
     found = 0
     for i in range(keys.shape[0]):
-        key = keys[i]
-        slot = home(key, mask)
-        for _ in range(mask + 1):
-            seen = tkeys[slot]
-            if seen == key:
-                tkeys[slot] = _TOMB
-                found += 1
-                break
-            if seen == _EMPTY:
-                break
-            slot = (slot + 1) & mask
+        slot = slot_of(tkeys, mask, keys[i])
+        if slot >= 0:
+            erase(tkeys, tvalues, mask, slot)
+            found += 1
     return found
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def erase(tkeys: Any, tvalues: Any, mask: Any, hole: Any) -> None:  # pragma: no cover - compiled
+    """Take the key at slot ``hole`` out, leaving no tombstone (backward-shift deletion): each later key
+    of its run whose probe from home passed ``hole`` moves back into it, and the run's last hole is
+    empty again. So deletes on the host never bring the table nearer a rebuild. Tombstones that
+    other paths left are passed over like keys of another home (the load limit keeps an empty slot)."""
+    j = hole
+    for _ in range(mask + 1):
+        j = (j + 1) & mask
+        key = tkeys[j]
+        if key == _EMPTY:
+            break
+        if key >= 0 and ((j - home(key, mask)) & mask) >= ((j - hole) & mask):  # its probe passed ``hole``
+            tkeys[hole] = key
+            tvalues[hole] = tvalues[j]
+            hole = j
+    tkeys[hole] = _EMPTY
 
 
 @njit(cache=True, inline="always", _nrt=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 from numba import njit
 
-from kvref_arraypool.host_jit_kernels import count_pair, pair_count, pair_key, put_key, slot_of, uncount_pair
+from kvref_arraypool.host_jit_kernels import count_pair, erase, pair_count, pair_key, put_key, slot_of, uncount_pair
 
 __all__ = ["pin_distinct", "register", "release_distinct", "unregister"]
 
@@ -127,8 +127,8 @@ def pin_distinct(ids: Any, hid: Any, n: Any, reserved: Any, ref: Any, bhash: Any
 
 @njit(cache=True, _nrt=False)
 def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: Any, ecopies: Any, ehead: Any,
-               ehash: Any, epentry: Any, echildren: Any, estack: Any, nefree: Any, tkeys: Any, mask: Any,
-               mark: Any, buf: Any, lost: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
+               ehash: Any, epentry: Any, echildren: Any, estack: Any, nefree: Any, tkeys: Any, tvalues: Any,
+               mask: Any, mark: Any, buf: Any, lost: Any) -> Any:  # fmt: skip  # pragma: no cover - compiled
     """Remove the hash registration of distinct hashed ``victims``, as ``_unregister_few`` does: each
     block forgets its hash, entry and stamps and its entry loses a copy; an entry whose head copy
     left (copies remain) goes to ``lost`` for the caller to renew; an entry left with no copies
@@ -137,7 +137,7 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
     order the victims first name them; entry ids are the pool's own). ``mark``: scratch over the
     entries, all -1, and so left; ``buf``: scratch of at least 3 * len(victims). Each pass touches
     few arrays, so the CPU keeps many of its scattered reads in flight. Returns (blocks that were
-    cached, entries free, heads lost, index keys deleted)."""
+    cached, entries free, heads lost, index keys deleted: erased, no tombstones)."""
     m = victims.shape[0]
     for i in range(m):
         buf[i] = bentry[victims[i]]
@@ -186,7 +186,7 @@ def unregister(victims: Any, bentry: Any, evstamp: Any, bhash: Any, regstamp: An
             continue
         slot = slot_of(tkeys, mask, ehash[e])
         if slot >= 0:
-            tkeys[slot] = _TOMB
+            erase(tkeys, tvalues, mask, slot)
             deleted += 1
         ehash[e] = -1
         ehead[e] = -1

@@ -14,10 +14,10 @@ import numpy as np
 from kvref.contract.errors import CacheInUseError
 from kvref.contract.events import AllBlocksCleared, KVEvent
 from kvref.contract.validate import IntsLike, as_hash, as_holder, request_prefix_limit
-from kvref_arraypool.host_flags import positions
+from kvref_arraypool.host_flags import any_true, positions
 from kvref_arraypool.inputs import hash_array
 from kvref_arraypool.ops import Array
-from kvref_arraypool.state import NOBODY, ArrayPoolState
+from kvref_arraypool.state import NOBODY, SHARED, ArrayPoolState
 
 __all__ = ["PrefixLookup"]
 
@@ -38,6 +38,32 @@ class PrefixLookup(ArrayPoolState):
         missed = positions(~ops.to_host(ok))  # one read: where the chain first misses
         length = int(missed[0]) if len(missed) else m
         return self._ehead[safe[:length]]
+
+    def _lookup_to_pin(self, hs: np.ndarray, parent: int, hid: int) -> tuple[Array, np.ndarray] | None:
+        """:meth:`_lookup` for a match on a device, in one host read with the pin's own flags.
+
+        Returns the hit and, per hit, whether it is cached, held alone by a holder other than
+        ``hid`` and shared (:meth:`_pin_distinct`'s flags; a chain's hits are distinct blocks). None
+        where a hash's probe ran long (:meth:`HashTable.find_near`): the caller then looks up and
+        pins the exact way.
+        """
+        ops = self.ops
+        m = len(hs)
+        entries, far = self._index.find_near(ops.asarray(hs))
+        safe = ops.where(entries >= 0, entries, 0)
+        prev = ops.asarray(np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]]))
+        ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
+        heads = self._ehead[ops.where(ok, safe, 0)]
+        owner = self._owner[ops.where(ok, heads, 0)]
+        flags = ops.to_host(
+            ops.concat([far, ok, owner == NOBODY, (owner >= 0) & (owner != hid), owner == SHARED])
+        )  # fmt: skip
+        if any_true(flags[:m]):
+            return None
+        missed = positions(~flags[m : 2 * m])
+        k = int(missed[0]) if len(missed) else m
+        pin = np.stack([flags[start : start + k] for start in (2 * m, 3 * m, 4 * m)])
+        return heads[:k], pin
 
     def lookup(self, block_hashes: IntsLike, *, parent_hash: SupportsIndex | None = None) -> list[int]:
         """Blocks of the longest resident prefix of the chain; changes nothing (PFX-307, PFX-308, PFX-321).
@@ -65,6 +91,17 @@ class PrefixLookup(ArrayPoolState):
         holder = as_holder(holder, op="match")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
         self._refuse_if_paused(holder, len(hs), "match")
+        if self._compiled is None and len(hs) > self._scalar_limit:  # the array path: one host read
+            read = self._lookup_to_pin(hs, parent, self._hid_to_be(holder))
+            if read is not None:
+                hit, (unheld, other, joined) = read
+                if len(hit):
+                    hid = self._hid(holder)
+                    self._stamp_access(hit)
+                    self._pin_distinct(hit, hid, unheld, other, joined)
+                    self._add_held(holder, len(hit))
+                self._count_match(len(hs), len(hit))
+                return hit
         hit = self._lookup(hs, parent)
         k = len(hit)
         if k:
@@ -72,10 +109,14 @@ class PrefixLookup(ArrayPoolState):
             if not self._pin_compiled(hit, hid):
                 self._pin(hit, hid)
             self._add_held(holder, k)
-        self._requests += 1
-        self._queries += len(hs)
-        self._hits += k
+        self._count_match(len(hs), k)
         return hit
+
+    def _count_match(self, queried: int, hits: int) -> None:
+        """One match of ``queried`` hashes with ``hits`` hits in the stats (PFX-318)."""
+        self._requests += 1
+        self._queries += queried
+        self._hits += hits
 
     def match_request(
         self,

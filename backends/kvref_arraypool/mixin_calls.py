@@ -46,11 +46,19 @@ class MixinCalls:
         op: str,
         *,
         known: bool,
-    ) -> tuple[Array, bool, bool]:
-        """Refuse a release a holder cannot make, or return the ids, distinct, sole; :mod:`.references`."""
+    ) -> tuple[Array, bool, bool, tuple[np.ndarray, np.ndarray] | None]:
+        """Refuse a release a holder cannot make, or return the ids, distinct, sole, flags; :mod:`.references`."""
         raise NotImplementedError
 
-    def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
+    def _release(
+        self,
+        ids: Array,
+        hids: Array | int,
+        distinct: bool,
+        *,
+        sole: bool = False,
+        flags: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """Drop one reference per position of checked ``ids``; :mod:`.references`."""
         raise NotImplementedError
 
@@ -58,6 +66,12 @@ class MixinCalls:
         self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
     ) -> bool:
         """Add one reference per position of ``ids`` unless ``refuse`` flags one (False); :mod:`.pinning`."""
+        raise NotImplementedError
+
+    def _pin_distinct(
+        self, ids: Array, hids: Array | int, unheld: np.ndarray, other: np.ndarray, joined: np.ndarray
+    ) -> None:
+        """Pin distinct ``ids`` given their host flags (cached, held by another alone, shared); :mod:`.pinning`."""
         raise NotImplementedError
 
     def _lookup(self, hs: np.ndarray, parent: int) -> Array:

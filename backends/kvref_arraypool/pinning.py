@@ -183,12 +183,16 @@ class Pinning(ReferenceCounting):
             self._ncached -= len(cached)
         to_shared = other | joined
         if any_true(to_shared):
-            convert = self._part(ids, other)
-            if len(convert):  # the sole holder's count moves to the shared counts
-                self._shared.add(convert, self._owner[convert], self._ref[convert], distinct=True)
+            if any_true(other):  # the sole holder's count and the new one go to the shared counts, no read
+                at = self._part(self._positions[: len(ids)], other)
+                convert = ids[at]
+                self._shared.share(
+                    convert, self._owner[convert], self._ref[convert], hids if isinstance(hids, int) else hids[at], 1
+                )
                 ops.fill_at(self._owner, convert, SHARED)
-            at = self._part(self._positions[: len(ids)], to_shared)
-            self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
+            if any_true(joined):
+                at = self._part(self._positions[: len(ids)], joined)
+                self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
             if not all_true(to_shared):
                 at = self._part(self._positions[: len(ids)], ~to_shared)
                 ops.put(self._owner, ids[at], hids if isinstance(hids, int) else hids[at])

@@ -17,7 +17,7 @@ from kvref.contract.checks import explain_release, stale_reference
 from kvref.contract.errors import InvalidValueError, InvariantViolation, OutOfBlocksError
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.validate import IntsLike, as_count, as_holder
-from kvref_arraypool.host_flags import all_true, count_true, positions
+from kvref_arraypool.host_flags import all_true, any_true, count_true, positions
 from kvref_arraypool.inputs import index_array
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED, ArrayPoolState
@@ -126,10 +126,10 @@ class ReferenceCounting(ArrayPoolState):
         ):
             self._drop_held(holder, len(host))
             return
-        ids, distinct, sole = self._check_release(
+        ids, distinct, sole, flags = self._check_release(
             host, items, hid, lambda: [(holder, hid, host, items)], gens, op, known=hid >= 0
         )
-        self._release(ids, hid, distinct, sole=sole)
+        self._release(ids, hid, distinct, sole=sole, flags=flags)
         self._drop_held(holder, len(host))
 
     def _free_few(self, ids: list[int], hids: list[int]) -> bool:
@@ -223,11 +223,12 @@ class ReferenceCounting(ArrayPoolState):
         op: str,
         *,
         known: bool,
-    ) -> tuple[Array, bool, bool]:
+    ) -> tuple[Array, bool, bool, tuple[np.ndarray, np.ndarray] | None]:
         """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
 
-        Also whether they are pairwise distinct, and whether each is held by its entry's holder
-        alone (``sole``: the release then needs no look at shared counts). ``known``: every holder
+        Also whether they are pairwise distinct, whether each is held by its entry's holder
+        alone (``sole``: the release then needs no look at shared counts), and for such a release
+        the host flags of :meth:`_reaching_zero` (read with the verdict), else None. ``known``: every holder
         of a non-empty entry holds something. ``groups()`` lists each holder with its ids in order,
         for naming the first bad entry (asked only when the batch is refused).
         """
@@ -245,18 +246,20 @@ class ReferenceCounting(ArrayPoolState):
                     self._mark[ids] = pos
                     twice = self._mark[ids] != pos
                     bad = other | twice
-                if not self.ops.any(bad):
-                    return ids, True, True
+                # With the verdict, which blocks the release leaves at zero and which are hashed: one read.
+                flags = self.ops.to_host(self.ops.concat([bad, self._ref[ids] == 1, self._bhash[ids] >= 0]))
+                if not any_true(flags[:m]):
+                    return ids, True, True, (flags[m : 2 * m], flags[2 * m :])
                 # Distinct, and each held by its entry's holder alone or shared: one more read.
                 joined = owner == SHARED
                 if not self.ops.any(other & ~joined if twice is None else (other & ~joined) | twice):
                     at = self.ops.nonzero(joined)
                     have = self._shared.get(ids[at], hids if isinstance(hids, int) else hids[at])
                     if not self.ops.any(have < 1):
-                        return ids, True, False
+                        return ids, True, False, None
             distinct = self._distinct(ids)
             if not self.ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
-                return ids, distinct, False
+                return ids, distinct, False, None
         for holder, _, g_host, g_items in groups():
             explain_release(self, g_items if g_items is not None else g_host.tolist(), holder, op)
         raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
@@ -285,11 +288,20 @@ class ReferenceCounting(ArrayPoolState):
             have[shared] = self._shared.get(ub[shared], uk[shared] & HID_MASK)
         return have
 
-    def _release(self, ids: Array, hids: Array | int, distinct: bool, *, sole: bool = False) -> None:
+    def _release(
+        self,
+        ids: Array,
+        hids: Array | int,
+        distinct: bool,
+        *,
+        sole: bool = False,
+        flags: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """Drop one reference per position (validated); blocks reaching zero leave in list order.
 
         ``distinct``: the ids are known to be pairwise distinct; ``sole``: each is held by its
-        entry's holder alone (both save a check).
+        entry's holder alone (both save a check); ``flags``: which reach zero and which are hashed,
+        when the check read them (:meth:`_check_release`).
         """
         ops = self.ops
         m = len(ids)
@@ -300,7 +312,7 @@ class ReferenceCounting(ArrayPoolState):
                     self._shared.sub(ids[joined], hids if isinstance(hids, int) else hids[joined], 1)
             left = self._ref[ids] - 1
             self._ref[ids] = left
-            zeroed, hashed = self._reaching_zero(ids, left)
+            zeroed, hashed = self._reaching_zero(ids, left, flags)
             ops.fill_at(self._owner, zeroed, NOBODY)
             self._settle(zeroed, hashed)
             return
@@ -319,15 +331,21 @@ class ReferenceCounting(ArrayPoolState):
             zeroed = zb[ops.argsort(self._mark[zb])]
         self._settle(zeroed)
 
-    def _reaching_zero(self, ids: Array, left: Array) -> tuple[Array, np.ndarray]:
+    def _reaching_zero(
+        self, ids: Array, left: Array, flags: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[Array, np.ndarray]:
         """The distinct ``ids`` whose count ``left`` is zero, in order, and whether each is hashed.
 
-        One host read for both (the common release: one sync here beside the validation's).
+        One host read for both (the common release: one sync here beside the validation's), or
+        none where the validation read them (``flags``: per position, reaching zero and hashed).
         """
         ops = self.ops
-        m = len(ids)
-        flags = ops.to_host(ops.concat([left == 0, self._bhash[ids] >= 0]))
-        zero, hashed = flags[:m], flags[m:]
+        if flags is not None:
+            zero, hashed = flags
+        else:
+            m = len(ids)
+            read = ops.to_host(ops.concat([left == 0, self._bhash[ids] >= 0]))
+            zero, hashed = read[:m], read[m:]
         if all_true(zero):
             return ids, hashed
         at = positions(zero)

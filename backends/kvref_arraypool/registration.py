@@ -291,11 +291,12 @@ class Registration(ArrayPoolState):
         uncached, nefree, nlost, deleted = self._compiled.unregister(  # type: ignore[union-attr]
             np.ascontiguousarray(victims, dtype=np.int64), self._bentry, self._evstamp, self._bhash, self._regstamp,
             self._ecopies, self._ehead, self._ehash, self._epentry, self._echildren, self._estack, self._nefree,
-            self._index.keys, self._index.capacity - 1, self._escratch2, np.empty(3 * m, dtype=np.int64), lost,
+            self._index.keys, self._index.values, self._index.capacity - 1, self._escratch2,
+            np.empty(3 * m, dtype=np.int64), lost,
         )  # fmt: skip
         self._ncached -= int(uncached)
         self._nefree = int(nefree)
-        self._index.account(deleted=int(deleted))
+        self._index.account(erased=int(deleted))
         if nlost:
             self._renew_heads(self.ops.asarray(lost[: int(nlost)]))
         if self._events_on:

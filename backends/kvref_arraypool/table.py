@@ -164,6 +164,21 @@ class HashTable:
             slot = slot[going] + _WIDTH
         return out
 
+    def find_near(self, keys: Array, default: int = -1) -> tuple[Array, Array]:
+        """:meth:`find`'s values for keys that sit within ``_WIDTH`` slots of home, with no host read.
+
+        Also, per key, whether its probe left that window without an answer (neither the key
+        nor an empty slot in it): only for those may the value be wrong, and :meth:`find` must
+        answer. The caller reads these flags with its own (one host read for a whole lookup).
+        """
+        ops = self.ops
+        window = self._window(self._home(keys))
+        seen = self.keys[window]
+        stopped, first = ops.first_true((seen == keys[:, None]) | (seen == EMPTY))
+        at = window[ops.arange(len(keys)), first]
+        values = ops.where(stopped & (self.keys[at] == keys), self.values[at], default)
+        return values, ~stopped
+
     def find(self, keys: Array, default: int = -1) -> Array:
         """The value of each key, or ``default`` where absent."""
         if self.jit is not None:
@@ -250,10 +265,10 @@ class HashTable:
         if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
             self._rebuild(self.live + n)
 
-    def account(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0) -> None:
+    def account(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0, erased: int = 0) -> None:
         """Record what a compiled kernel did to :attr:`keys`: ``added`` keys (``tombs_taken`` of
-        them in deleted slots), ``deleted`` keys."""
-        self.live += added - deleted
+        them in deleted slots), ``deleted`` keys (each leaving a tombstone), ``erased`` keys (none)."""
+        self.live += added - deleted - erased
         self.tombs += deleted - tombs_taken
 
     def _claim_scratch(self) -> Array:
@@ -284,10 +299,8 @@ class HashTable:
 
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""
-        if self.jit is not None:
-            n = int(self.jit.delete(self.keys, self.capacity - 1, int64_host(keys)))
-            self.live -= n
-            self.tombs += n
+        if self.jit is not None:  # no tombstones: later keys of each run move back (backward-shift deletion)
+            self.live -= int(self.jit.delete(self.keys, self.values, self.capacity - 1, int64_host(keys)))
             return
         self.delete_at(self.find_slots(keys))
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from itertools import count
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kvref.contract.hashing import hash_token_blocks
@@ -181,14 +182,40 @@ def test_admit_a_batch_of_requests_then_free_them(
     holders = list(range(requests))
     counts = [per] * requests
 
-    def step() -> None:
-        got = pool.allocate_many(counts, holders=holders)
-        pool.free_many([g[::-1] for g in got], holders=holders)
+    if hasattr(pool, "allocate_many_ids"):  # the array forms: ids end to end, each entry freed last block first
+        got, offsets = pool.allocate_many_ids(counts, holders=holders)
+        backwards = np.arange(batch).reshape(requests, per)[:, ::-1].reshape(-1)
+        reverse = index_like(got, backwards)
+
+        def step() -> None:
+            ids, offsets = pool.allocate_many_ids(counts, holders=holders)
+            pool.free_many_ids(ids[reverse], offsets, holders=holders)
+
+        pool.free_many_ids(got, offsets, holders=holders)
+    else:
+
+        def step() -> None:
+            got = pool.allocate_many(counts, holders=holders)
+            pool.free_many([g[::-1] for g in got], holders=holders)
 
     describe(benchmark, backend, device, "admit+free batch", blocks=batch, batch=batch, pool=pool_blocks)
     step()  # once off the clock: numba compiles, or loads, a CPU path's kernels on first use
     benchmark(step)
     assert pool.num_free == pool_blocks - 1, "every admitted request must be freed"
+
+
+def index_like(like: Any, values: np.ndarray) -> Any:
+    """``values`` as an index for ``like``: a tensor or CuPy array on its device when ``like`` is one."""
+    library = type(like).__module__.split(".")[0]
+    if library == "torch":
+        import torch
+
+        return torch.from_numpy(values.copy()).to(like.device)
+    if library == "cupy":
+        import cupy
+
+        return cupy.asarray(values)
+    return values
 
 
 def test_hash_16_blocks_of_16_tokens(benchmark: Any) -> None:
