@@ -13,7 +13,7 @@ import numpy as np
 
 from kvref.contract.errors import InvalidValueError
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
-from kvref_arraypool.inputs import hash_array, index_array
+from kvref_arraypool.inputs import hash_array, index_array, plain_ints
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import ArrayPoolState
 
@@ -45,12 +45,14 @@ class BatchedCalls(ArrayPoolState):
 
     def _allocate_many(self, counts: IntsLike, holders: Sequence[Hashable], op: str) -> tuple[Array, list[int]]:
         """The blocks of the admitted entries in one array, and where each admitted entry ends in it."""
-        host, items = index_array(counts, op=op, arg="counts")
-        originals = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
-        if len(host) and int(host.min()) >= 0:  # ints, none negative: counts as they are
-            cs = originals
+        given = plain_ints(counts)
+        if given is None:
+            host, items = index_array(counts, op=op, arg="counts")
+            given = items if items is not None else host.tolist()  # huge counts are -1 in ``host``
+        if given and min(given) >= 0:  # ints, none negative: counts as they are
+            cs = given
         else:
-            cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(originals)]
+            cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(given)]
         hs = as_holder_list(holders, len(cs), op=op)
         if self._paused:
             for c, h in zip(cs, hs, strict=True):
@@ -108,19 +110,21 @@ class BatchedCalls(ArrayPoolState):
         """
         op = "free_many_ids"
         host, items = index_array(block_ids, op=op)
-        bounds, _ = index_array(offsets, op=op, arg="offsets")
-        if len(bounds) == 0 or bounds[0] != 0 or bounds[-1] != len(host):
-            ends = f"{bounds[0]} to {bounds[-1]}" if len(bounds) else "none"
+        bounds = plain_ints(offsets)
+        if bounds is None:
+            bounds = index_array(offsets, op=op, arg="offsets")[0].tolist()
+        if not bounds or bounds[0] != 0 or bounds[-1] != len(host):
+            ends = f"{bounds[0]} to {bounds[-1]}" if bounds else "none"
             raise InvalidValueError("ERR-506", f"{op}: offsets must run from 0 to {len(host)}, got {ends}")
         hs = as_holder_list(holders, len(bounds) - 1, op=op)
-        sizes = np.diff(bounds)
-        if len(sizes) and int(sizes.min()) < 0:
-            at = int(np.argmax(sizes < 0))
+        sizes = [end - start for start, end in pairwise(bounds)]
+        if sizes and min(sizes) < 0:
+            at = next(i for i, k in enumerate(sizes) if k < 0)
             raise InvalidValueError(
                 "ERR-504", f"{op}: offsets[{at + 1}] = {bounds[at + 1]} is below offsets[{at}] = {bounds[at]}: "
                 "a negative count",
             )  # fmt: skip
-        self._free_flat(host, items, sizes.tolist(), hs, op)
+        self._free_flat(host, items, sizes, hs, op)
 
     def _free_flat(
         self, host: np.ndarray, originals: list[int] | None, sizes: list[int], hs: list[Hashable], op: str

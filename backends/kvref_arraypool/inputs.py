@@ -15,9 +15,19 @@ import numpy as np
 from kvref.contract.errors import InvalidTypeError
 from kvref.contract.validate import as_block_id_list, as_hash_list
 
-__all__ = ["hash_array", "host_sequence", "index_array"]
+__all__ = ["hash_array", "host_sequence", "index_array", "plain_ints"]
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def plain_ints(values: object) -> list[int] | None:
+    """``values`` as a new list when it is a list or tuple of Python ints (no bools, which are
+    refused as the oracle refuses them), else None: a batch's counts or offsets taken in one pass in C."""
+    if not isinstance(values, (list, tuple)) or type(values) not in (list, tuple):  # no subclass: it may differ
+        return None
+    if not set(map(type, values)) <= {int}:
+        return None
+    return list(values)
 
 
 def _integer_array(values: Any) -> np.ndarray | None:
