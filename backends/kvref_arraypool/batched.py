@@ -13,6 +13,7 @@ import numpy as np
 
 from kvref.contract.errors import InvalidValueError
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
+from kvref_arraypool.host_flags import any_true
 from kvref_arraypool.inputs import hash_array, index_array, plain_ints
 from kvref_arraypool.ops import Array
 from kvref_arraypool.state import ArrayPoolState
@@ -225,7 +226,8 @@ class BatchedCalls(ArrayPoolState):
 
         All chains are looked up together on the state before the batch, as ``match_many`` promises
         (PFX-320): one probe of the index for every hash, one segmented minimum for the first miss
-        of each chain, one gather of the oldest copies. Two host reads: the lengths and the blocks.
+        of each chain, one gather of the oldest copies. One host read, of the lengths (two where a
+        hash sat far from its home slot: :meth:`HashTable.find_near`).
         """
         ops = self.ops
         lengths = np.array([len(hl) for hl in lists], dtype=np.int64)
@@ -238,14 +240,23 @@ class BatchedCalls(ArrayPoolState):
         position = np.arange(total, dtype=np.int64) - starts[segment]
         prev = np.concatenate([np.array([-1], dtype=np.int64), flat[:-1]])
         prev[position == 0] = -1  # every chain starts at the root
-        entries = self._entries_of(ops.asarray(flat))
-        safe = ops.where(entries >= 0, entries, 0)
-        ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == ops.asarray(prev))
-        seg, pos = ops.asarray(segment), ops.asarray(position)
-        hit_length = ops.asarray(lengths.copy())
-        ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
-        ids = self._ehead[safe[pos < hit_length[seg]]]
-        return ids, ops.tolist(hit_length)
+        hashes = ops.asarray(flat)
+        entries, far = self._index.find_near(hashes)
+        seg, pos, parents = ops.asarray(segment), ops.asarray(position), ops.asarray(prev)
+        k = len(lists)
+        while True:
+            safe = ops.where(entries >= 0, entries, 0)
+            ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == parents)
+            hit_length = ops.asarray(lengths.copy())
+            ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
+            read = ops.to_host(ops.concat([hit_length, ops.cast(far, "int64")]) if far is not None else hit_length)
+            if far is None or not any_true(read[k:] != 0):
+                break
+            entries, far = self._entries_of(hashes), None  # a hash far from home: the exact probe
+        hits = read[:k]
+        first = np.repeat(starts - (np.cumsum(hits) - hits), hits)  # each hit's position in ``flat``
+        at = first + np.arange(int(hits.sum()), dtype=np.int64)
+        return self._ehead[safe[ops.asarray(at)]], hits.tolist()
 
 
 def _flat_ints(entries: list[object]) -> tuple[np.ndarray, list[int]] | None:
