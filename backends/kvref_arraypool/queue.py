@@ -40,7 +40,7 @@ class StampQueue:
         """Compact if ``m`` more entries would not fit past the tail (a kernel appending by itself
         writes ``blocks`` and ``stamps`` from ``tail`` on, then sets ``tail``)."""
         if self.tail + m > self.capacity:
-            self.compact()
+            self.compact(m)
 
     def push(self, blocks: Array, stamps: Array) -> None:
         """Append blocks (with their new stamps) at the young end, in order."""
@@ -55,11 +55,18 @@ class StampQueue:
     def _live(self, qb: Array, qs: Array) -> Array:
         return self.stamp_of[qb] == qs
 
-    def compact(self) -> None:
-        """Move the live entries to the front, in order."""
+    def compact(self, room: int = 0) -> None:
+        """Move the entries to the front, in order, leaving at least ``room`` past the tail.
+
+        While they fill at most half the array, all of them move (one copy: no look at which are
+        live, so no host read on a device); otherwise only the live ones. Either way the next
+        compaction is at least half an array of pushes away.
+        """
         qb, qs = self.blocks[self.head : self.tail], self.stamps[self.head : self.tail]
-        keep = self._live(qb, qs)
-        qb, qs = qb[keep], qs[keep]
+        span = self.tail - self.head
+        if span > self.capacity // 2 or span + room > self.capacity:
+            keep = self._live(qb, qs)
+            qb, qs = qb[keep], qs[keep]
         n = len(qb)
         self.blocks[:n] = self.ops.copy(qb)
         self.stamps[:n] = self.ops.copy(qs)
