@@ -164,3 +164,26 @@ def test_a_match_whose_probe_runs_long_looks_up_and_pins_the_exact_way(monkeypat
     monkeypatch.setattr(HashTable, "find_near", all_far)
     machine = make_machine(path_target("numpy-arrays"), "lru", targeted=True)
     run_state_machine_as_test(machine, settings=settings(max_examples=15, stateful_step_count=40, deadline=None))
+
+
+def test_an_edit_of_the_inlined_helpers_drops_the_cached_pool_kernels(tmp_path: Any) -> None:
+    """numba keys a cached kernel to its own file: ``host_jit_pool``'s kernels inline helpers of
+    ``host_jit_kernels.py``, so a changed helpers' file must drop their cache (else the old helper runs)."""
+    from kvref_arraypool import host_jit
+
+    (tmp_path / "host_jit_kernels.py").write_text("def erase(): pass\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    cached = [cache / "host_jit_pool.unregister-129.py311.nbi", cache / "host_jit_pool.unregister-129.py311.1.nbc"]
+    other = cache / "host_jit_kernels.find_slots-40.py311.nbi"
+    for f in (*cached, other):
+        f.write_text("compiled")
+    host_jit.drop_stale_pool_caches(tmp_path)  # no digest yet: the pool's caches may be stale
+    assert not any(f.exists() for f in cached) and other.exists(), "a first look must drop host_jit_pool's caches only"
+    for f in cached:
+        f.write_text("compiled")
+    host_jit.drop_stale_pool_caches(tmp_path)
+    assert all(f.exists() for f in cached), "caches compiled with the same helpers must be kept"
+    (tmp_path / "host_jit_kernels.py").write_text("def erase(): return 1\n")
+    host_jit.drop_stale_pool_caches(tmp_path)
+    assert not any(f.exists() for f in cached), "an edited helpers' file must drop the kernels that inline it"

@@ -113,7 +113,8 @@ class BatchedCalls(ArrayPoolState):
         host, items = index_array(block_ids, op=op)
         bounds = plain_ints(offsets)
         if bounds is None:
-            bounds = index_array(offsets, op=op, arg="offsets")[0].tolist()
+            read, given = index_array(offsets, op=op, arg="offsets")
+            bounds = given if given is not None else read.tolist()  # ``read`` has -1 for values beyond int64
         if not bounds or bounds[0] != 0 or bounds[-1] != len(host):
             ends = f"{bounds[0]} to {bounds[-1]}" if bounds else "none"
             raise InvalidValueError("ERR-506", f"{op}: offsets must run from 0 to {len(host)}, got {ends}")

@@ -9,19 +9,28 @@ some 0.3 s the first time it builds a pool on the host, and a fresh checkout ~1 
 
 The probes are those of :class:`~kvref_arraypool.table.HashTable` exactly: the same home slot
 (murmur3's fmix64 steps in int64, arithmetic shifts, wrapping products), linear probing, ``EMPTY``
-ending a search, ``TOMB`` skipped by a search and taken by an insert. So a table written by one
-path is read by any other. The per-holder counts' kernels change pairs one by one in batch order,
-as :class:`~kvref_arraypool.holder_counts.HolderCounts`' ``add_one`` and ``sub_one`` do.
+ending a search, ``TOMB`` skipped by a search and taken by an insert (the compiled delete leaves
+none: later keys of the run move back instead). So a table written by one path is read by any other.
+
+numba keys a cached kernel to its own source file only, so the kernels of ``host_jit_pool.py``,
+which inline helpers of ``host_jit_kernels.py``, would keep a stale copy of a helper edited
+alone: :func:`host_kernels` drops their cache files when the helpers' file is not the one they
+were compiled with (a digest kept beside the cache).
+
+The per-holder counts' kernels change pairs one by one in batch order, as
+:class:`~kvref_arraypool.holder_counts.HolderCounts`' ``add_one`` and ``sub_one`` do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-__all__ = ["HostKernels", "host_kernels"]
+__all__ = ["HostKernels", "drop_stale_pool_caches", "host_kernels"]
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,13 @@ def host_kernels() -> HostKernels | None:
     if os.environ.get("KVREF_HOST_JIT", "1") == "0":
         return None
     try:
-        from kvref_arraypool import host_jit_kernels as compiled
-        from kvref_arraypool import host_jit_pool as pool
+        import numba  # noqa: F401  # the kernels' modules compile with it
     except ImportError:  # numba is not installed: the tables probe in vectorized rounds
         return None
+    drop_stale_pool_caches()
+    from kvref_arraypool import host_jit_kernels as compiled
+    from kvref_arraypool import host_jit_pool as pool
+
     kernels = HostKernels(
         find_slots=compiled.find_slots,
         find_values=compiled.find_values,
@@ -80,6 +92,27 @@ def host_kernels() -> HostKernels | None:
     )
     _warm(kernels)
     return kernels
+
+
+def drop_stale_pool_caches(here: Path = Path(__file__).parent) -> None:
+    """Remove the cached kernels of ``host_jit_pool.py`` when ``host_jit_kernels.py``, whose helpers
+    they inline, differs from the file they were compiled with; numba then compiles them afresh.
+    Where the package's ``__pycache__`` cannot be written, numba caches elsewhere and nothing is done."""
+    cache = here / "__pycache__"
+    digest = hashlib.sha256((here / "host_jit_kernels.py").read_bytes()).hexdigest()
+    stamp = cache / "host_jit_kernels.digest"
+    try:
+        if stamp.read_text(encoding="ascii") == digest:
+            return
+    except OSError:  # no stamp yet: caches from before it may be stale too
+        pass
+    try:
+        for old in cache.glob("host_jit_pool.*.nb[ic]"):
+            old.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest, encoding="ascii")
+    except OSError:  # not writable: numba caches elsewhere
+        pass
 
 
 def _warm(k: HostKernels) -> None:
