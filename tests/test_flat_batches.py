@@ -114,3 +114,13 @@ def test_free_many_ids_releases_each_entry_for_its_holder() -> None:
     pool.free_many_ids(ids, offsets, holders=["a", "b"])
     assert pool.num_free == 9, f"after freeing both entries {pool.num_free} blocks are free; expected all 9"
     pool.check_invariants()
+
+
+@rule("ERR-504")
+def test_an_offset_beyond_int64_is_named_as_given() -> None:
+    pool, ids, _ = admitted_pool()
+    with pytest.raises(InvalidValueError) as caught:
+        pool.free_many_ids(ids, [np.int64(0), 2**70, 5], holders=["a", "b"])
+    assert f"offsets[2] = 5 is below offsets[1] = {2**70}" in str(caught.value), (
+        f"free_many_ids with offset 2**70 said {caught.value}; the message must quote the offset as given"
+    )
