@@ -7,7 +7,8 @@ Each does in one pass of array operations what the single calls would do in entr
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from itertools import accumulate, chain, pairwise
+from itertools import accumulate, chain, pairwise, repeat
+from operator import sub
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class BatchedCalls(ArrayPoolState):
             ends = f"{bounds[0]} to {bounds[-1]}" if bounds else "none"
             raise InvalidValueError("ERR-506", f"{op}: offsets must run from 0 to {len(host)}, got {ends}")
         hs = as_holder_list(holders, len(bounds) - 1, op=op)
-        sizes = [end - start for start, end in pairwise(bounds)]
+        sizes = list(map(sub, bounds[1:], bounds[:-1]))
         if sizes and min(sizes) < 0:
             at = next(i for i, k in enumerate(sizes) if k < 0)
             raise InvalidValueError(
@@ -137,7 +138,7 @@ class BatchedCalls(ArrayPoolState):
         """
         if len(host) == 0:
             return
-        hid_of = [self._hids.get(h, -1) for h in hs]
+        hid_of = list(map(self._hids.get, hs, repeat(-1)))
         per_block = np.repeat(np.array(hid_of, dtype=np.int64), sizes)
         known = -1 not in hid_of or all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
         if known and self._release_compiled(host, per_block):
