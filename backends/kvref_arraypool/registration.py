@@ -65,36 +65,59 @@ class Registration(ArrayPoolState):
         if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
             return
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
-        entries = self._entries_of(ops.asarray(hs))
-        resident = self._resident(entries)
+        hashes = ops.asarray(hs)
         repeated = m > 1 and count_distinct(hs) != m
         suspicious = repeated or not self._in_range(host) or any_true(hs == prev_host)
-        if not suspicious:
-            ids = ops.asarray(host)
-            prev = ops.asarray(prev_host)
-            safe = ops.where(entries >= 0, entries, 0)
-            bad = (
-                self._is_reserved[ids]
-                | (self._ref[ids] == 0)
-                | (self._bhash[ids] >= 0)
-                | (resident & (self._eparent[safe] != prev))
-                | (~resident & (entries >= 0) & (self._echildren[safe] > 0))  # cycle risk: checked below
-            )
-            suspicious = ops.any(bad)
+        read = None
+        if not suspicious:  # one host read: hashes far from home, the verdict, which are new, which resident
+            entries, far = self._index.find_near(hashes)
+            resident = self._resident(entries)
+            bad = self._register_refusals(host, prev_host, entries, resident)
+            flags = ops.to_host(ops.concat([far, bad, entries < 0, resident]))
+            if not any_true(flags[:m]):
+                suspicious, read = any_true(flags[m : 2 * m]), flags[2 * m :]
+        if read is None:  # the exact probe: a hash sat far from home, or the call needs a close look
+            entries = self._entries_of(hashes)
+            resident = self._resident(entries)
+            if not suspicious:
+                suspicious = ops.any(self._register_refusals(host, prev_host, entries, resident))
         if suspicious:
             explain_register(
                 self, items if items is not None else host.tolist(), hs.tolist(), None if parent < 0 else parent, op
             )
-        self._apply_register(ops.asarray(host), hs, prev_host, entries, resident, parent_entry)
+        self._apply_register(ops.asarray(host), hs, prev_host, entries, resident, parent_entry, read)
+
+    def _register_refusals(self, host: np.ndarray, prev_host: np.ndarray, entries: Array, resident: Array) -> Array:
+        """Per position, whether ``register`` must look closer: the block reserved, free or hashed
+        already, its hash resident under another parent, or a cycle risk (checked by the explanation)."""
+        ops = self.ops
+        ids = ops.asarray(host)
+        safe = ops.where(entries >= 0, entries, 0)
+        return (
+            self._is_reserved[ids]
+            | (self._ref[ids] == 0)
+            | (self._bhash[ids] >= 0)
+            | (resident & (self._eparent[safe] != ops.asarray(prev_host)))
+            | (~resident & (entries >= 0) & (self._echildren[safe] > 0))
+        )
 
     def _apply_register(
-        self, ids: Array, hs: np.ndarray, prev_host: np.ndarray, entries: Array, resident: Array, parent_entry: int
+        self,
+        ids: Array,
+        hs: np.ndarray,
+        prev_host: np.ndarray,
+        entries: Array,
+        resident: Array,
+        parent_entry: int,
+        read: np.ndarray | None = None,
     ) -> None:
+        """Register checked blocks; ``read``: which hashes have no entry and which are resident (host
+        flags, ``2 * len(hs)``), where the check read them."""
         ops = self.ops
         m = len(hs)
         hs_dev = ops.asarray(hs)
         # Which hashes have no entry yet and which are resident: one host read; the rest indexes by host positions.
-        flags = ops.to_host(ops.concat([entries < 0, resident]))
+        flags = ops.to_host(ops.concat([entries < 0, resident])) if read is None else read
         absent_at, resident_here = positions(flags[:m]), flags[m:]
         k = len(absent_at)
         if k:
