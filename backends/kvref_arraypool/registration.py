@@ -47,14 +47,7 @@ class Registration(ArrayPoolState):
             raise InvalidValueError("ERR-506", f"{op}: {m} block ids for {len(hs)} hashes; they must pair up")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op=op, arg="parent_hash")
         ops = self.ops
-        parent_entry = -1
-        if parent >= 0:
-            pe = self._entries_of(ops.asarray(np.array([parent], dtype=np.int64)))
-            if not self.ops.any(self._resident(pe)):
-                raise UnknownHashError(
-                    "PFX-304", f"{op}: parent hash {parent:#x} is not resident; register the prefix first"
-                )
-            parent_entry = int(pe[0])
+        parent_entry, parent_depth = self._parent_entry(parent, op) if parent >= 0 else (-1, -1)
         if m == 0:
             return
         if self._register_compiled(host, hs, parent, parent_entry):  # refuses a block named twice itself
@@ -85,7 +78,27 @@ class Registration(ArrayPoolState):
             explain_register(
                 self, items if items is not None else host.tolist(), hs.tolist(), None if parent < 0 else parent, op
             )
-        self._apply_register(ops.asarray(host), hs, prev_host, entries, resident, parent_entry, read)
+        self._apply_register(ops.asarray(host), hs, prev_host, entries, resident, parent_entry, parent_depth, read)
+
+    def _parent_entry(self, parent: int, op: str) -> tuple[int, int]:
+        """The entry of resident hash ``parent`` and its depth, in one host read (PFX-304 if not resident)."""
+        ops = self.ops
+        key = ops.asarray(np.array([parent], dtype=np.int64))
+        if self._index.jit is None:  # on a device: probed near home, with no read of its own
+            entry, far = self._index.find_near(key)
+        else:
+            entry, far = self._entries_of(key), None
+        while True:
+            parts = [entry, ops.cast(self._resident(entry), "int64"), self._edepth[ops.where(entry >= 0, entry, 0)]]
+            read = ops.to_host(ops.concat(parts if far is None else [*parts, ops.cast(far, "int64")]))
+            if far is None or not read[3]:
+                break
+            entry, far = self._entries_of(key), None  # far from home: the exact probe
+        if not read[1]:
+            raise UnknownHashError(
+                "PFX-304", f"{op}: parent hash {parent:#x} is not resident; register the prefix first"
+            )
+        return int(read[0]), int(read[2])
 
     def _register_refusals(self, host: np.ndarray, prev_host: np.ndarray, entries: Array, resident: Array) -> Array:
         """Per position, whether ``register`` must look closer: the block reserved, free or hashed
@@ -109,10 +122,12 @@ class Registration(ArrayPoolState):
         entries: Array,
         resident: Array,
         parent_entry: int,
+        parent_depth: int,
         read: np.ndarray | None = None,
     ) -> None:
-        """Register checked blocks; ``read``: which hashes have no entry and which are resident (host
-        flags, ``2 * len(hs)``), where the check read them."""
+        """Register checked blocks under ``parent_entry`` (of depth ``parent_depth``; -1: the root);
+        ``read``: which hashes have no entry and which are resident (host flags, ``2 * len(hs)``),
+        where the check read them."""
         ops = self.ops
         m = len(hs)
         hs_dev = ops.asarray(hs)
@@ -131,7 +146,7 @@ class Registration(ArrayPoolState):
             entries[absent] = new
         # Parent entry of each position: the given parent's for the first, the previous hash's after.
         pe = ops.concat([ops.full(1, parent_entry), entries[:-1]])
-        base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
+        base = parent_depth + 1 if parent_entry >= 0 else 0
         fresh_at = positions(~resident_here)
         fresh = ops.asarray(fresh_at)
         fe = entries[fresh]
