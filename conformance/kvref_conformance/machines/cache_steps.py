@@ -106,15 +106,19 @@ class CacheSteps(MachineCore):
 
     @rule(chain=chains_st, data=st.data())
     def match_batch(self, chain: tuple[int, ...], data: st.DataObject) -> None:
-        """Several holders match one chain in one ``match_many``: each hit block gets one reference per
-        holder (PFX-320), where a pin written as a scatter (``ref[ids] += 1``) gives it one in all."""
+        """Several holders match in one ``match_many``, each a prefix of its own chain (often sharing a
+        prefix with another's): each hit block gets one reference per holder (PFX-320), where a pin
+        written as a scatter (``ref[ids] += 1``) gives it one in all, and each entry gets its own hits."""
         self.tick()
         holders = data.draw(st.lists(holders_st, min_size=2, max_size=3, unique=True))
-        hashes = chain_hashes(chain)
-        self.match_together(chain, holders, [hashes[: data.draw(st.integers(1, len(hashes)))] for _ in holders])
+        chains = [chain, *(data.draw(st.one_of(st.just(chain), chains_st)) for _ in holders[1:])]
+        lists = [chain_hashes(c)[: data.draw(st.integers(1, len(c)))] for c in chains]
+        self.match_together(chains, holders, lists)
 
-    def match_together(self, chain: tuple[int, ...], holders: Sequence[object], lists: list[list[int]]) -> None:
-        """``match_many(lists, holders)`` on both sides, each list a prefix of ``chain``'s hashes (PFX-320)."""
+    def match_together(
+        self, chains: Sequence[tuple[int, ...]], holders: Sequence[object], lists: list[list[int]]
+    ) -> None:
+        """``match_many(lists, holders)`` on both sides, each list a prefix of its chain's hashes (PFX-320)."""
         what = f"match_many({lists}, holders={holders})"
         if any(h in self.paused and hl for h, hl in zip(holders, lists, strict=True)):
             self.both(what, lambda: self.impl.match_many(lists, holders=holders),
@@ -122,7 +126,7 @@ class CacheSteps(MachineCore):
             return
         kind, got = outcome(lambda: self.impl.match_many(lists, holders=holders))
         assert kind == "ok", f"[PFX-320] {what} raised {got!r}; matching in order as match does succeeds"
-        for hl, h, hit in zip(lists, holders, got, strict=True):
+        for hl, h, hit, chain in zip(lists, holders, got, chains, strict=True):
             want = self.oracle.lookup(hl)
             assert len(hit) == len(want), f"[PFX-320] {what}: holder {h!r} hit {len(hit)}, the spec hits {len(want)}"
             for i, a in enumerate(hit):

@@ -70,7 +70,9 @@ class TargetedSteps(PoolSteps, CacheSteps):
             chain = data.draw(chains_st, label="chain")
             hashes = chain_hashes(chain)
             beside = data.draw(st.sampled_from(others), label="beside")
-            self.match_together(chain, [beside, holder], [hashes, hashes[: data.draw(st.integers(0, len(hashes)))]])
+            self.match_together(
+                [chain, chain], [beside, holder], [hashes, hashes[: data.draw(st.integers(0, len(hashes)))]]
+            )
 
     @rule(holder=holders_st, chain=chains_st, data=st.data())
     def release_hashless_among_cached_then_evict(
