@@ -247,8 +247,7 @@ class BatchedCalls(ArrayPoolState):
         seg, pos, parents = ops.asarray(segment), ops.asarray(position), ops.asarray(prev)
         k = len(lists)
         while True:
-            safe = ops.where(entries >= 0, entries, 0)
-            ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == parents)
+            safe, ok = self._chained(entries, parents)
             hit_length = ops.asarray(lengths.copy())
             ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
             read = ops.to_host(ops.concat([hit_length, ops.cast(far, "int64")]) if far is not None else hit_length)

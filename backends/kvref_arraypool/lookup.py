@@ -31,10 +31,8 @@ class PrefixLookup(ArrayPoolState):
         m = len(hs)
         if m == 0:
             return ops.zeros(0)
-        entries = self._entries_of(ops.asarray(hs))
-        safe = ops.where(entries >= 0, entries, 0)
         prev = ops.asarray(np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]]))
-        ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
+        safe, ok = self._chained(self._entries_of(ops.asarray(hs)), prev)
         missed = positions(~ops.to_host(ok))  # one read: where the chain first misses
         length = int(missed[0]) if len(missed) else m
         return self._ehead[safe[:length]]
@@ -50,9 +48,8 @@ class PrefixLookup(ArrayPoolState):
         ops = self.ops
         m = len(hs)
         entries, far = self._index.find_near(ops.asarray(hs))
-        safe = ops.where(entries >= 0, entries, 0)
         prev = ops.asarray(np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]]))
-        ok = (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
+        safe, ok = self._chained(entries, prev)
         heads = self._ehead[ops.where(ok, safe, 0)]
         owner = self._owner[ops.where(ok, heads, 0)]
         flags = ops.to_host(

@@ -183,18 +183,19 @@ class Pinning(ReferenceCounting):
             self._ncached -= len(cached)
         to_shared = other | joined
         if any_true(to_shared):
+            every = self._positions[: len(ids)]
             if any_true(other):  # the sole holder's count and the new one go to the shared counts, no read
-                at = self._part(self._positions[: len(ids)], other)
+                at = self._part(every, other)
                 convert = ids[at]
                 self._shared.share(
                     convert, self._owner[convert], self._ref[convert], hids if isinstance(hids, int) else hids[at], 1
                 )
                 ops.fill_at(self._owner, convert, SHARED)
             if any_true(joined):
-                at = self._part(self._positions[: len(ids)], joined)
+                at = self._part(every, joined)
                 self._shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
             if not all_true(to_shared):
-                at = self._part(self._positions[: len(ids)], ~to_shared)
+                at = self._part(every, ~to_shared)
                 ops.put(self._owner, ids[at], hids if isinstance(hids, int) else hids[at])
         else:
             ops.put(self._owner, ids, hids)

@@ -337,3 +337,9 @@ class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
     def _resident(self, entries: Array) -> Array:
         found = entries >= 0
         return found & (self._ecopies[self.ops.where(found, entries, 0)] > 0)
+
+    def _chained(self, entries: Array, prev: Array) -> tuple[Array, Array]:
+        """The hashes' ``entries`` made safe to index (0 where absent), and whether each is resident
+        under the hash before it (``prev``; -1 at a chain's root): the positions a lookup may hit."""
+        safe = self.ops.where(entries >= 0, entries, 0)
+        return safe, (entries >= 0) & (self._ecopies[safe] > 0) & (self._eparent[safe] == prev)
