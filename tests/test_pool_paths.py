@@ -166,9 +166,11 @@ def test_a_match_whose_probe_runs_long_looks_up_and_pins_the_exact_way(monkeypat
     run_state_machine_as_test(machine, settings=settings(max_examples=15, stateful_step_count=40, deadline=None))
 
 
+@rule("STATE-006")
 def test_an_edit_of_the_inlined_helpers_drops_the_cached_pool_kernels(tmp_path: Any) -> None:
     """numba keys a cached kernel to its own file: ``host_jit_pool``'s kernels inline helpers of
-    ``host_jit_kernels.py``, so a changed helpers' file must drop their cache (else the old helper runs)."""
+    ``host_jit_kernels.py``, so a changed helpers' file must drop their cache (else the old helper runs:
+    a stale ``erase`` inside the cached ``unregister`` left the index unable to find its keys, STATE-006)."""
     from kvref_arraypool import host_jit
 
     (tmp_path / "host_jit_kernels.py").write_text("def erase(): pass\n")
