@@ -276,7 +276,7 @@ def record_pools(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
         calls = PoolCalls(random.Random(scenario_seed), params["num_blocks"])
         for step in range(per):
             call = calls.draw()
-            result = outcome(lambda c=call: perform(pool, c))
+            result = outcome(lambda c=call, t=pool: perform(t, c))
             calls.note(call, result)
             line = {"call": call, **result}
             if step % 25 == 24:
@@ -358,7 +358,7 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
                 call = {"op": "free_then_alloc", "args": [{"np": held[:k]}, rng.choice([1, page_size])]}
             else:
                 call = {"op": "check", "args": []}
-            result = outcome(lambda c=call: perform_slots(slots, c))
+            result = outcome(lambda c=call, t=slots: perform_slots(t, c))
             if "error" not in result and call["op"] in ("alloc", "free_then_alloc"):
                 if call["op"] == "free_then_alloc":
                     del held[: len(call["args"][0]["np"])]
@@ -397,7 +397,7 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
                 call = {"op": "acquire", "args": [{"np": ids}, slot]}
             else:
                 call = {"op": "check", "args": []}
-            result = outcome(lambda c=call: perform_slots(pool, c))
+            result = outcome(lambda c=call, t=pool: perform_slots(t, c))
             if "error" not in result and not bad:
                 if call["op"] == "allocate":
                     owned.setdefault(slot, []).extend(result["value"][0])
@@ -459,7 +459,9 @@ def replay(args: argparse.Namespace) -> int:
     kind = ""
     compared = 0
     started = time.perf_counter()
-    for number, text in enumerate(open(args.calls), 1):
+    with open(args.calls) as recorded:
+        lines = recorded.readlines()
+    for number, text in enumerate(lines, 1):
         line = json.loads(text)
         got: dict[str, Any]
         if "pool" in line:
