@@ -1,8 +1,7 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
 ``nox`` runs the default sessions (tests, conformance per backend, the peers vLLM, SGLang and
-Megatron-Core, the fused kernels under Triton's interpreter, lint, typecheck, spec): the test
-command of README.md.
+Megatron-Core, lint, typecheck, spec): the test command of README.md.
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
@@ -23,7 +22,6 @@ nox.options.sessions = [
     "peer-vllm",
     "peer-sglang",
     "peer-megatron",
-    "kernels",
     "lint",
     "typecheck",
     "spec",
@@ -55,7 +53,7 @@ def tests(session: nox.Session) -> None:
 
 
 #: Extras each backend needs on top of the conformance suite (torch itself comes pinned).
-BACKEND_EXTRAS = {"oracle": (), "torch": ("torch", "jit"), "cupy": ("cupy", "jit")}
+BACKEND_EXTRAS = {"oracle": (), "torch": ("torch",), "cupy": ("cupy",)}
 
 
 @nox.session(python=PYTHON)
@@ -63,17 +61,11 @@ BACKEND_EXTRAS = {"oracle": (), "torch": ("torch", "jit"), "cupy": ("cupy", "jit
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json.
 
-    torch runs on its CPU build and CuPy on its NumPy host path when there is no CUDA device; CuPy's
-    runs a second time with ``KVREF_HOST_JIT=0`` (results/conformance/array-path/), so the array
-    path a GPU runs is held to the suite on the CPU too, not only numba's compiled loops.
+    torch runs on its CPU build and CuPy on its NumPy host path when there is no CUDA device: the
+    same operations a GPU runs, on host arrays.
     """
     install(session, "conformance", *BACKEND_EXTRAS[backend], torch=backend == "torch")
     session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
-    if backend == "cupy":  # once more without numba's loops: the array path a GPU runs, on NumPy
-        session.run(
-            "kvref", "conformance", "--backend", backend, "--profile", "ci", "--results",
-            "results/conformance/array-path", *session.posargs, env={"KVREF_HOST_JIT": "0"},
-        )  # fmt: skip
 
 
 @nox.session(python=False)
@@ -124,8 +116,18 @@ def soak(session: nox.Session) -> None:
     """
     install(session, "conformance", "cupy", torch=True)
     for policy in ("lru", "lru-leaf", "fifo", "ref-zero"):
-        session.run("python", "-m", "kvref_conformance.soak", "--backend", "oracle", "--policy", policy,
-                    "--ops", "1e7", *session.posargs)  # fmt: skip
+        session.run(
+            "python",
+            "-m",
+            "kvref_conformance.soak",
+            "--backend",
+            "oracle",
+            "--policy",
+            policy,
+            "--ops",
+            "1e7",
+            *session.posargs,
+        )
     for backend in ("cupy", "torch"):
         session.run("python", "-m", "kvref_conformance.soak", "--backend", backend, "--ops", "1e6", *session.posargs)
 
@@ -177,9 +179,18 @@ def peer_vllm(session: nox.Session) -> None:
     for backend in ("vllm", "vllm-nocache"):
         session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
     session.run(
-        "kvref", "conformance", "--backend", "vllm", "--profile", "ci", "--",
-        "--kvref-without", "events", "-k", "Stateful or scheduler_traffic",
-    )  # fmt: skip
+        "kvref",
+        "conformance",
+        "--backend",
+        "vllm",
+        "--profile",
+        "ci",
+        "--",
+        "--kvref-without",
+        "events",
+        "-k",
+        "Stateful or scheduler_traffic",
+    )
 
 
 @nox.session(name="bench-peers", python=PYTHON)
@@ -201,9 +212,16 @@ def bench_peers(session: nox.Session) -> None:
     session.install("-c", CONSTRAINTS, *[x for x in SGLANG_RADIX_IMPORTS if not x.startswith("transformers")])
     os.makedirs("results", exist_ok=True)
     session.run(
-        "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--benchmark-max-time=0.3",
-        "--benchmark-json=results/bench-peers.json", "-W", "ignore::DeprecationWarning", *session.posargs,
-    )  # fmt: skip
+        "pytest",
+        "tests/bench",
+        "--benchmark-enable",
+        "--benchmark-only",
+        "--benchmark-max-time=0.3",
+        "--benchmark-json=results/bench-peers.json",
+        "-W",
+        "ignore::DeprecationWarning",
+        *session.posargs,
+    )
 
 
 #: SGLang's release for the peer session, and the pure-Python modules its allocators import.
@@ -211,17 +229,34 @@ def bench_peers(session: nox.Session) -> None:
 #: dependencies and these follow under the torch 2.13.0 constraint.
 SGLANG = "sglang==0.5.23"
 SGLANG_IMPORTS = [
-    "orjson", "psutil", "pybase64", "requests", "triton", "packaging", "pillow", "starlette", "msgspec",
-    "pydantic", "pyzmq", "tqdm", "ipython", "aiohttp",
-]  # fmt: skip
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "triton",
+    "packaging",
+    "pillow",
+    "starlette",
+    "msgspec",
+    "pydantic",
+    "pyzmq",
+    "tqdm",
+    "ipython",
+    "aiohttp",
+]
 #: What SGLang's RadixCache imports on top (its model configurations import transformers), pinned
 #: as sglang 0.5.23 pins transformers; torchvision has a stand-in (peers/sglang_radix.py).
 SGLANG_RADIX_IMPORTS = [
-    "transformers==5.19.0", "dill==0.4.1", "apache-tvm-ffi==0.1.15.post2", "sentencepiece==0.2.3",
-    "compressed-tensors==0.20.0", "gguf==0.19.0",
+    "transformers==5.19.0",
+    "dill==0.4.1",
+    "apache-tvm-ffi==0.1.15.post2",
+    "sentencepiece==0.2.3",
+    "compressed-tensors==0.20.0",
+    "gguf==0.19.0",
     # UnifiedRadixCache (what the scheduler builds for most models) imports these on top
-    "openai==3.57.0", "partial-json-parser==0.2.1.1.post7",
-]  # fmt: skip
+    "openai==3.57.0",
+    "partial-json-parser==0.2.1.1.post7",
+]
 
 
 @nox.session(name="peer-sglang", python=PYTHON)
@@ -262,20 +297,6 @@ def peer_megatron(session: nox.Session) -> None:
     )
     session.run("python", "-c", _UNPACK, wheels)
     session.run("kvref", "conformance", "--backend", "megatron", "--profile", "ci", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def kernels(session: nox.Session) -> None:
-    """The torch-triton backend's fused kernels under Triton's interpreter (no GPU needed): beside
-    the array path (tests/test_slot_kernels.py, tests/test_block_kernels.py), and through the suites
-    of chapter 06's allocator, of the block pool's array surface and of the batched step over it."""
-    install(session, "test", "triton", torch=True)
-    env = {"TRITON_INTERPRET": "1", "CI": os.environ.get("CI", "1")}
-    session.run("pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", *session.posargs, env=env)
-    session.run(
-        "kvref", "conformance", "--backend", "torch-triton", "--profile", "ci",
-        "--", "-k", "Slot or BlockArrays or BlockTables", env=env,
-    )  # fmt: skip
 
 
 @nox.session(python=PYTHON)

@@ -25,6 +25,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -276,7 +277,7 @@ def record_pools(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
         calls = PoolCalls(random.Random(scenario_seed), params["num_blocks"])
         for step in range(per):
             call = calls.draw()
-            result = outcome(lambda c=call, t=pool: perform(t, c))
+            result = outcome(partial(perform, pool, call))
             calls.note(call, result)
             line = {"call": call, **result}
             if step % 25 == 24:
@@ -305,10 +306,11 @@ def matrix_case(backend: Any, policy: str, case: Callable[[Any], Any]) -> dict[s
     """One case of the matrix on a fresh world (a world that cannot be built under the policy is its answer)."""
     from kvref_conformance.suites.bad_inputs import make_world
 
-    built = outcome(lambda: make_world(_PolicyTarget(backend, policy)))
+    target: Any = _PolicyTarget(backend, policy)
+    built = outcome(lambda: make_world(target))
     if "error" in built:
         return built
-    world = make_world(_PolicyTarget(backend, policy))
+    world = make_world(target)
     return {**outcome(lambda: case(world)), "state": digest(world.pool.snapshot())}
 
 
@@ -329,7 +331,7 @@ class _PolicyTarget:
 def _first_policy_patch() -> None:
     from kvref_conformance.suites import bad_inputs
 
-    bad_inputs.first_policy = lambda impl: impl.policy  # the world's pool takes the scenario's policy
+    setattr(bad_inputs, "first_policy", lambda impl: impl.policy)  # noqa: B010 - the world takes the scenario's policy
 
 
 def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict[str, Any]], None]) -> int:
@@ -345,6 +347,7 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
         for step in range(per):
             pick = rng.random()
             bad = rng.random() < 0.06
+            call: dict[str, Any]
             if pick < 0.4:
                 call = {"op": "alloc", "args": [rng.choice([0, 1, page_size, 3 * page_size, size + 1 if bad else 2])]}
             elif pick < 0.75:
@@ -358,7 +361,7 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
                 call = {"op": "free_then_alloc", "args": [{"np": held[:k]}, rng.choice([1, page_size])]}
             else:
                 call = {"op": "check", "args": []}
-            result = outcome(lambda c=call, t=slots: perform_slots(t, c))
+            result = outcome(partial(perform_slots, slots, call))
             if "error" not in result and call["op"] in ("alloc", "free_then_alloc"):
                 if call["op"] == "free_then_alloc":
                     del held[: len(call["args"][0]["np"])]
@@ -397,7 +400,7 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
                 call = {"op": "acquire", "args": [{"np": ids}, slot]}
             else:
                 call = {"op": "check", "args": []}
-            result = outcome(lambda c=call, t=pool: perform_slots(t, c))
+            result = outcome(partial(perform_slots, pool, call))
             if "error" not in result and not bad:
                 if call["op"] == "allocate":
                     owned.setdefault(slot, []).extend(result["value"][0])
@@ -433,7 +436,7 @@ def record(args: argparse.Namespace) -> None:
     _first_policy_patch()
     from kvref.config.registry import load_backend
 
-    backend = load_backend(args.backend)
+    backend: Any = load_backend(args.backend)
     started = time.perf_counter()
     with open(args.out, "w") as out:
 
@@ -453,7 +456,7 @@ def replay(args: argparse.Namespace) -> int:
     from kvref.config.registry import load_backend
     from kvref_conformance.suites.bad_inputs import CASES
 
-    backend = load_backend(args.backend)
+    backend: Any = load_backend(args.backend)
     cases = dict((name, case) for name, case, _, _ in CASES)
     target: Any = None
     kind = ""
@@ -487,7 +490,7 @@ def replay(args: argparse.Namespace) -> int:
         else:
             call = line["call"]
             run = perform if kind == "pool" else perform_slots
-            got = outcome(lambda c=call, t=target, f=run: f(t, c))
+            got = outcome(partial(run, target, call))
             if "state" in line:
                 got["state"] = digest(target.snapshot())
                 if kind == "pool":

@@ -9,8 +9,7 @@ uses the interpreter it runs in:
 2. it installs kvref from this checkout, editable, without dependencies and without an index;
 3. it runs the conformance suite of torch and CuPy on ``cuda:0`` (results in ``results/gpu/``,
    the device named in each file; spread over processes with pytest-xdist where it is installed),
-   the CUDA tests (``kvref_cuda``'s kernels beside the array path among them), the fused Triton
-   kernels of ``torch-triton`` (where Triton is installed), the side-by-side pairs of
+   the CUDA tests (``kvref_cuda``'s kernels beside the array path among them), the side-by-side pairs of
    ``scripts/gpu_pairs.py`` (with SGLang's allocators where ``.sglang-allocators/`` holds them:
    ``scripts/sglang_allocators.py`` makes it) and the benchmarks on ``cuda:0``.
 
@@ -69,23 +68,40 @@ def main() -> int:
     os.makedirs(RESULTS, exist_ok=True)
     spread = ["-n", str(min(6, os.cpu_count() or 1))] if importlib.util.find_spec("xdist") is not None else []
     for backend in ("torch", "cupy"):
-        run("-m", "kvref", "conformance", "--backend", backend, "--device", "cuda:0", "--profile", "ci",
-            "--results", RESULTS, "--", *spread)  # fmt: skip
+        run(
+            "-m",
+            "kvref",
+            "conformance",
+            "--backend",
+            backend,
+            "--device",
+            "cuda:0",
+            "--profile",
+            "ci",
+            "--results",
+            RESULTS,
+            "--",
+            *spread,
+        )
     run("-m", "pytest", "tests/test_array_backends.py", "-k", "cuda", "-p", "no:cacheprovider")
     run("-m", "pytest", "tests/test_cuda_kernels.py", "-p", "no:cacheprovider", *spread)  # kvref_cuda's kernels
-    if importlib.util.find_spec("triton") is not None:  # the fused kernels, compiled: beside the array path
-        run("-m", "pytest", "tests/test_slot_kernels.py", "tests/test_block_kernels.py", "-p", "no:cacheprovider")
-        run("-m", "kvref", "conformance", "--backend", "torch-triton", "--device", "cuda:0", "--profile", "ci",
-            "--results", RESULTS, "--", "-k", "Slot or BlockArrays")  # fmt: skip
-    else:
-        print("gpu_check: triton is not installed: the torch-triton kernels are not checked", file=sys.stderr)
     if not args.skip_bench:
         env = dict(os.environ)
         if os.path.isdir(SGLANG):  # SGLang's allocators, copied out of an installed SGLang, beside kvref's
             env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(SGLANG), env.get("PYTHONPATH")) if p)
         run("scripts/gpu_pairs.py", "--device", "cuda:0", "--out", f"{RESULTS}/pairs", env=env)
-        run("-m", "pytest", "tests/bench", "--benchmark-enable", "--benchmark-only", "--kvref-bench-device=cuda:0",
-            f"--benchmark-json={RESULTS}/bench.json", "-p", "no:cacheprovider", *args.pytest_args)  # fmt: skip
+        run(
+            "-m",
+            "pytest",
+            "tests/bench",
+            "--benchmark-enable",
+            "--benchmark-only",
+            "--kvref-bench-device=cuda:0",
+            f"--benchmark-json={RESULTS}/bench.json",
+            "-p",
+            "no:cacheprovider",
+            *args.pytest_args,
+        )
     print(f"gpu_check: passed; results in {RESULTS}/")
     return 0
 

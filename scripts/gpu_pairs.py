@@ -4,12 +4,12 @@ The GPU issue's table, remade: for each implementation and n in 1, 16, 256, 4096
 :data:`PAIRS` pairs of alloc(n) + free(those ids) issued back to back and then one wait for the
 device; the time of a pair is the round's over :data:`PAIRS` (the median of :data:`ROUNDS`
 rounds, after a warm-up round). On CUDA the same pairs run once more under torch's profiler,
-whose CUPTI trace sees every kernel of the process (torch's, Triton's and CuPy's alike): it
+whose CUPTI trace sees every kernel of the process (torch's and CuPy's alike): it
 counts kernel launches, host-device copies and host synchronisations per pair.
 
 Implementations: kvref's oracle (host lists); the token-slot allocator's array surface
 (``create_slot_arrays``) and the block pool's (``create_block_arrays``, a request slot as holder)
-of every usable device backend (torch, torch-triton, CuPy), the slot surface also as a scheduler
+of every usable device backend (torch, CuPy), the slot surface also as a scheduler
 step (``free_then_alloc``: the pair in one call); the block pool's list protocol
 (``allocate_ids``) of the device backends; and, where ``sglang.srt.mem_cache.allocator``
 imports (see ``scripts/sglang_allocators.py`` for a GPU machine), SGLang's

@@ -120,8 +120,17 @@ def load_config(path: Path = CONFIG) -> Config:
 def workspace_pyproject(target: Target, equivalents: list[Equivalent], results_dir: Path) -> str:
     """The workspace's pyproject.toml: mutmut's settings and the repository's pytest settings."""
     suite = ["kvref_conformance/test_conformance.py", *target.tests]
-    pytest_args = ["--kvref-backend", target.backend, "--kvref-profile", "ci", "--kvref-no-shrink",
-                   "--kvref-results", str(results_dir), "-p", "no:cacheprovider"]  # fmt: skip
+    pytest_args = [
+        "--kvref-backend",
+        target.backend,
+        "--kvref-profile",
+        "ci",
+        "--kvref-no-shrink",
+        "--kvref-results",
+        str(results_dir),
+        "-p",
+        "no:cacheprovider",
+    ]
     mutmut = {
         "source_paths": [target.mutate.split("/")[0] + "/"],
         "only_mutate": [f"{target.mutate.rstrip('/')}/{only}" for only in target.only or ("*",)],
@@ -215,8 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         if wall_s is None:  # a report of an earlier run keeps that run's wall time
             wall_s = earlier_s
         source = PACKAGES[target.mutate.split("/")[0]].joinpath(*Path(target.mutate).parts[1:])
-        info = {"name": name, "mutated": target.mutate, "backend": target.backend,
-                "unit_tests": list(target.tests), "wall_s": wall_s, "rerun_s": rerun_s}  # fmt: skip
+        info = {
+            "name": name,
+            "mutated": target.mutate,
+            "backend": target.backend,
+            "unit_tests": list(target.tests),
+            "wall_s": wall_s,
+            "rerun_s": rerun_s,
+        }
         rows[name] = write_report(info, workspace, args.out, config.explain, equivalent_lines(source, patterns))
         print(rows[name], flush=True)
     write_summary(args.out, rows, config.targets)

@@ -23,8 +23,20 @@ from pathlib import Path
 from typing import Any
 
 #: mutmut's exit codes as verdicts; anything else is reported under its code.
-VERDICTS = {1: "killed", 3: "killed", 37: "killed", 0: "survived", 5: "untested", 33: "untested", 34: "skipped",
-            36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}  # fmt: skip
+VERDICTS = {
+    1: "killed",
+    3: "killed",
+    37: "killed",
+    0: "survived",
+    5: "untested",
+    33: "untested",
+    34: "skipped",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+}
 COLUMNS = ("killed", "timeout", "survived", "equivalent", "untested")
 
 
@@ -122,11 +134,18 @@ def write_report(
         wall += f" (then {info['rerun_s'] / 60:.1f} min to rerun what changed or survived)"
     left = [n for n, _ in survivors if n not in reasons]
     untested = sorted(n for codes in by_module.values() for n, c in codes.items() if verdict(c) == "untested")
-    record = {**info, "cores": os.cpu_count(), "totals": dict(total), "score": score(total),
-              "adjusted_score": score(total, adjusted=True), "modules": modules,
-              "equivalent": {n: {"reason": r, "diff": diffs.get(n, "")} for n, r in reasons.items()},
-              "survivors": {n: diffs.get(n, "") for n in left}, "equivalent_lines": dict(kept),
-              "untested": untested}  # fmt: skip
+    record = {
+        **info,
+        "cores": os.cpu_count(),
+        "totals": dict(total),
+        "score": score(total),
+        "adjusted_score": score(total, adjusted=True),
+        "modules": modules,
+        "equivalent": {n: {"reason": r, "diff": diffs.get(n, "")} for n, r in reasons.items()},
+        "survivors": {n: diffs.get(n, "") for n in left},
+        "equivalent_lines": dict(kept),
+        "untested": untested,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{info['name']}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     tests = ", ".join(f"`{t}`" for t in info["unit_tests"])
@@ -176,7 +195,12 @@ def write_summary(out_dir: Path, rows: dict[str, str], targets: Iterable[str]) -
         "# Mutation testing (`nox -s mutation`)\n\n"
         "One row per target of `scripts/mutation.toml`; each target's survivors, with their diffs, are in"
         " its `.md`.\n\n"
-        + "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-        + "\n".join(kept[k] for k in sorted(kept)) + "\n"
-    )  # fmt: skip
+        + "| "
+        + " | ".join(header)
+        + " |\n|"
+        + "---|" * len(header)
+        + "\n"
+        + "\n".join(kept[k] for k in sorted(kept))
+        + "\n"
+    )
     path.write_text(text, encoding="utf-8")

@@ -10,17 +10,16 @@ import pytest
 from kvref_arraypool.ops import ArrayOps, NumpyLikeOps
 
 
-@pytest.fixture(params=["numpy", "numpy-rounds", "torch"])
+@pytest.fixture(params=["numpy", "torch"])
 def ops(request: pytest.FixtureRequest) -> ArrayOps:
-    """The array library under test: NumPy (CuPy's host path, its tables compiled where numba is),
-    NumPy probing its tables in vectorized rounds as a device does, or torch on the CPU (skipped
-    without torch)."""
+    """The array library under test: NumPy (CuPy's operations on the host) or torch on the CPU
+    (skipped without torch); the same operations a device runs."""
     if request.param == "torch":
         pytest.importorskip("torch")
         from kvref_torch.ops import TorchOps
 
         return TorchOps("cpu")
-    return NumpyLikeOps(np, device="host", is_device=False, compiled=request.param == "numpy")
+    return NumpyLikeOps(np, device="host", is_device=False)
 
 
 @pytest.fixture

@@ -1,14 +1,8 @@
-"""What the fused-kernel tests share: the outcome of a call, the launch counter kept off the interpreter, and
-the machines that hold a slot allocator's and a block pool's fused calls to their array paths.
-
-Triton's interpreter moves tensors with torch operations that a compiled kernel does not make;
-:func:`outside_the_counter` hides them from :class:`kvref_torch.counting.CountLaunches` on the CPU,
-so the counts the tests assert are those of a GPU.
-"""
+"""What the fused-kernel tests share: the outcome of a call, and the machines that hold a slot
+allocator's and a block pool's fused calls to their array paths."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +24,6 @@ def outcome(call: Any) -> tuple[str, str, Any] | None:
     except KVRefError as exc:
         return type(exc).__name__, exc.rule, getattr(exc, "call_index", None)
     return None
-
-
-def outside_the_counter(device: str) -> Any:
-    """A context in which the launch counter sees nothing (on the CPU, where the interpreter runs)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    return _disable_current_modes() if device == "cpu" else contextlib.nullcontext()
 
 
 class SlotsFusedBesideArrays(RuleBasedStateMachine):
@@ -191,8 +178,13 @@ class BlocksFusedBesideArrays(RuleBasedStateMachine):
             if len(set(slots)) == 1:
                 self.given.append((got.tolist(), slots[0]))
 
-    @step(i=st.integers(0, 99), op=st.sampled_from(["free", "acquire"]), other=st.integers(0, SLOTS),
-          extra=st.sampled_from([None, 0, -1, 10_000, "repeat"]), per_entry=st.booleans())  # fmt: skip
+    @step(
+        i=st.integers(0, 99),
+        op=st.sampled_from(["free", "acquire"]),
+        other=st.integers(0, SLOTS),
+        extra=st.sampled_from([None, 0, -1, 10_000, "repeat"]),
+        per_entry=st.booleans(),
+    )
     def call(self, i: int, op: str, other: int, extra: Any, per_entry: bool) -> None:
         if not self.given:
             return

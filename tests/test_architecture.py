@@ -1,4 +1,5 @@
-"""The house's rules, checked over the source tree: module size, no import circles, no private reach.
+"""The house's rules, checked over the source tree: module size, no packed lines, no import circles,
+no private reach.
 
 The floors themselves (which room may import which) are import-linter contracts in
 pyproject.toml, run by ``nox -s lint``; ARCHITECTURE.md describes both.
@@ -16,19 +17,33 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Where the code of the house lives (tests and spec text are excepted).
 HOUSE = [ROOT / "kvref", ROOT / "backends", ROOT / "conformance"]
 PACKAGES = ("kvref", "kvref_arraypool", "kvref_torch", "kvref_cupy", "kvref_conformance")
-#: "About 400 lines is long": a module past this is split by concern.
-MAX_LINES = 400
+#: Files are sized by their concept: about 600 lines is long, and this is the limit. A module past
+#: it holds more than one concept; its parts become objects of their own (compose, don't cut).
+MAX_LINES = 800
 
 
 def house_modules() -> list[Path]:
     return sorted(p for top in HOUSE for p in top.rglob("*.py") if ".nox" not in p.parts)
 
 
-def test_no_module_of_the_house_is_over_400_lines() -> None:
+def test_no_module_of_the_house_is_over_800_lines() -> None:
     long = {str(p.relative_to(ROOT)): n for p in house_modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, (
-        f"modules over {MAX_LINES} lines: {long}; split them by concern (ARCHITECTURE.md, 'a module has one job')"
+        f"modules over {MAX_LINES} lines: {long}; each holds more than one concept: make its parts objects "
+        "the module composes (ARCHITECTURE.md)"
     )
+
+
+def test_no_line_of_the_house_is_kept_from_the_formatter() -> None:
+    """``# fmt: skip`` packs lines the formatter would lay out; the house is formatted as ruff formats it."""
+    packed = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in [*house_modules(), *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
+        if p != Path(__file__).resolve()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "fmt: skip" in line or "fmt: off" in line
+    ]
+    assert not packed, f"lines kept from the formatter (# fmt: skip / off): {packed}"
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:

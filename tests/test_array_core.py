@@ -99,8 +99,13 @@ def test_library_tensors_name_their_library_copy_what_they_read_and_check_on_the
     assert t.index(np.array([3], dtype=np.int32)).dtype == np.int64, "indices as int64"
     checks = t.device_checks(4)
     assert (checks.ops.device, checks.ops.is_device, checks.slots) == ("host", False, 4), "NumPy is no device"
-    refused("bfloat16", lambda: t.zeros((1,), "bfloat16"), ConfigError, "DATA-805",
-            "numpy cannot hold dtype 'bfloat16'; it holds ['float32', 'float16',")  # fmt: skip
+    refused(
+        "bfloat16",
+        lambda: t.zeros((1,), "bfloat16"),
+        ConfigError,
+        "DATA-805",
+        "numpy cannot hold dtype 'bfloat16'; it holds ['float32', 'float16',",
+    )
 
 
 @rule("POOL-103", "POOL-112")
@@ -228,12 +233,14 @@ BATCHES: list[tuple[str, Callable[[Any, dict[str, list[int]]], object]]] = [
     ("free_many by a stranger of a block held alone", lambda p, w: p.free_many([[w["b"][1]]], holders=["zed"])),
     ("free_many by a stranger of a shared block", lambda p, w: p.free_many([[w["b"][0]]], holders=["zed"])),
     ("free_many of numpy arrays", lambda p, w: p.free_many([np.array(w["a"][:1])], holders=["a"])),
-    ("free_many of one holder's block twice across entries",
-     lambda p, w: p.free_many([w["a"][:1], w["a"][:1]], holders=["a", "a"])),
+    (
+        "free_many of one holder's block twice across entries",
+        lambda p, w: p.free_many([w["a"][:1], w["a"][:1]], holders=["a", "a"]),
+    ),
     ("allocate_many of numpy counts", lambda p, w: p.allocate_many(np.array([1, 0]), holders=["q", "r"])),
     ("allocate_many beyond what is available", lambda p, w: p.allocate_many([3, 9], holders=["q", "r"])),
     ("allocate_many of a count beyond int64", lambda p, w: p.allocate_many([1, 2**70], holders=["q", "r"])),
-]  # fmt: skip
+]
 
 
 @rule("POOL-103", "POOL-108", "POOL-109", "POOL-116", "POOL-117", "ERR-501", "ERR-521")

@@ -65,25 +65,52 @@ def test_one_request_slot_is_enough(ops: ArrayOps) -> None:
 
 
 BAD_ARGUMENTS = [
-    ("num_blocks as a str", lambda ops: DeviceBlockPool("8", ops=ops),  # type: ignore[arg-type]
-     "DeviceBlockPool: num_blocks must be an integer, got str '8'"),
-    ("max_requests as a str", lambda ops: DeviceBlockPool(8, ops=ops, max_requests="x"),  # type: ignore[arg-type]
-     "DeviceBlockPool: max_requests must be an integer, got str 'x'"),
-    ("a count as a str", lambda ops: DeviceBlockPool(8, ops=ops).allocate(["x"], [0]),  # type: ignore[list-item]
-     "allocate: counts must be an integer, got str 'x'"),
-    ("slots as a str", lambda ops: DeviceBlockPool(8, ops=ops).allocate([1], "ab"),  # type: ignore[arg-type]
-     "allocate: slots must be a sequence of ints, got str"),
-    ("a slot as a str", lambda ops: DeviceBlockPool(8, ops=ops).allocate([1], ["a"]),  # type: ignore[list-item]
-     "allocate: slots must be an integer, got str 'a'"),
-    ("block ids as a str", lambda ops: DeviceBlockPool(8, ops=ops).free("ab", 0),
-     "free: block_ids must be a sequence of integers, got str"),
-    ("slots of a free as a str", lambda ops: DeviceBlockPool(8, ops=ops).acquire([1], "ab"),
-     "acquire: slots must be a sequence of integers, got str"),
-    ("a slot of a free as a float", lambda ops: DeviceBlockPool(8, ops=ops).free([1], [1.5]),
-     "free: slots[0] must be an integer, got float 1.5"),
-    ("a query of a str", lambda ops: DeviceBlockPool(8, ops=ops).generation("x"),  # type: ignore[arg-type]
-     "query: block_id must be an integer, got str 'x'"),
-]  # fmt: skip
+    (
+        "num_blocks as a str",
+        lambda ops: DeviceBlockPool("8", ops=ops),  # type: ignore[arg-type]
+        "DeviceBlockPool: num_blocks must be an integer, got str '8'",
+    ),
+    (
+        "max_requests as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops, max_requests="x"),  # type: ignore[arg-type]
+        "DeviceBlockPool: max_requests must be an integer, got str 'x'",
+    ),
+    (
+        "a count as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).allocate(["x"], [0]),  # type: ignore[list-item]
+        "allocate: counts must be an integer, got str 'x'",
+    ),
+    (
+        "slots as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).allocate([1], "ab"),  # type: ignore[arg-type]
+        "allocate: slots must be a sequence of ints, got str",
+    ),
+    (
+        "a slot as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).allocate([1], ["a"]),  # type: ignore[list-item]
+        "allocate: slots must be an integer, got str 'a'",
+    ),
+    (
+        "block ids as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).free("ab", 0),
+        "free: block_ids must be a sequence of integers, got str",
+    ),
+    (
+        "slots of a free as a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).acquire([1], "ab"),
+        "acquire: slots must be a sequence of integers, got str",
+    ),
+    (
+        "a slot of a free as a float",
+        lambda ops: DeviceBlockPool(8, ops=ops).free([1], [1.5]),
+        "free: slots[0] must be an integer, got float 1.5",
+    ),
+    (
+        "a query of a str",
+        lambda ops: DeviceBlockPool(8, ops=ops).generation("x"),  # type: ignore[arg-type]
+        "query: block_id must be an integer, got str 'x'",
+    ),
+]
 
 
 @rule("ERR-503", "ERR-514", "ERR-521")
@@ -136,8 +163,13 @@ def test_a_request_slot_out_of_range_in_a_slot_array_is_reported_with_its_value(
     pool = DeviceBlockPool(8, ops=ops, max_requests=4)
     ids, _ = pool.allocate([2], [0])
     pool.free(ids, at(ops, 0, -1))
-    refused("a negative request slot", pool.check, InvalidValueError, "ERR-517",
-            "free (call 0): entry 1 (value -1) is a request slot outside [0, max_requests)")  # fmt: skip
+    refused(
+        "a negative request slot",
+        pool.check,
+        InvalidValueError,
+        "ERR-517",
+        "free (call 0): entry 1 (value -1) is a request slot outside [0, max_requests)",
+    )
     assert pool.ref_count(1) == pool.ref_count(2) == 1
 
 
@@ -157,8 +189,13 @@ def test_allocate_within_the_free_blocks_reads_nothing_and_a_free_costs_one_read
     assert pool.available_blocks() == 7 and ops.host_reads == start, "[ERR-513] a fresh pool's count is known"
     ids, _ = pool.allocate([3, 4], [0, 1])
     assert ops.host_reads == start, "[ERR-513] allocating every free block read the device"
-    refused("one more", lambda: pool.allocate([1], [2]), OutOfBlocksError, "POOL-105",
-            "allocate: asked for 1 blocks, 0 free of 7 usable; nothing was taken")  # fmt: skip
+    refused(
+        "one more",
+        lambda: pool.allocate([1], [2]),
+        OutOfBlocksError,
+        "POOL-105",
+        "allocate: asked for 1 blocks, 0 free of 7 usable; nothing was taken",
+    )
     assert ops.host_reads == start + 1, "[ERR-513] an allocate past the floor reads once"
     pool.free(ids[:3], 0)
     assert ops.host_reads == start + 1, "[ERR-513] free never waits for the device"
@@ -186,8 +223,13 @@ def test_a_call_past_the_names_kept_is_reported_as_free_or_acquire(
     ids, _ = pool.allocate([1], [0])
     pool.acquire(ids, 1)  # call 0, named
     pool.free(at(ops, 99), 0)  # call 1, past the limit
-    refused("an unnamed call", pool.check, BlockIdError, "POOL-103",
-            "free or acquire (call 1): entry 0 (value 99) is outside the pool's block ids")  # fmt: skip
+    refused(
+        "an unnamed call",
+        pool.check,
+        BlockIdError,
+        "POOL-103",
+        "free or acquire (call 1): entry 0 (value 99) is outside the pool's block ids",
+    )
 
 
 class BlockKernelsSpy:
@@ -212,10 +254,9 @@ class BlockKernelsSpy:
 def test_a_call_of_one_request_slot_goes_to_the_fused_kernel_with_the_pools_own_arrays(ops: ArrayOps) -> None:
     spy = BlockKernelsSpy(ops)
     pool = DeviceBlockPool(8, ops=ops, max_requests=40, kernels=spy)
-    arrays = {"stack": pool._stack, "ref": pool._ref, "gen": pool._gen, "bits": pool._bits,
-              "record": pool.record.array}  # fmt: skip
+    arrays = {"stack": pool._stack, "ref": pool._ref, "gen": pool._gen, "bits": pool._bits, "record": pool.record.array}
     pool.allocate([2, 1], [33, 33])
-    (kind, given), = spy.launches  # fmt: skip
+    ((kind, given),) = spy.launches
     assert kind == "allocate" and {k: given[k] is v for k, v in arrays.items()} == dict.fromkeys(arrays, True), given
     expected_values = {"total": 3, "words": 2, "slot": 33, "dtype": "int32"}
     assert {k: given[k] for k in expected_values} == expected_values, given
@@ -225,8 +266,15 @@ def test_a_call_of_one_request_slot_goes_to_the_fused_kernel_with_the_pools_own_
     ids = ops.cast(at(ops, 5, 6), "int32")
     pool.free(ids, 33)
     kind, given = spy.launches[-1]
-    expected = {"ref": pool._ref, "bits": pool._bits, "reserved": pool._reserved, "first": pool._last,
-                "stack": pool._stack, "record": pool.record.array, "ids": ids}  # fmt: skip
+    expected = {
+        "ref": pool._ref,
+        "bits": pool._bits,
+        "reserved": pool._reserved,
+        "first": pool._last,
+        "stack": pool._stack,
+        "record": pool.record.array,
+        "ids": ids,
+    }
     assert kind == "call" and all(given[k] is v for k, v in expected.items()), f"the free's launch got {given}"
     expected_ints = {"num_blocks": 8, "words": 2, "slot": 33, "free": True}
     assert {k: given[k] for k in expected_ints} == expected_ints, given
@@ -301,7 +349,12 @@ def test_alloc_and_free_go_to_the_fused_kernels_with_the_allocators_own_arrays(o
     mine = {"ring": a._ring, "state": a._state, "version": a._version, "record": a.record.array}
     assert all(first[k] is v for k, v in mine.items()), f"alloc's launch got {first}"
     assert {k: first[k] for k in ("head", "want", "num_pages", "page_size", "dtype")} == {
-        "head": 0, "want": 1, "num_pages": 4, "page_size": 2, "dtype": "int32"}, first  # fmt: skip
+        "head": 0,
+        "want": 1,
+        "num_pages": 4,
+        "page_size": 2,
+        "dtype": "int32",
+    }, first
     assert (second["head"], second["want"]) == (1, 2), f"the second alloc starts past the first: {second}"
     start = ops.host_reads
     assert a.available_size() == 2 and ops.host_reads == start, "[ERR-513] the floor went down by 3 pages, no read"
@@ -309,11 +362,22 @@ def test_alloc_and_free_go_to_the_fused_kernels_with_the_allocators_own_arrays(o
     slots = ops.cast(at(ops, 2, 3), "int32")
     a.free(slots)
     kind, given = spy.launches[-1]
-    mine = {"slots": slots, "state": a._state, "first": a._first, "ring": a._ring, "released": a._released,
-            "record": a.record.array}  # fmt: skip
+    mine = {
+        "slots": slots,
+        "state": a._state,
+        "first": a._first,
+        "ring": a._ring,
+        "released": a._released,
+        "record": a.record.array,
+    }
     assert kind == "free" and all(given[k] is v for k, v in mine.items()), f"free's launch got {given}"
     assert {k: given[k] for k in ("head", "num_pages", "page_size", "sort", "group")} == {
-        "head": 3, "num_pages": 4, "page_size": 2, "sort": True, "group": False}, given  # fmt: skip
+        "head": 3,
+        "num_pages": 4,
+        "page_size": 2,
+        "sort": True,
+        "group": False,
+    }, given
     assert a.available_size() == 8 and ops.host_reads == start + 1, (
         "[ERR-513] after a free the count is read back from the device (the spy left its counter at 4 pages)"
     )

@@ -51,25 +51,70 @@ def test_the_table_is_one_row_per_request_slot_in_the_pools_dtype_padded_with_th
 
 
 REFUSALS = [
-    ("a slot twice", lambda t: t.step([0, 0], [4, 4]), InvalidValueError, "REQ-751",
-     "step: request slots [0, 0] name one slot twice"),
-    ("a slot past the last", lambda t: t.step([8], [4]), InvalidValueError, "ERR-517",
-     "step: request slot 8 outside [0, 8)"),
-    ("a release of a negative slot", lambda t: t.release([-1]), InvalidValueError, "ERR-517",
-     "release: request slot -1 outside [0, 8)"),
-    ("tokens past a row", lambda t: t.step([0, 1], [4, 17]), InvalidValueError, "REQ-751",
-     "step: request slot 1's 17 tokens need 5 blocks; a row holds 4"),
-    ("unpaired counts", lambda t: t.step([0, 1], [4]), InvalidValueError, "REQ-751",
-     "step: 1 token counts for 2 request slots"),
-    ("slots as a str", lambda t: t.step("01", [4, 4]), InvalidTypeError, "ERR-503",
-     "step: slots must be a sequence of ints, got str"),
-    ("counts as a set", lambda t: t.step([0], {4}), InvalidTypeError, "ERR-503",
-     "step: num_tokens must be a sequence of ints, got set"),
-    ("a count as a float", lambda t: t.step([0], [4.5]), InvalidTypeError, "ERR-503",
-     "step: num_tokens must be an integer, got float 4.5"),
-    ("a query of a str", lambda t: t.blocks("a"), InvalidTypeError, "ERR-503",
-     "blocks: slots must be an integer, got str 'a'"),
-]  # fmt: skip
+    (
+        "a slot twice",
+        lambda t: t.step([0, 0], [4, 4]),
+        InvalidValueError,
+        "REQ-751",
+        "step: request slots [0, 0] name one slot twice",
+    ),
+    (
+        "a slot past the last",
+        lambda t: t.step([8], [4]),
+        InvalidValueError,
+        "ERR-517",
+        "step: request slot 8 outside [0, 8)",
+    ),
+    (
+        "a release of a negative slot",
+        lambda t: t.release([-1]),
+        InvalidValueError,
+        "ERR-517",
+        "release: request slot -1 outside [0, 8)",
+    ),
+    (
+        "tokens past a row",
+        lambda t: t.step([0, 1], [4, 17]),
+        InvalidValueError,
+        "REQ-751",
+        "step: request slot 1's 17 tokens need 5 blocks; a row holds 4",
+    ),
+    (
+        "unpaired counts",
+        lambda t: t.step([0, 1], [4]),
+        InvalidValueError,
+        "REQ-751",
+        "step: 1 token counts for 2 request slots",
+    ),
+    (
+        "slots as a str",
+        lambda t: t.step("01", [4, 4]),
+        InvalidTypeError,
+        "ERR-503",
+        "step: slots must be a sequence of ints, got str",
+    ),
+    (
+        "counts as a set",
+        lambda t: t.step([0], {4}),
+        InvalidTypeError,
+        "ERR-503",
+        "step: num_tokens must be a sequence of ints, got set",
+    ),
+    (
+        "a count as a float",
+        lambda t: t.step([0], [4.5]),
+        InvalidTypeError,
+        "ERR-503",
+        "step: num_tokens must be an integer, got float 4.5",
+    ),
+    (
+        "a query of a str",
+        lambda t: t.blocks("a"),
+        InvalidTypeError,
+        "ERR-503",
+        "blocks: slots must be an integer, got str 'a'",
+    ),
+]
 
 
 @rule("REQ-751", "ERR-503", "ERR-517", "ERR-521")
@@ -91,13 +136,22 @@ def test_a_refused_step_names_its_rule_and_changes_nothing(
 def test_tables_are_made_over_an_unused_array_pool_with_rows_of_at_least_one_block(ops: ArrayOps) -> None:
     pool = DeviceBlockPool(8, ops=ops, max_requests=2)
     cases: list[tuple[str, Callable[[], object], str]] = [
-        ("no block size", lambda: DeviceBlockTables(pool, block_size=0, max_blocks=2),
-         "[REQ-756] DeviceBlockTables: block_size 0 and max_blocks 2 must be >= 1"),
-        ("no room", lambda: DeviceBlockTables(pool, block_size=4, max_blocks=0),
-         "[REQ-756] DeviceBlockTables: block_size 4 and max_blocks 0 must be >= 1"),
-        ("a list pool", lambda: DeviceBlockTables("pool", block_size=4, max_blocks=2),  # type: ignore[arg-type]
-         "[ERR-503] DeviceBlockTables: pool must be a DeviceBlockPool, got str"),
-    ]  # fmt: skip
+        (
+            "no block size",
+            lambda: DeviceBlockTables(pool, block_size=0, max_blocks=2),
+            "[REQ-756] DeviceBlockTables: block_size 0 and max_blocks 2 must be >= 1",
+        ),
+        (
+            "no room",
+            lambda: DeviceBlockTables(pool, block_size=4, max_blocks=0),
+            "[REQ-756] DeviceBlockTables: block_size 4 and max_blocks 0 must be >= 1",
+        ),
+        (
+            "a list pool",
+            lambda: DeviceBlockTables("pool", block_size=4, max_blocks=2),  # type: ignore[arg-type]
+            "[ERR-503] DeviceBlockTables: pool must be a DeviceBlockPool, got str",
+        ),
+    ]
     for what, call, says in cases:
         with pytest.raises(KVRefError) as raised:
             call()

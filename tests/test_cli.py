@@ -97,8 +97,11 @@ def test_replay_tables_piped_to_a_file_cut_no_number() -> None:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     out = subprocess.run(
         [sys.executable, "-m", "kvref", "replay", "--capacity", "256", "--sweep", "--backends"],  # README command 1
-        capture_output=True, text=True, check=True, env=env,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert "…" not in out, f"a piped replay table cut a value with an ellipsis:\n{out}"
     rows = [line for line in out.splitlines() if "│" in line and "lru" in line]
     assert rows and all(line.rstrip().endswith("│") for line in rows), f"table rows were cut:\n{out}"

@@ -55,28 +55,71 @@ def contents(kv: KVBuffers) -> list[list[Any]]:
 
 
 CONSTRUCTION: list[tuple[str, Callable[[], object], str, str]] = [
-    *[(f"{name} {value!r}", lambda n=name, v=value: KVBuffers(**{"size": 4, "layer_num": 1, "k_head_num": 2,
-       "k_head_dim": 3, n: v}), "DATA-801", f"KVBuffers: {name} must be an integer >= 1, got {value!r}")
-      for name in ("size", "layer_num", "k_head_num", "k_head_dim", "v_head_num", "v_head_dim") for value in (0, 2.0)],
-    ("block_size 0", lambda: KVBuffers(4, 1, 1, 1, layout="paged", block_size=0), "DATA-801",
-     "KVBuffers: block_size must be an integer >= 1, got 0"),
-    ("an unknown layout", lambda: KVBuffers(4, 1, 1, 1, layout="blocks"), "DATA-801",
-     "KVBuffers: layout must be token or paged and row heads or flat, got 'blocks', 'heads'"),
-    ("an unknown row", lambda: KVBuffers(4, 1, 1, 1, row="rows"), "DATA-801",
-     "KVBuffers: layout must be token or paged and row heads or flat, got 'token', 'rows'"),
-    ("pages that do not divide the size", lambda: KVBuffers(5, 1, 1, 1, layout="paged", block_size=2), "DATA-801",
-     "KVBuffers: a paged layout needs size 5 a multiple of block_size 2, and heads rows"),
-    ("pages of flat rows", lambda: KVBuffers(4, 1, 1, 1, layout="paged", block_size=2, row="flat"), "DATA-801",
-     "KVBuffers: a paged layout needs size 4 a multiple of block_size 2, and heads rows"),
-    ("a block size for token slots", lambda: KVBuffers(4, 1, 1, 1, block_size=2), "DATA-801",
-     "KVBuffers: block_size belongs to the paged layout"),
-    ("a dtype NumPy lacks", lambda: KVBuffers(4, 1, 1, 1, dtype="bfloat16"), "DATA-805",
-     "numpy cannot hold dtype 'bfloat16'; it holds ["),
-    ("checks neither host nor device", lambda: KVBuffers(4, 1, 1, 1, checks="gpu"), "DATA-815",
-     "KVBuffers: checks must be 'host' or 'device', got 'gpu'"),
-    ("device checks NumPy lacks", lambda: KVBuffers(4, 1, 1, 1, checks="device"), "DATA-815",
-     "KVBuffers: numpy checks slots on the host only"),
-]  # fmt: skip
+    *[
+        (
+            f"{name} {value!r}",
+            lambda n=name, v=value: KVBuffers(**{"size": 4, "layer_num": 1, "k_head_num": 2, "k_head_dim": 3, n: v}),
+            "DATA-801",
+            f"KVBuffers: {name} must be an integer >= 1, got {value!r}",
+        )
+        for name in ("size", "layer_num", "k_head_num", "k_head_dim", "v_head_num", "v_head_dim")
+        for value in (0, 2.0)
+    ],
+    (
+        "block_size 0",
+        lambda: KVBuffers(4, 1, 1, 1, layout="paged", block_size=0),
+        "DATA-801",
+        "KVBuffers: block_size must be an integer >= 1, got 0",
+    ),
+    (
+        "an unknown layout",
+        lambda: KVBuffers(4, 1, 1, 1, layout="blocks"),
+        "DATA-801",
+        "KVBuffers: layout must be token or paged and row heads or flat, got 'blocks', 'heads'",
+    ),
+    (
+        "an unknown row",
+        lambda: KVBuffers(4, 1, 1, 1, row="rows"),
+        "DATA-801",
+        "KVBuffers: layout must be token or paged and row heads or flat, got 'token', 'rows'",
+    ),
+    (
+        "pages that do not divide the size",
+        lambda: KVBuffers(5, 1, 1, 1, layout="paged", block_size=2),
+        "DATA-801",
+        "KVBuffers: a paged layout needs size 5 a multiple of block_size 2, and heads rows",
+    ),
+    (
+        "pages of flat rows",
+        lambda: KVBuffers(4, 1, 1, 1, layout="paged", block_size=2, row="flat"),
+        "DATA-801",
+        "KVBuffers: a paged layout needs size 4 a multiple of block_size 2, and heads rows",
+    ),
+    (
+        "a block size for token slots",
+        lambda: KVBuffers(4, 1, 1, 1, block_size=2),
+        "DATA-801",
+        "KVBuffers: block_size belongs to the paged layout",
+    ),
+    (
+        "a dtype NumPy lacks",
+        lambda: KVBuffers(4, 1, 1, 1, dtype="bfloat16"),
+        "DATA-805",
+        "numpy cannot hold dtype 'bfloat16'; it holds [",
+    ),
+    (
+        "checks neither host nor device",
+        lambda: KVBuffers(4, 1, 1, 1, checks="gpu"),
+        "DATA-815",
+        "KVBuffers: checks must be 'host' or 'device', got 'gpu'",
+    ),
+    (
+        "device checks NumPy lacks",
+        lambda: KVBuffers(4, 1, 1, 1, checks="device"),
+        "DATA-815",
+        "KVBuffers: numpy checks slots on the host only",
+    ),
+]
 
 
 @rule("DATA-801", "DATA-805", "DATA-815", "ERR-521")
@@ -208,53 +251,158 @@ def host_buffers() -> KVBuffers:
 
 
 HOST_REFUSALS: list[tuple[str, Callable[[KVBuffers], object], type[KVRefError], str, str]] = [
-    ("set_kv on layer 2", lambda kv: kv.set_kv(2, [1], *kv_for(1)), BlockIdError, "DATA-804",
-     "set_kv: layer 2 outside [0, 2)"),
-    ("set_kv on layer -1", lambda kv: kv.set_kv(-1, [1], *kv_for(1)), BlockIdError, "DATA-804",
-     "set_kv: layer -1 outside [0, 2)"),
-    ("set_kv on layer True", lambda kv: kv.set_kv(True, [1], *kv_for(1)), BlockIdError, "DATA-804",
-     "set_kv: layer True outside [0, 2)"),
+    (
+        "set_kv on layer 2",
+        lambda kv: kv.set_kv(2, [1], *kv_for(1)),
+        BlockIdError,
+        "DATA-804",
+        "set_kv: layer 2 outside [0, 2)",
+    ),
+    (
+        "set_kv on layer -1",
+        lambda kv: kv.set_kv(-1, [1], *kv_for(1)),
+        BlockIdError,
+        "DATA-804",
+        "set_kv: layer -1 outside [0, 2)",
+    ),
+    (
+        "set_kv on layer True",
+        lambda kv: kv.set_kv(True, [1], *kv_for(1)),
+        BlockIdError,
+        "DATA-804",
+        "set_kv: layer True outside [0, 2)",
+    ),
     ("get_kv on layer 2", lambda kv: kv.get_kv(2, [1]), BlockIdError, "DATA-804", "get_kv: layer 2 outside [0, 2)"),
-    ("set_kv past the end", lambda kv: kv.set_kv(0, [[0, 5]], *(a.reshape(1, 2, -1) for a in kv_for(2))),
-     BlockIdError, "DATA-804", "set_kv: slot 5 outside [0, 5)"),
-    ("set_kv at -1", lambda kv: kv.set_kv(0, [1, -1], *kv_for(2)), BlockIdError, "DATA-804",
-     "set_kv: slot -1 outside [0, 5)"),
-    ("set_kv at a float", lambda kv: kv.set_kv(0, [1.5], *kv_for(1)), InvalidTypeError, "ERR-503",
-     "set_kv: indices must be integers, got float64"),
-    ("set_kv with k of other heads", lambda kv: kv.set_kv(0, [1], np.zeros((1, 2, 2)), kv_for(1)[1]),
-     InvalidValueError, "DATA-803", "set_kv: k of shape (1, 2, 2) for indices of shape (1,): its leading dimensions "
-     "must be the indices' and its trailing ones multiply to 2 x 3"),
-    ("set_kv with k for other tokens", lambda kv: kv.set_kv(0, [1, 2], *kv_for(1)), InvalidValueError, "DATA-803",
-     "set_kv: k of shape (1, 2, 3) for indices of shape (2,)"),
-    ("set_kv with v of other dims", lambda kv: kv.set_kv(0, [1], kv_for(1)[0], np.zeros((1, 1, 4))),
-     InvalidValueError, "DATA-803", "set_kv: v of shape (1, 1, 4) for indices of shape (1,): its leading dimensions "
-     "must be the indices' and its trailing ones multiply to 1 x 5"),
-    ("set_kv at slot 1 twice", lambda kv: kv.set_kv(0, [1, 0, 1], *kv_for(3)), InvalidValueError, "DATA-807",
-     "set_kv: a usable slot appears twice in one call"),
+    (
+        "set_kv past the end",
+        lambda kv: kv.set_kv(0, [[0, 5]], *(a.reshape(1, 2, -1) for a in kv_for(2))),
+        BlockIdError,
+        "DATA-804",
+        "set_kv: slot 5 outside [0, 5)",
+    ),
+    (
+        "set_kv at -1",
+        lambda kv: kv.set_kv(0, [1, -1], *kv_for(2)),
+        BlockIdError,
+        "DATA-804",
+        "set_kv: slot -1 outside [0, 5)",
+    ),
+    (
+        "set_kv at a float",
+        lambda kv: kv.set_kv(0, [1.5], *kv_for(1)),
+        InvalidTypeError,
+        "ERR-503",
+        "set_kv: indices must be integers, got float64",
+    ),
+    (
+        "set_kv with k of other heads",
+        lambda kv: kv.set_kv(0, [1], np.zeros((1, 2, 2)), kv_for(1)[1]),
+        InvalidValueError,
+        "DATA-803",
+        "set_kv: k of shape (1, 2, 2) for indices of shape (1,): its leading dimensions "
+        "must be the indices' and its trailing ones multiply to 2 x 3",
+    ),
+    (
+        "set_kv with k for other tokens",
+        lambda kv: kv.set_kv(0, [1, 2], *kv_for(1)),
+        InvalidValueError,
+        "DATA-803",
+        "set_kv: k of shape (1, 2, 3) for indices of shape (2,)",
+    ),
+    (
+        "set_kv with v of other dims",
+        lambda kv: kv.set_kv(0, [1], kv_for(1)[0], np.zeros((1, 1, 4))),
+        InvalidValueError,
+        "DATA-803",
+        "set_kv: v of shape (1, 1, 4) for indices of shape (1,): its leading dimensions "
+        "must be the indices' and its trailing ones multiply to 1 x 5",
+    ),
+    (
+        "set_kv at slot 1 twice",
+        lambda kv: kv.set_kv(0, [1, 0, 1], *kv_for(3)),
+        InvalidValueError,
+        "DATA-807",
+        "set_kv: a usable slot appears twice in one call",
+    ),
     ("get_kv at -1", lambda kv: kv.get_kv(0, [-1]), BlockIdError, "DATA-804", "get_kv: slot -1 outside [0, 5)"),
-    ("get_kv of a float", lambda kv: kv.get_kv(0, [2.0]), InvalidTypeError, "ERR-503",
-     "get_kv: indices must be integers, got float64"),
-    ("get_kv of the padding", lambda kv: kv.get_kv(0, [[2], [0]]), InvalidValueError, "DATA-802",
-     "get_kv: source slot 0 is padding and holds no data"),
-    ("copy_kv unpaired", lambda kv: kv.copy_kv([1], [3, 4]), InvalidValueError, "DATA-809",
-     "copy_kv: 1 src slots and 2 dst slots"),
-    ("copy_kv from the padding", lambda kv: kv.copy_kv([1, 0], [3, 4]), InvalidValueError, "DATA-802",
-     "copy_kv: src slot 0 is padding and holds no data"),
-    ("copy_kv into the padding", lambda kv: kv.copy_kv([1, 2], [3, 0]), InvalidValueError, "DATA-802",
-     "copy_kv: dst slot 0 is padding and holds no data"),
-    ("copy_kv into one slot twice", lambda kv: kv.copy_kv([1, 2], [3, 3]), InvalidValueError, "DATA-809",
-     "copy_kv: dst slots repeat or are also src slots"),
-    ("copy_kv into its own source", lambda kv: kv.copy_kv([1, 2], [2, 3]), InvalidValueError, "DATA-809",
-     "copy_kv: dst slots repeat or are also src slots"),
-    ("copy_kv from past the end", lambda kv: kv.copy_kv([9], [3]), BlockIdError, "DATA-804",
-     "copy_kv: slot 9 outside [0, 5)"),
-    ("copy_kv into past the end", lambda kv: kv.copy_kv([1], [9]), BlockIdError, "DATA-804",
-     "copy_kv: slot 9 outside [0, 5)"),
-    ("copy_kv from floats", lambda kv: kv.copy_kv([1.0], [3]), InvalidTypeError, "ERR-503",
-     "copy_kv: src must be integers, got float64"),
-    ("copy_kv into floats", lambda kv: kv.copy_kv([1], [3.0]), InvalidTypeError, "ERR-503",
-     "copy_kv: dst must be integers, got float64"),
-]  # fmt: skip
+    (
+        "get_kv of a float",
+        lambda kv: kv.get_kv(0, [2.0]),
+        InvalidTypeError,
+        "ERR-503",
+        "get_kv: indices must be integers, got float64",
+    ),
+    (
+        "get_kv of the padding",
+        lambda kv: kv.get_kv(0, [[2], [0]]),
+        InvalidValueError,
+        "DATA-802",
+        "get_kv: source slot 0 is padding and holds no data",
+    ),
+    (
+        "copy_kv unpaired",
+        lambda kv: kv.copy_kv([1], [3, 4]),
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv: 1 src slots and 2 dst slots",
+    ),
+    (
+        "copy_kv from the padding",
+        lambda kv: kv.copy_kv([1, 0], [3, 4]),
+        InvalidValueError,
+        "DATA-802",
+        "copy_kv: src slot 0 is padding and holds no data",
+    ),
+    (
+        "copy_kv into the padding",
+        lambda kv: kv.copy_kv([1, 2], [3, 0]),
+        InvalidValueError,
+        "DATA-802",
+        "copy_kv: dst slot 0 is padding and holds no data",
+    ),
+    (
+        "copy_kv into one slot twice",
+        lambda kv: kv.copy_kv([1, 2], [3, 3]),
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv: dst slots repeat or are also src slots",
+    ),
+    (
+        "copy_kv into its own source",
+        lambda kv: kv.copy_kv([1, 2], [2, 3]),
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv: dst slots repeat or are also src slots",
+    ),
+    (
+        "copy_kv from past the end",
+        lambda kv: kv.copy_kv([9], [3]),
+        BlockIdError,
+        "DATA-804",
+        "copy_kv: slot 9 outside [0, 5)",
+    ),
+    (
+        "copy_kv into past the end",
+        lambda kv: kv.copy_kv([1], [9]),
+        BlockIdError,
+        "DATA-804",
+        "copy_kv: slot 9 outside [0, 5)",
+    ),
+    (
+        "copy_kv from floats",
+        lambda kv: kv.copy_kv([1.0], [3]),
+        InvalidTypeError,
+        "ERR-503",
+        "copy_kv: src must be integers, got float64",
+    ),
+    (
+        "copy_kv into floats",
+        lambda kv: kv.copy_kv([1], [3.0]),
+        InvalidTypeError,
+        "ERR-503",
+        "copy_kv: dst must be integers, got float64",
+    ),
+]
 
 
 @rule("DATA-802", "DATA-803", "DATA-804", "DATA-807", "DATA-809", "ERR-501", "ERR-503", "ERR-521")
@@ -271,10 +419,20 @@ def test_a_refused_call_names_its_rule_call_and_argument_and_writes_nothing(
 @rule("DATA-802")
 def test_in_paged_buffers_every_slot_of_the_first_block_is_padding() -> None:
     kv = buffers(layout="paged", block_size=2)
-    refused("get_kv of slots 2 and 1", lambda: kv.get_kv(0, [2, 1]), InvalidValueError, "DATA-802",
-            "get_kv: source slot 1 is padding and holds no data")  # fmt: skip
-    refused("set_kv at slot 2 twice", lambda: kv.set_kv(0, [2, 1, 2], *kv_for(3)), InvalidValueError, "DATA-807",
-            "set_kv: a usable slot appears twice")  # fmt: skip
+    refused(
+        "get_kv of slots 2 and 1",
+        lambda: kv.get_kv(0, [2, 1]),
+        InvalidValueError,
+        "DATA-802",
+        "get_kv: source slot 1 is padding and holds no data",
+    )
+    refused(
+        "set_kv at slot 2 twice",
+        lambda: kv.set_kv(0, [2, 1, 2], *kv_for(3)),
+        InvalidValueError,
+        "DATA-807",
+        "set_kv: a usable slot appears twice",
+    )
 
 
 # ---------------------------------------------------------------------------------------- device path
@@ -299,19 +457,49 @@ def test_slots_given_as_device_arrays_are_written_read_and_copied_there() -> Non
 
 
 DEVICE_REFUSALS: list[tuple[str, Callable[[KVBuffers], object], type[KVRefError], str, str]] = [
-    ("set_kv at slot 2 twice", lambda kv: kv.set_kv(0, np.array([2, 2]), *kv_for(2)), InvalidValueError,
-     "DATA-807", "set_kv (call 0): entry 1 (value 2) is a usable slot the call writes twice"),
-    ("set_kv past the end", lambda kv: kv.set_kv(1, np.array([[1], [7]]), *(a.reshape(2, 1, -1) for a in
-     kv_for(2))), BlockIdError, "DATA-804", "set_kv (call 0): entry 1 (value 7) is a slot outside the buffers"),
-    ("get_kv of the padding", lambda kv: kv.get_kv(0, np.array([1, 0])), InvalidValueError, "DATA-802",
-     "get_kv (call 0): entry 1 (value 0) is a padding slot"),
-    ("get_kv past the end", lambda kv: kv.get_kv(1, np.array([-1])), BlockIdError, "DATA-804",
-     "get_kv (call 0): entry 0 (value -1) is a slot outside the buffers"),
-    ("copy_kv into its own source", lambda kv: kv.copy_kv(np.array([1, 2]), np.array([3, 1])),
-     InvalidValueError, "DATA-809", "copy_kv (call 0): entry 3 (value 1) is a dst slot that repeats"),
-    ("copy_kv from the padding", lambda kv: kv.copy_kv(np.array([0]), np.array([3])),
-     InvalidValueError, "DATA-802", "copy_kv (call 0): entry 0 (value 0) is a padding slot"),
-]  # fmt: skip
+    (
+        "set_kv at slot 2 twice",
+        lambda kv: kv.set_kv(0, np.array([2, 2]), *kv_for(2)),
+        InvalidValueError,
+        "DATA-807",
+        "set_kv (call 0): entry 1 (value 2) is a usable slot the call writes twice",
+    ),
+    (
+        "set_kv past the end",
+        lambda kv: kv.set_kv(1, np.array([[1], [7]]), *(a.reshape(2, 1, -1) for a in kv_for(2))),
+        BlockIdError,
+        "DATA-804",
+        "set_kv (call 0): entry 1 (value 7) is a slot outside the buffers",
+    ),
+    (
+        "get_kv of the padding",
+        lambda kv: kv.get_kv(0, np.array([1, 0])),
+        InvalidValueError,
+        "DATA-802",
+        "get_kv (call 0): entry 1 (value 0) is a padding slot",
+    ),
+    (
+        "get_kv past the end",
+        lambda kv: kv.get_kv(1, np.array([-1])),
+        BlockIdError,
+        "DATA-804",
+        "get_kv (call 0): entry 0 (value -1) is a slot outside the buffers",
+    ),
+    (
+        "copy_kv into its own source",
+        lambda kv: kv.copy_kv(np.array([1, 2]), np.array([3, 1])),
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv (call 0): entry 3 (value 1) is a dst slot that repeats",
+    ),
+    (
+        "copy_kv from the padding",
+        lambda kv: kv.copy_kv(np.array([0]), np.array([3])),
+        InvalidValueError,
+        "DATA-802",
+        "copy_kv (call 0): entry 0 (value 0) is a padding slot",
+    ),
+]
 
 
 @rule("DATA-815", "DATA-816", "DATA-817", "DATA-802", "DATA-804", "DATA-807", "DATA-809")
@@ -336,14 +524,29 @@ def test_a_call_refused_on_the_device_changes_no_slot_and_check_reports_it_once(
 def test_shapes_are_refused_at_once_on_the_device_path_too() -> None:
     kv = on_device()
     before = contents(kv)
-    refused("set_kv with k of other heads", lambda: kv.set_kv(0, np.array([1]), np.zeros((1, 2, 2)),
-            kv_for(1)[1]), InvalidValueError, "DATA-803", "set_kv: k of shape (1, 2, 2) for indices of shape (1,): "
-            "its leading dimensions must be the indices' and its trailing ones multiply to 2 x 3")  # fmt: skip
-    refused("set_kv with v of other dims", lambda: kv.set_kv(0, np.array([1]), kv_for(1)[0], np.zeros((1, 4))),
-            InvalidValueError, "DATA-803", "set_kv: v of shape (1, 4) for indices of shape (1,): its leading "
-            "dimensions must be the indices' and its trailing ones multiply to 1 x 5")  # fmt: skip
-    refused("copy_kv unpaired", lambda: kv.copy_kv(np.array([1]), np.array([2, 3])), InvalidValueError, "DATA-809",
-            "copy_kv: 1 src slots and 2 dst slots")  # fmt: skip
+    refused(
+        "set_kv with k of other heads",
+        lambda: kv.set_kv(0, np.array([1]), np.zeros((1, 2, 2)), kv_for(1)[1]),
+        InvalidValueError,
+        "DATA-803",
+        "set_kv: k of shape (1, 2, 2) for indices of shape (1,): "
+        "its leading dimensions must be the indices' and its trailing ones multiply to 2 x 3",
+    )
+    refused(
+        "set_kv with v of other dims",
+        lambda: kv.set_kv(0, np.array([1]), kv_for(1)[0], np.zeros((1, 4))),
+        InvalidValueError,
+        "DATA-803",
+        "set_kv: v of shape (1, 4) for indices of shape (1,): its leading "
+        "dimensions must be the indices' and its trailing ones multiply to 1 x 5",
+    )
+    refused(
+        "copy_kv unpaired",
+        lambda: kv.copy_kv(np.array([1]), np.array([2, 3])),
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv: 1 src slots and 2 dst slots",
+    )
     assert contents(kv) == before, "[ERR-501] a refused shape wrote something"
     kv.check()  # nothing recorded: the shapes were refused before any device check
 
@@ -351,8 +554,13 @@ def test_shapes_are_refused_at_once_on_the_device_path_too() -> None:
 @rule("DATA-815")
 def test_slots_given_as_lists_take_the_host_path_even_when_checks_are_on_the_device() -> None:
     kv = on_device()
-    refused("set_kv from a list", lambda: kv.set_kv(0, [1, 1], *kv_for(2)), InvalidValueError, "DATA-807",
-            "set_kv: a usable slot appears twice in one call")  # fmt: skip
+    refused(
+        "set_kv from a list",
+        lambda: kv.set_kv(0, [1, 1], *kv_for(2)),
+        InvalidValueError,
+        "DATA-807",
+        "set_kv: a usable slot appears twice in one call",
+    )
     kv.set_kv(0, [1, 2], *kv_for(2))
     kv.copy_kv(np.array([1]), [3])  # one side a list: the host path
     assert kv.get_kv(0, [3])[0].tolist() == [kv_for(2)[0][0].tolist()], "the mixed copy_kv did not copy slot 1"
@@ -385,12 +593,27 @@ def test_host_indices_read_any_array_back_once_and_refuse_what_is_not_integer() 
     got = host_indices(np.array([1, 2], dtype=np.int32), op="x")
     assert got.dtype == np.int64 and got.tolist() == [1, 2], f"int32 indices came back as {got.dtype}"
     assert host_indices([], op="x").dtype == np.int64, "no index is no error"
-    refused("floats", lambda: host_indices(1.5, op="x"), InvalidTypeError, "ERR-503",
-            "x: indices must be integers, got float64")  # fmt: skip
-    refused("bools", lambda: host_indices([True], op="x", arg="slots"), InvalidTypeError, "ERR-503",
-            "x: slots must be integers, got bool")  # fmt: skip
-    refused("a dict", lambda: host_indices({1: 2}, op="x"), InvalidTypeError, "ERR-503",
-            "x: indices must be integers, got object")  # fmt: skip
+    refused(
+        "floats",
+        lambda: host_indices(1.5, op="x"),
+        InvalidTypeError,
+        "ERR-503",
+        "x: indices must be integers, got float64",
+    )
+    refused(
+        "bools",
+        lambda: host_indices([True], op="x", arg="slots"),
+        InvalidTypeError,
+        "ERR-503",
+        "x: slots must be integers, got bool",
+    )
+    refused(
+        "a dict",
+        lambda: host_indices({1: 2}, op="x"),
+        InvalidTypeError,
+        "ERR-503",
+        "x: indices must be integers, got object",
+    )
 
 
 @rule("DATA-805", "DATA-806")
@@ -401,8 +624,13 @@ def test_numpy_tensors_copy_what_they_read_back_and_name_what_they_cannot_hold()
     a[0] = 5
     assert back.tolist() == [0, 0], "to_host returned a view of the array, not a copy"
     assert t.values([1.7], "int32").dtype == np.int32 and t.nbytes(a) == 8 and t.index(np.array([1])).dtype == np.int64
-    refused("bfloat16", lambda: t.zeros((1,), "bfloat16"), ConfigError, "DATA-805",
-            "numpy cannot hold dtype 'bfloat16'; it holds ['float16', 'float32',")  # fmt: skip
+    refused(
+        "bfloat16",
+        lambda: t.zeros((1,), "bfloat16"),
+        ConfigError,
+        "DATA-805",
+        "numpy cannot hold dtype 'bfloat16'; it holds ['float16', 'float32',",
+    )
 
 
 @rule("ERR-503", "DATA-815")
@@ -411,8 +639,13 @@ def test_torch_tensors_are_read_back_detached_and_checked_on_their_device() -> N
     from kvref_torch.tensors import TorchTensors
 
     assert host_indices(torch.tensor([[3, 1]]), op="x").tolist() == [[3, 1]], "a tensor's values, its shape kept"
-    refused("a tensor that requires grad", lambda: host_indices(torch.tensor([1.0], requires_grad=True), op="x"),
-            InvalidTypeError, "ERR-503", "x: indices must be integers, got float32")  # fmt: skip
+    refused(
+        "a tensor that requires grad",
+        lambda: host_indices(torch.tensor([1.0], requires_grad=True), op="x"),
+        InvalidTypeError,
+        "ERR-503",
+        "x: indices must be integers, got float32",
+    )
     kv = buffers(tensors=TorchTensors("cpu"), checks="device")
     k, v = kv_for(2)
     kv.set_kv(0, torch.tensor([2, 1]), torch.from_numpy(k).double(), torch.from_numpy(v).double())

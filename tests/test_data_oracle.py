@@ -23,8 +23,15 @@ from tests.refusals import refused
 
 rule = pytest.mark.rule
 
-STATE_SIZES = {"max_reqs": 2, "num_layers": 2, "num_v_heads": 1, "head_k_dim": 3, "head_v_dim": 2, "conv_dim": 4,
-               "conv_kernel_size": 3}  # fmt: skip
+STATE_SIZES = {
+    "max_reqs": 2,
+    "num_layers": 2,
+    "num_v_heads": 1,
+    "head_k_dim": 3,
+    "head_v_dim": 2,
+    "conv_dim": 4,
+    "conv_kernel_size": 3,
+}
 
 
 Routing: Any = RoutingStore  # built from a dict of sizes, some wrong on purpose
@@ -35,21 +42,53 @@ def states(**change: Any) -> StatePool:
 
 
 CONSTRUCTION: list[tuple[str, Callable[[], object], str, str]] = [
-    *[(f"table {name} {value!r}", lambda n=name, v=value: ReqToTokenTable(**{"max_reqs": 2, "max_context_len": 4,
-       n: v}), "DATA-810", f"ReqToTokenTable: {name} must be an integer >= 1, got {value!r}")
-      for name in ("max_reqs", "max_context_len") for value in (0, 2.0)],
-    *[(f"states {name} 0", lambda n=name: states(**{n: 0}), "DATA-820", f"StatePool: {name} must be a positive integer")
-      for name in STATE_SIZES],
-    ("states conv kernel 1", lambda: states(conv_kernel_size=1), "DATA-820",
-     "StatePool: conv_kernel_size must be a positive integer, got 1"),
-    ("states track slots -1", lambda: states(max_track_slots=-1), "DATA-821",
-     "StatePool: max_track_slots must be an integer >= 0, got -1"),
-    ("states track slots 1.0", lambda: states(max_track_slots=1.0), "DATA-821",
-     "StatePool: max_track_slots must be an integer >= 0, got 1.0"),
-    *[(f"routing {name} 0", lambda n=name: Routing(**{"num_blocks": 4, "block_size": 2, "num_layers": 1,
-       "topk": 2, n: 0}), "DATA-830", f"RoutingStore: {name} must be an integer >= 1, got 0")
-      for name in ("num_blocks", "block_size", "num_layers", "topk")],
-]  # fmt: skip
+    *[
+        (
+            f"table {name} {value!r}",
+            lambda n=name, v=value: ReqToTokenTable(**{"max_reqs": 2, "max_context_len": 4, n: v}),
+            "DATA-810",
+            f"ReqToTokenTable: {name} must be an integer >= 1, got {value!r}",
+        )
+        for name in ("max_reqs", "max_context_len")
+        for value in (0, 2.0)
+    ],
+    *[
+        (
+            f"states {name} 0",
+            lambda n=name: states(**{n: 0}),
+            "DATA-820",
+            f"StatePool: {name} must be a positive integer",
+        )
+        for name in STATE_SIZES
+    ],
+    (
+        "states conv kernel 1",
+        lambda: states(conv_kernel_size=1),
+        "DATA-820",
+        "StatePool: conv_kernel_size must be a positive integer, got 1",
+    ),
+    (
+        "states track slots -1",
+        lambda: states(max_track_slots=-1),
+        "DATA-821",
+        "StatePool: max_track_slots must be an integer >= 0, got -1",
+    ),
+    (
+        "states track slots 1.0",
+        lambda: states(max_track_slots=1.0),
+        "DATA-821",
+        "StatePool: max_track_slots must be an integer >= 0, got 1.0",
+    ),
+    *[
+        (
+            f"routing {name} 0",
+            lambda n=name: Routing(**{"num_blocks": 4, "block_size": 2, "num_layers": 1, "topk": 2, n: 0}),
+            "DATA-830",
+            f"RoutingStore: {name} must be an integer >= 1, got 0",
+        )
+        for name in ("num_blocks", "block_size", "num_layers", "topk")
+    ],
+]
 
 
 @rule("DATA-810", "DATA-820", "DATA-821", "DATA-830", "ERR-521")
@@ -78,71 +117,244 @@ def routing() -> RoutingStore:
 
 
 CALLS: list[tuple[str, Callable[[], Any], Callable[[Any], object], type[KVRefError], str, str]] = [
-    ("table alloc -1", table, lambda t: t.alloc(-1), InvalidValueError, "DATA-810",
-     "alloc: n must be an integer >= 0, got -1"),
-    ("table alloc 1.0", table, lambda t: t.alloc(1.0), InvalidValueError, "DATA-810",
-     "alloc: n must be an integer >= 0, got 1.0"),
-    ("table free of a free row", table, lambda t: t.free(2), InvalidValueError, "DATA-812",
-     "free: row 2 is not handed out"),
-    ("table free of a str", table, lambda t: t.free("1"), InvalidValueError, "DATA-812",
-     "free: row '1' is not handed out"),
-    ("table write to a free row", table, lambda t: t.write(2, 0, [5]), InvalidValueError, "DATA-813",
-     "write: row 2 is not handed out"),
-    ("table write past the end", table, lambda t: t.write(1, 3, [5, 6]), InvalidValueError, "DATA-813",
-     "write: positions from 3, 2 of them, of row 1 outside [0, 4)"),
-    ("table write from -1", table, lambda t: t.write(1, -1, [5]), InvalidValueError, "DATA-813",
-     "write: positions from -1, 1 of them"),
-    ("table write from 1.0", table, lambda t: t.write(1, 1.0, [5]), InvalidValueError, "DATA-813",
-     "write: positions from 1.0, 1 of them"),
-    ("table read of a free row", table, lambda t: t.read(3, 0, 1), InvalidValueError, "DATA-813",
-     "read: row 3 is not handed out"),
-    ("table read past the end", table, lambda t: t.read(1, 0, 5), InvalidValueError, "DATA-813",
-     "read: [0, 5) outside [0, 4]"),
-    ("table read backwards", table, lambda t: t.read(1, 2, 1), InvalidValueError, "DATA-813",
-     "read: [2, 1) outside [0, 4]"),
+    (
+        "table alloc -1",
+        table,
+        lambda t: t.alloc(-1),
+        InvalidValueError,
+        "DATA-810",
+        "alloc: n must be an integer >= 0, got -1",
+    ),
+    (
+        "table alloc 1.0",
+        table,
+        lambda t: t.alloc(1.0),
+        InvalidValueError,
+        "DATA-810",
+        "alloc: n must be an integer >= 0, got 1.0",
+    ),
+    (
+        "table free of a free row",
+        table,
+        lambda t: t.free(2),
+        InvalidValueError,
+        "DATA-812",
+        "free: row 2 is not handed out",
+    ),
+    (
+        "table free of a str",
+        table,
+        lambda t: t.free("1"),
+        InvalidValueError,
+        "DATA-812",
+        "free: row '1' is not handed out",
+    ),
+    (
+        "table write to a free row",
+        table,
+        lambda t: t.write(2, 0, [5]),
+        InvalidValueError,
+        "DATA-813",
+        "write: row 2 is not handed out",
+    ),
+    (
+        "table write past the end",
+        table,
+        lambda t: t.write(1, 3, [5, 6]),
+        InvalidValueError,
+        "DATA-813",
+        "write: positions from 3, 2 of them, of row 1 outside [0, 4)",
+    ),
+    (
+        "table write from -1",
+        table,
+        lambda t: t.write(1, -1, [5]),
+        InvalidValueError,
+        "DATA-813",
+        "write: positions from -1, 1 of them",
+    ),
+    (
+        "table write from 1.0",
+        table,
+        lambda t: t.write(1, 1.0, [5]),
+        InvalidValueError,
+        "DATA-813",
+        "write: positions from 1.0, 1 of them",
+    ),
+    (
+        "table read of a free row",
+        table,
+        lambda t: t.read(3, 0, 1),
+        InvalidValueError,
+        "DATA-813",
+        "read: row 3 is not handed out",
+    ),
+    (
+        "table read past the end",
+        table,
+        lambda t: t.read(1, 0, 5),
+        InvalidValueError,
+        "DATA-813",
+        "read: [0, 5) outside [0, 4]",
+    ),
+    (
+        "table read backwards",
+        table,
+        lambda t: t.read(1, 2, 1),
+        InvalidValueError,
+        "DATA-813",
+        "read: [2, 1) outside [0, 4]",
+    ),
     ("table read from -1", table, lambda t: t.read(1, -1, 1), InvalidValueError, "DATA-813", "read: [-1, 1)"),
     ("table read to 1.0", table, lambda t: t.read(1, 0, 1.0), InvalidValueError, "DATA-813", "read: [0, 1.0)"),
-    ("states reset past the end", states, lambda s: s.reset_states([3]), BlockIdError, "DATA-821",
-     "reset_states: slots [3] outside [0, 3)"),
-    ("states reset of -1", states, lambda s: s.reset_states([-1]), BlockIdError, "DATA-821",
-     "reset_states: slots [-1] outside [0, 3)"),
-    ("states copy unpaired", states, lambda s: s.copy_states([1], [2, 1]), InvalidValueError, "DATA-823",
-     "copy_states: 1 src and 2 dst slots; slot 0 is never a dst"),
-    ("states copy into 0", states, lambda s: s.copy_states([1], [0]), InvalidValueError, "DATA-823",
-     "copy_states: 1 src and 1 dst slots"),
-    ("states copy from past the end", states, lambda s: s.copy_states([3], [1]), BlockIdError, "DATA-821",
-     "copy_states: src [3]"),
-    ("states free of a request slot", states, lambda s: s.free_track_slot(1), InvalidValueError, "DATA-821",
-     "free_track_slot: slot 1 is not a track slot handed out"),
-    ("states layer past the end", states, lambda s: s.layer_state(2), BlockIdError, "DATA-821",
-     "layer_state: layer 2 outside the pool"),
+    (
+        "states reset past the end",
+        states,
+        lambda s: s.reset_states([3]),
+        BlockIdError,
+        "DATA-821",
+        "reset_states: slots [3] outside [0, 3)",
+    ),
+    (
+        "states reset of -1",
+        states,
+        lambda s: s.reset_states([-1]),
+        BlockIdError,
+        "DATA-821",
+        "reset_states: slots [-1] outside [0, 3)",
+    ),
+    (
+        "states copy unpaired",
+        states,
+        lambda s: s.copy_states([1], [2, 1]),
+        InvalidValueError,
+        "DATA-823",
+        "copy_states: 1 src and 2 dst slots; slot 0 is never a dst",
+    ),
+    (
+        "states copy into 0",
+        states,
+        lambda s: s.copy_states([1], [0]),
+        InvalidValueError,
+        "DATA-823",
+        "copy_states: 1 src and 1 dst slots",
+    ),
+    (
+        "states copy from past the end",
+        states,
+        lambda s: s.copy_states([3], [1]),
+        BlockIdError,
+        "DATA-821",
+        "copy_states: src [3]",
+    ),
+    (
+        "states free of a request slot",
+        states,
+        lambda s: s.free_track_slot(1),
+        InvalidValueError,
+        "DATA-821",
+        "free_track_slot: slot 1 is not a track slot handed out",
+    ),
+    (
+        "states layer past the end",
+        states,
+        lambda s: s.layer_state(2),
+        BlockIdError,
+        "DATA-821",
+        "layer_state: layer 2 outside the pool",
+    ),
     ("states layer -1", states, lambda s: s.layer_state(-1), BlockIdError, "DATA-821", "layer_state: layer -1"),
     ("states layer 1.0", states, lambda s: s.layer_state(1.0), BlockIdError, "DATA-821", "layer_state: layer 1.0"),
-    ("states read past the end", states, lambda s: s.read_states(3), BlockIdError, "DATA-821",
-     "read_states: slot [3]"),
-    ("states write past the end", states, lambda s: s.write_states(3, 0, 0), BlockIdError, "DATA-821",
-     "write_states: slot [3]"),
-    ("routing a block past the end", routing, lambda r: r.store_flat(np.zeros((1, 1, 2)), [4], [0]), BlockIdError,
-     "DATA-830", "store_flat: a block outside [0, 4) in [4]"),
-    ("routing a block -1", routing, lambda r: r.forget([-1]), BlockIdError, "DATA-830",
-     "forget: a block outside [0, 4) in [-1]"),
-    ("routing offsets unpaired", routing, lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [0, 1]),
-     InvalidValueError, "DATA-830", "store_flat: routing (1, 1, 2) for 1 blocks and 2 offsets; expected (1, (1, 2))"),
-    ("routing of another shape", routing, lambda r: r.store_flat(np.zeros((1, 1, 3)), [1], [0]),
-     InvalidValueError, "DATA-830", "store_flat: routing (1, 1, 3) for 1 blocks"),
-    ("routing an offset past the block", routing, lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [2]),
-     InvalidValueError, "DATA-830", "store_flat: an offset outside [0, 2)"),
-    ("routing an offset -1", routing, lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [-1]),
-     InvalidValueError, "DATA-830", "store_flat: an offset outside [0, 2)"),
-    ("routing a position twice", routing, lambda r: r.store_flat(np.zeros((2, 1, 2)), [1, 1], [0, 0]),
-     InvalidValueError, "DATA-830", "store_flat: a (block, offset) appears twice"),
-    ("routing more tokens than blocks hold", routing, lambda r: r.reconstruct([1], 3), InvalidValueError,
-     "DATA-831", "reconstruct: 3 tokens for 1 blocks of 2"),
-    ("routing -1 tokens", routing, lambda r: r.reconstruct([1], -1), InvalidValueError, "DATA-831",
-     "reconstruct: -1 tokens"),
-    ("routing 1.0 tokens", routing, lambda r: r.reconstruct([1], 1.0), InvalidValueError, "DATA-831",
-     "reconstruct: 1.0 tokens"),
-]  # fmt: skip
+    ("states read past the end", states, lambda s: s.read_states(3), BlockIdError, "DATA-821", "read_states: slot [3]"),
+    (
+        "states write past the end",
+        states,
+        lambda s: s.write_states(3, 0, 0),
+        BlockIdError,
+        "DATA-821",
+        "write_states: slot [3]",
+    ),
+    (
+        "routing a block past the end",
+        routing,
+        lambda r: r.store_flat(np.zeros((1, 1, 2)), [4], [0]),
+        BlockIdError,
+        "DATA-830",
+        "store_flat: a block outside [0, 4) in [4]",
+    ),
+    (
+        "routing a block -1",
+        routing,
+        lambda r: r.forget([-1]),
+        BlockIdError,
+        "DATA-830",
+        "forget: a block outside [0, 4) in [-1]",
+    ),
+    (
+        "routing offsets unpaired",
+        routing,
+        lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [0, 1]),
+        InvalidValueError,
+        "DATA-830",
+        "store_flat: routing (1, 1, 2) for 1 blocks and 2 offsets; expected (1, (1, 2))",
+    ),
+    (
+        "routing of another shape",
+        routing,
+        lambda r: r.store_flat(np.zeros((1, 1, 3)), [1], [0]),
+        InvalidValueError,
+        "DATA-830",
+        "store_flat: routing (1, 1, 3) for 1 blocks",
+    ),
+    (
+        "routing an offset past the block",
+        routing,
+        lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [2]),
+        InvalidValueError,
+        "DATA-830",
+        "store_flat: an offset outside [0, 2)",
+    ),
+    (
+        "routing an offset -1",
+        routing,
+        lambda r: r.store_flat(np.zeros((1, 1, 2)), [1], [-1]),
+        InvalidValueError,
+        "DATA-830",
+        "store_flat: an offset outside [0, 2)",
+    ),
+    (
+        "routing a position twice",
+        routing,
+        lambda r: r.store_flat(np.zeros((2, 1, 2)), [1, 1], [0, 0]),
+        InvalidValueError,
+        "DATA-830",
+        "store_flat: a (block, offset) appears twice",
+    ),
+    (
+        "routing more tokens than blocks hold",
+        routing,
+        lambda r: r.reconstruct([1], 3),
+        InvalidValueError,
+        "DATA-831",
+        "reconstruct: 3 tokens for 1 blocks of 2",
+    ),
+    (
+        "routing -1 tokens",
+        routing,
+        lambda r: r.reconstruct([1], -1),
+        InvalidValueError,
+        "DATA-831",
+        "reconstruct: -1 tokens",
+    ),
+    (
+        "routing 1.0 tokens",
+        routing,
+        lambda r: r.reconstruct([1], 1.0),
+        InvalidValueError,
+        "DATA-831",
+        "reconstruct: 1.0 tokens",
+    ),
+]
 
 
 def state_of(obj: Any) -> Any:
@@ -221,23 +433,48 @@ def test_the_table_hands_out_one_row_by_default_and_its_last_rows_too() -> None:
     assert t.alloc() == [1] and t.alloc(2) == [2, 3], "alloc() is one row; the last two free rows fit alloc(2)"
     t.write(3, 0, np.array([[5, 6], [7, 8]]))
     assert t.read(3, 0, 4).tolist() == [5, 6, 7, 8], "a batch of slots is written in order"
-    refused("write of floats", lambda: t.write(3, 0, [1.5]), InvalidTypeError, "ERR-503",
-            "write: slots must be integers, got float64")  # fmt: skip
+    refused(
+        "write of floats",
+        lambda: t.write(3, 0, [1.5]),
+        InvalidTypeError,
+        "ERR-503",
+        "write: slots must be integers, got float64",
+    )
 
 
 @rule("DATA-821", "DATA-823", "DATA-824")
 def test_state_slots_are_named_by_their_call_and_argument_and_layer_0_is_a_layer() -> None:
     s = states()
     for case, call, error, rule_id, says in [
-        ("reset of floats", lambda: s.reset_states([1.5]), InvalidTypeError, "ERR-503",
-         "reset_states: slots must be integers, got float64"),
-        ("copy from floats", lambda: s.copy_states([1.5], [2]), InvalidTypeError, "ERR-503",
-         "copy_states: src must be integers"),
-        ("copy into floats", lambda: s.copy_states([1], [2.5]), InvalidTypeError, "ERR-503",
-         "copy_states: dst must be integers"),
-        ("copy into past the end", lambda: s.copy_states([1], [3]), BlockIdError, "DATA-821",
-         "copy_states: dst [3] outside [0, 3)"),
-    ]:  # fmt: skip
+        (
+            "reset of floats",
+            lambda: s.reset_states([1.5]),
+            InvalidTypeError,
+            "ERR-503",
+            "reset_states: slots must be integers, got float64",
+        ),
+        (
+            "copy from floats",
+            lambda: s.copy_states([1.5], [2]),
+            InvalidTypeError,
+            "ERR-503",
+            "copy_states: src must be integers",
+        ),
+        (
+            "copy into floats",
+            lambda: s.copy_states([1], [2.5]),
+            InvalidTypeError,
+            "ERR-503",
+            "copy_states: dst must be integers",
+        ),
+        (
+            "copy into past the end",
+            lambda: s.copy_states([1], [3]),
+            BlockIdError,
+            "DATA-821",
+            "copy_states: dst [3] outside [0, 3)",
+        ),
+    ]:
         refused(case, call, error, rule_id, says)
     s.write_states(2, np.full((2, 1, 2, 3), 2.0), np.full((2, 4, 2), 3.0))
     s.copy_states(np.array([[2]]), np.array([[1]]))
@@ -251,15 +488,35 @@ def test_routing_takes_block_0_and_names_at_most_eight_blocks_it_refuses() -> No
     r.store_flat(np.ones((2, 1, 2)), np.array([[0, 0]]), np.array([[0, 1]]))
     assert r.reconstruct([0], 2).tolist() == [[[1, 1]], [[1, 1]]], "block 0 is a block like any other"
     for case, call, error, rule_id, says in [
-        ("forget of ten blocks", lambda: r.forget([9] * 10), BlockIdError, "DATA-830",
-         "forget: a block outside [0, 4) in [9, 9, 9, 9, 9, 9, 9, 9]"),
-        ("reconstruct past the end", lambda: r.reconstruct([9], 0), BlockIdError, "DATA-830",
-         "reconstruct: a block outside [0, 4) in [9]"),
-        ("blocks as floats", lambda: r.store_flat(np.ones((1, 1, 2)), [1.0], [0]), InvalidTypeError, "ERR-503",
-         "store_flat: blocks must be integers"),
-        ("offsets as floats", lambda: r.store_flat(np.ones((1, 1, 2)), [1], [0.0]), InvalidTypeError, "ERR-503",
-         "store_flat: offsets must be integers"),
-    ]:  # fmt: skip
+        (
+            "forget of ten blocks",
+            lambda: r.forget([9] * 10),
+            BlockIdError,
+            "DATA-830",
+            "forget: a block outside [0, 4) in [9, 9, 9, 9, 9, 9, 9, 9]",
+        ),
+        (
+            "reconstruct past the end",
+            lambda: r.reconstruct([9], 0),
+            BlockIdError,
+            "DATA-830",
+            "reconstruct: a block outside [0, 4) in [9]",
+        ),
+        (
+            "blocks as floats",
+            lambda: r.store_flat(np.ones((1, 1, 2)), [1.0], [0]),
+            InvalidTypeError,
+            "ERR-503",
+            "store_flat: blocks must be integers",
+        ),
+        (
+            "offsets as floats",
+            lambda: r.store_flat(np.ones((1, 1, 2)), [1], [0.0]),
+            InvalidTypeError,
+            "ERR-503",
+            "store_flat: offsets must be integers",
+        ),
+    ]:
         message = str(refused(case, call, error, rule_id, says))
         assert not says.endswith("]") or message == f"[{rule_id}] {says}", f"{case}: {message!r} names more blocks"
 

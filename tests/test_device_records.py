@@ -48,8 +48,15 @@ def test_a_record_holds_six_slots_and_the_owners_counters_and_reports_each_round
     refused("three refused calls", lambda: record.report(record.read(), names), InvalidValueError, "ERR-999", three)
     names.add("op")
     record.note(arr(ops, 1), arr(ops, 5))  # call 3: refused, the only one since the report
-    message = str(refused("one more", lambda: record.report(record.read(), names), InvalidValueError, "ERR-999",
-                          "op (call 3): entry 0 (value 5) is bad"))  # fmt: skip
+    message = str(
+        refused(
+            "one more",
+            lambda: record.report(record.read(), names),
+            InvalidValueError,
+            "ERR-999",
+            "op (call 3): entry 0 (value 5) is bad",
+        )
+    )
     assert message.endswith("that call changed nothing"), f"[ERR-512] the second report counts old refusals: {message}"
     record.report(record.read(), names)  # nothing left to report
     assert host(record.array) == [0, 0, 0, 0, 0, 4], "[ERR-511] a cleared record keeps only the call count"
@@ -90,12 +97,22 @@ def test_a_refused_copy_moves_nothing_from_slot_zero_and_names_the_entry_out_of_
     checks = DeviceSlotChecks(ops, 8)
     src, dst = checks.copies(arr(ops, 3, 9), arr(ops, 4, 5), op="copy_kv", padding=1)
     assert host(src) == [0, 0] and host(dst) == [0, 0], f"[DATA-816] a refused copy moved {host(src)} -> {host(dst)}"
-    refused("a src past the buffers", checks.check, BlockIdError, "DATA-804",
-            "copy_kv (call 0): entry 1 (value 9) is a slot outside the buffers; that call changed nothing")  # fmt: skip
+    refused(
+        "a src past the buffers",
+        checks.check,
+        BlockIdError,
+        "DATA-804",
+        "copy_kv (call 0): entry 1 (value 9) is a slot outside the buffers; that call changed nothing",
+    )
     src, dst = checks.copies(arr(ops, 3, 4), arr(ops, 4, 5), op="copy_kv", padding=1)  # dst 4 is also a src
     assert host(src) == [0, 0] and host(dst) == [0, 0]
-    refused("a dst that is a src", checks.check, InvalidValueError, "DATA-809",
-            "copy_kv (call 1): entry 2 (value 4) is a dst slot that repeats or is also a src slot")  # fmt: skip
+    refused(
+        "a dst that is a src",
+        checks.check,
+        InvalidValueError,
+        "DATA-809",
+        "copy_kv (call 1): entry 2 (value 4) is a dst slot that repeats or is also a src slot",
+    )
     src, dst = checks.copies(arr(ops, 3, 4), arr(ops, 5, 6), op="copy_kv", padding=1)
     assert (host(src), host(dst)) == ([3, 4], [5, 6])
     checks.check()  # accepted: nothing to report
@@ -109,8 +126,13 @@ def test_a_data_plane_call_past_the_names_kept_is_reported_as_a_data_plane_call(
     checks = DeviceSlotChecks(ops, 8)
     assert host(checks.writes(arr(ops, 2, 3), op="set_kv", padding=1)) == [2, 3]
     assert host(checks.writes(arr(ops, 2, 2), op="set_kv", padding=1)) == [0, 0], "a refused write goes to slot 0"
-    refused("an unnamed call", checks.check, InvalidValueError, "DATA-807",
-            "a data-plane call (call 1): entry 1 (value 2) is a usable slot the call writes twice")  # fmt: skip
+    refused(
+        "an unnamed call",
+        checks.check,
+        InvalidValueError,
+        "DATA-807",
+        "a data-plane call (call 1): entry 1 (value 2) is a usable slot the call writes twice",
+    )
 
 
 def _table(ops: ArrayOps, hint: int, *, growable: bool) -> HashTable:
@@ -119,8 +141,7 @@ def _table(ops: ArrayOps, hint: int, *, growable: bool) -> HashTable:
 
 @rule("STATE-006")
 def test_a_table_counts_live_keys_and_tombstones_and_rebuilds_when_they_pass_its_load(ops: ArrayOps) -> None:
-    """The probes of a device, or of NumPy without numba (the compiled delete leaves no tombstone)."""
-    table = HashTable(ops, 8, growable=False, jit=False)
+    table = HashTable(ops, 8, growable=False)
     assert table.capacity == 16 and (table.live, table.tombs) == (0, 0), "8 keys at 60% need 16 slots"
     keys = arr(ops, *range(100, 109))
     table.insert(keys, arr(ops, *range(9)))
@@ -174,8 +195,7 @@ def test_a_growable_table_doubles_until_its_keys_fill_at_most_thirty_percent(ops
     assert (table.capacity, table.live, table.tombs) == (128, 20, 0), (table.capacity, table.live, table.tombs)
     assert host(table.find(arr(ops, 0, 19, 20))) == [20, 39, -1]
     table.delete(arr(ops, *range(0, 20, 2)))
-    tombs = 0 if table.jit is not None else 10  # the compiled delete leaves no tombstone
-    assert (table.capacity, table.live, table.tombs) == (128, 10, tombs)
+    assert (table.capacity, table.live, table.tombs) == (128, 10, 10), "a delete leaves tombstones"
     keys, values = table.items()
     assert sorted(zip(host(keys), host(values), strict=True)) == [(k, k + 20) for k in range(1, 20, 2)]
     exact = _table(ops, 16, growable=True)
@@ -230,47 +250,28 @@ def test_fill_at_writes_a_value_at_positions_or_under_a_mask_alike_in_every_libr
         max_size=30,
     )
 )
-def test_a_table_probing_key_by_key_finds_what_the_vectorized_rounds_find(steps: list[tuple[str, list[int]]]) -> None:
-    """On NumPy a batch of up to ``few`` (16) keys probes key by key, and with numba every batch
-    probes in one compiled loop, whose delete moves later keys back instead of leaving a tombstone
-    (also in a table where the element path's deletes left tombstones); the same calls through the
-    rounds (``few=0``, no compiled loop) and a dict must agree on every find, live count and
-    tombstone count."""
+def test_a_table_counts_what_a_dict_holds_and_the_tombstones_it_keeps(steps: list[tuple[str, list[int]]]) -> None:
+    """Inserts, deletes and finds of batches of distinct keys (as the pool guarantees) in a table that
+    grows: every find, the live count and the tombstone count agree with a dict and the slots."""
     numpy_ops = NumpyLikeOps(np, device="host", is_device=False)
-    by_key = HashTable(numpy_ops, 8, growable=True, few=16, jit=False)
-    by_rounds = HashTable(numpy_ops, 8, growable=True, few=0, jit=False)
-    tables = [("key by key", by_key), ("in rounds", by_rounds)]
-    compiled = HashTable(numpy_ops, 8, growable=True)
-    mixed = HashTable(numpy_ops, 61, growable=False, few=16)  # 128 slots: long runs, and rebuilds
-    if compiled.jit is not None:
-        tables += [("compiled", compiled), ("compiled, tombstones beside", mixed)]
+    table = HashTable(numpy_ops, 8, growable=True)
     model: dict[int, int] = {}
     for i, (what, raw) in enumerate(steps):
-        keys = list(dict.fromkeys(raw))  # distinct, as the pool guarantees
+        keys = list(dict.fromkeys(raw))
         if what == "insert":
             keys = [k for k in keys if k not in model]
-            for _, table in tables:
-                table.insert(arr(numpy_ops, *keys), arr(numpy_ops, *(k * 7 for k in keys)))
+            table.insert(arr(numpy_ops, *keys), arr(numpy_ops, *(k * 7 for k in keys)))
             model.update({k: k * 7 for k in keys})
         elif what == "delete":
             keys = [k for k in keys if k in model]
-            for _, table in tables:
-                if table is mixed:  # every other key deleted as the pool's element path does: a tombstone
-                    for k in keys[1::2]:
-                        table.delete_slot(table.slot_of(k))
-                    table.delete(arr(numpy_ops, *keys[::2]))
-                else:
-                    table.delete(arr(numpy_ops, *keys))
+            table.delete(arr(numpy_ops, *keys))
             for k in keys:
                 del model[k]
         want = [model.get(k, -1) for k in range(61)]
-        for name, table in tables:
-            got = host(table.find(arr(numpy_ops, *range(61))))
-            assert got == want, f"step {i} ({what} {keys}): the table probing {name} finds {got}, the dict {want}"
-            few = host(table.find(arr(numpy_ops, *keys[:16])))
-            assert few == [model.get(k, -1) for k in keys[:16]], f"step {i}: {name} finds {few} for {keys[:16]}"
-            assert table.live == len(model), f"step {i}: {name} counts {table.live} live keys, {len(model)} are present"
-            used = host(table.keys)
-            assert table.tombs == used.count(TOMB), (
-                f"step {i}: {name} counts {table.tombs} tombstones, holds {used.count(TOMB)}"
-            )
+        got = host(table.find(arr(numpy_ops, *range(61))))
+        assert got == want, f"step {i} ({what} {keys}): the table finds {got}, the dict {want}"
+        assert table.live == len(model), f"step {i}: the table counts {table.live} live keys, {len(model)} are present"
+        used = host(table.keys)
+        assert table.tombs == used.count(TOMB), (
+            f"step {i}: the table counts {table.tombs} tombstones, holds {used.count(TOMB)}"
+        )

@@ -125,23 +125,55 @@ def _paused_admission(pool: OracleBlockPool, many: str) -> None:
 #: The pool is typed ``Any`` in the calls: they pass what the signatures refuse, on purpose.
 OTHER_REFUSALS: list[tuple[str, Callable[[Any], object], str, str]] = [
     ("reset while a block is in use", _in_use_reset, "PFX-313", "reset: 1 block(s) in use"),
-    ("allocate_many for a paused holder", lambda p: _paused_admission(p, "allocate_many"), "POOL-114",
-     "allocate_many: holder 'p' is paused"),
-    ("match_many for a paused holder", lambda p: _paused_admission(p, "match_many"), "POOL-114",
-     "match_many: holder 'p' is paused"),
-    ("replay_requests of a str", lambda p: p.replay_requests("ab"), "ERR-503",
-     "replay_requests: block_lists must be a sequence of hash lists, got str"),
-    ("replay_requests of an int", lambda p: p.replay_requests(5), "ERR-503",
-     "replay_requests: block_lists must be a sequence of hash lists, got int"),
-    ("replay_requests of a set", lambda p: p.replay_requests({(1,)}), "ERR-503",
-     "replay_requests: block_lists must be an ordered sequence"),
-    ("holder_references of an unhashable holder", lambda p: p.holder_references([]), "ERR-503",
-     "holder_references: holder"),
-    ("match_many of a str", lambda p: p.match_many("ab", holders=["a"]), "ERR-503",
-     "match_many: hash_lists must be a sequence of integers, got str"),
-    ("match_request of a str", lambda p: p.match_request("ab", num_tokens=4, block_size=2), "ERR-503",
-     "match_request: block_hashes must be a sequence of integers, got str"),
-]  # fmt: skip
+    (
+        "allocate_many for a paused holder",
+        lambda p: _paused_admission(p, "allocate_many"),
+        "POOL-114",
+        "allocate_many: holder 'p' is paused",
+    ),
+    (
+        "match_many for a paused holder",
+        lambda p: _paused_admission(p, "match_many"),
+        "POOL-114",
+        "match_many: holder 'p' is paused",
+    ),
+    (
+        "replay_requests of a str",
+        lambda p: p.replay_requests("ab"),
+        "ERR-503",
+        "replay_requests: block_lists must be a sequence of hash lists, got str",
+    ),
+    (
+        "replay_requests of an int",
+        lambda p: p.replay_requests(5),
+        "ERR-503",
+        "replay_requests: block_lists must be a sequence of hash lists, got int",
+    ),
+    (
+        "replay_requests of a set",
+        lambda p: p.replay_requests({(1,)}),
+        "ERR-503",
+        "replay_requests: block_lists must be an ordered sequence",
+    ),
+    (
+        "holder_references of an unhashable holder",
+        lambda p: p.holder_references([]),
+        "ERR-503",
+        "holder_references: holder",
+    ),
+    (
+        "match_many of a str",
+        lambda p: p.match_many("ab", holders=["a"]),
+        "ERR-503",
+        "match_many: hash_lists must be a sequence of integers, got str",
+    ),
+    (
+        "match_request of a str",
+        lambda p: p.match_request("ab", num_tokens=4, block_size=2),
+        "ERR-503",
+        "match_request: block_hashes must be a sequence of integers, got str",
+    ),
+]
 
 
 @rule("ERR-502", "ERR-521", "PFX-313", "POOL-114")

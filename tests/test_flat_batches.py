@@ -46,11 +46,11 @@ class FlatBatchPool(ArrayBlockPool):
 
 
 def flat_target(path: str) -> Target:
-    make_ops, limit = PATHS[path]
+    make_ops = PATHS[path]
     make_ops()  # skips here when the library is missing
 
     def factory(num_blocks: int, **kwargs: Any) -> ArrayBlockPool:
-        return FlatBatchPool(num_blocks, ops=make_ops(), scalar_limit=limit, name=f"{path}-flat", **kwargs)
+        return FlatBatchPool(num_blocks, ops=make_ops(), name=f"{path}-flat", **kwargs)
 
     return Target.from_factory(f"{path}-flat", factory, capabilities=factory(2).capabilities(), profile="exact-order")
 
@@ -66,14 +66,14 @@ def test_the_array_forms_of_the_batched_calls_answer_as_the_oracle_does(path: st
 
 def admitted_pool() -> tuple[ArrayBlockPool, Any, list[int]]:
     """A pool of 10 after ``allocate_many_ids([2, 3], holders=["a", "b"])``."""
-    pool = ArrayBlockPool(10, ops=PATHS["numpy-arrays"][0]())
+    pool = ArrayBlockPool(10, ops=PATHS["numpy-arrays"]())
     ids, offsets = pool.allocate_many_ids([2, 3], holders=["a", "b"])
     return pool, ids, offsets
 
 
 @rule("POOL-116")
 def test_allocate_many_ids_returns_the_admitted_prefix_end_to_end_with_its_offsets() -> None:
-    pool = ArrayBlockPool(6, ops=PATHS["numpy-arrays"][0]())
+    pool = ArrayBlockPool(6, ops=PATHS["numpy-arrays"]())
     ids, offsets = pool.allocate_many_ids([2, 3, 4], holders=["a", "b", "c"])
     assert offsets == [0, 2, 5], (
         f"allocate_many_ids([2, 3, 4]) on 5 usable blocks gave offsets {offsets}; expected [0, 2, 5]"

@@ -106,9 +106,13 @@ def test_hits_of_unequal_length_across_groups_are_refused() -> None:
     )
     before = m.snapshot()
     req = Request("b", list(range(9)), block_size=4)
-    refused("hits [1] and []", lambda: m.allocate_slots(req, 5, num_new_computed_tokens=4,
-            new_computed_blocks=KVCacheBlocks(((1,), ()))), InvalidValueError, "REQ-712",
-            "allocate_slots: the groups' hits differ in length: [1, 0]")  # fmt: skip
+    refused(
+        "hits [1] and []",
+        lambda: m.allocate_slots(req, 5, num_new_computed_tokens=4, new_computed_blocks=KVCacheBlocks(((1,), ()))),
+        InvalidValueError,
+        "REQ-712",
+        "allocate_slots: the groups' hits differ in length: [1, 0]",
+    )
     assert m.snapshot() == before, "[ERR-501] the refused call changed the manager"
 
 

@@ -48,14 +48,21 @@ def test_a_null_block_inside_the_window_is_seen() -> None:
         m.pool.free([table[0]], holder="a")
         table[0] = NULL_BLOCK  # 10 computed tokens leave no block behind a window of 8
 
-    corrupted(punch, "REQ-730", "request 'a', group 1: 1 null blocks in [0, 5, 6], but 10 computed tokens leave "
-              "only 0 blocks behind the window")  # fmt: skip
+    corrupted(
+        punch,
+        "REQ-730",
+        "request 'a', group 1: 1 null blocks in [0, 5, 6], but 10 computed tokens leave "
+        "only 0 blocks behind the window",
+    )
 
 
 @pytest.mark.rule("REQ-721")
 def test_a_holder_the_manager_does_not_know_is_seen_with_its_references() -> None:
-    corrupted(lambda m: m.pool.allocate(2, holder="ghost"), "REQ-721",
-              "request 'ghost' holds 2 references in the pool, its tables 0 blocks")  # fmt: skip
+    corrupted(
+        lambda m: m.pool.allocate(2, holder="ghost"),
+        "REQ-721",
+        "request 'ghost' holds 2 references in the pool, its tables 0 blocks",
+    )
 
 
 @pytest.mark.rule("REQ-721")

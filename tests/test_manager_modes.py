@@ -1,4 +1,4 @@
-"""The oracle manager's modes beyond what vLLM 0.32 does: seed 004's statistics at lookup, and the
+"""The oracle manager's modes beyond what vLLM 0.32 does: statistics counted at every lookup, and the
 settings it refuses (REQ-716, REQ-730)."""
 
 from __future__ import annotations

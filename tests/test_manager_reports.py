@@ -51,26 +51,71 @@ def register_the_partial_block(m: RequestManager) -> None:
 
 
 REPORTS: list[tuple[str, Callable[[RequestManager, Request], object], int, str, str]] = [
-    ("a null block between real ones", lambda m, r: table(m, 1).__setitem__(1, NULL_BLOCK), 64, "REQ-730",
-     "request 'a', group 1: null blocks ["),
-    ("a null block in a full-attention table", lambda m, r: table(m).__setitem__(0, NULL_BLOCK), 64, "REQ-730",
-     "request 'a', group 0: null blocks [0, "),
-    ("a block named twice", lambda m, r: table(m).__setitem__(1, table(m)[0]), 64, "REQ-721",
-     "request 'a', group 0: its table ["),
-    ("a block the pool does not give the request", lambda m, r: table(m).append(20), 64, "REQ-721",
-     "request 'a', group 0: its table has block 20, which the pool says it holds 0 times"),
-    ("computed tokens beyond the table", lambda m, r: setattr(r, "num_computed_tokens", 13), 64, "REQ-721",
-     "request 'a': 13 computed tokens, 3 blocks of 4"),
-    ("a table longer than the model allows", lambda m, r: one_more_block(m), 12, "REQ-720",
-     "request 'a': 4 blocks exceed max_model_len 12"),
-    ("more blocks counted cached than are full", lambda m, r: m.groups[0].num_cached.__setitem__("a", 3), 64,
-     "REQ-710", "request 'a', group 0: 3 blocks counted cached, 2 full blocks exist"),
+    (
+        "a null block between real ones",
+        lambda m, r: table(m, 1).__setitem__(1, NULL_BLOCK),
+        64,
+        "REQ-730",
+        "request 'a', group 1: null blocks [",
+    ),
+    (
+        "a null block in a full-attention table",
+        lambda m, r: table(m).__setitem__(0, NULL_BLOCK),
+        64,
+        "REQ-730",
+        "request 'a', group 0: null blocks [0, ",
+    ),
+    (
+        "a block named twice",
+        lambda m, r: table(m).__setitem__(1, table(m)[0]),
+        64,
+        "REQ-721",
+        "request 'a', group 0: its table [",
+    ),
+    (
+        "a block the pool does not give the request",
+        lambda m, r: table(m).append(20),
+        64,
+        "REQ-721",
+        "request 'a', group 0: its table has block 20, which the pool says it holds 0 times",
+    ),
+    (
+        "computed tokens beyond the table",
+        lambda m, r: setattr(r, "num_computed_tokens", 13),
+        64,
+        "REQ-721",
+        "request 'a': 13 computed tokens, 3 blocks of 4",
+    ),
+    (
+        "a table longer than the model allows",
+        lambda m, r: one_more_block(m),
+        12,
+        "REQ-720",
+        "request 'a': 4 blocks exceed max_model_len 12",
+    ),
+    (
+        "more blocks counted cached than are full",
+        lambda m, r: m.groups[0].num_cached.__setitem__("a", 3),
+        64,
+        "REQ-710",
+        "request 'a', group 0: 3 blocks counted cached, 2 full blocks exist",
+    ),
     ("cached blocks out of order", lambda m, r: swap_first_two(m), 64, "REQ-721", "request 'a', group 0: block 0 (id "),
-    ("a partial block registered", lambda m, r: register_the_partial_block(m), 64, "REQ-710",
-     "request 'a', group 0: block 2 (id "),
-    ("a reference no table lists", lambda m, r: m.pool.allocate(1, holder="a"), 64, "REQ-721",
-     "request 'a' holds 7 references in the pool, its tables 6 blocks"),
-]  # fmt: skip
+    (
+        "a partial block registered",
+        lambda m, r: register_the_partial_block(m),
+        64,
+        "REQ-710",
+        "request 'a', group 0: block 2 (id ",
+    ),
+    (
+        "a reference no table lists",
+        lambda m, r: m.pool.allocate(1, holder="a"),
+        64,
+        "REQ-721",
+        "request 'a' holds 7 references in the pool, its tables 6 blocks",
+    ),
+]
 
 
 @rule("REQ-710", "REQ-720", "REQ-721", "REQ-730")

@@ -51,14 +51,19 @@ ALLOCATOR_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
     ("an allocated page also free", lambda a: a._free.append(1), "RADIX-611", "an allocated page is also free"),
     ("a page lost", lambda a: a._free.pop(), "RADIX-611", "2 allocated + 1 free != 4 pages"),
     ("page 0 allocated", lambda a: a._allocated.__setitem__(0, 1), "RADIX-602", "page 0, the padding page, is marked"),
-    ("a free page in the open group", lambda a: (a.free_group_begin(), a._group.append(4)), "RADIX-607",
-     "a page in the open group is not allocated"),
-]  # fmt: skip
+    (
+        "a free page in the open group",
+        lambda a: (a.free_group_begin(), a._group.append(4)),
+        "RADIX-607",
+        "a page in the open group is not allocated",
+    ),
+]
 
 
 @rule("RADIX-602", "RADIX-607", "RADIX-611")
-@pytest.mark.parametrize(("case", "corrupt", "rule_id", "says"), ALLOCATOR_CORRUPTIONS,
-                         ids=[c[0] for c in ALLOCATOR_CORRUPTIONS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "corrupt", "rule_id", "says"), ALLOCATOR_CORRUPTIONS, ids=[c[0] for c in ALLOCATOR_CORRUPTIONS]
+)
 def test_the_allocators_self_check_names_each_corruption(
     case: str, corrupt: Callable[[Any], object], rule_id: str, says: str
 ) -> None:
@@ -106,40 +111,100 @@ def root(t: OracleRadixCache) -> Any:
 
 
 TREE_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
-    ("a removed node still listed", lambda t: setattr(node(t, [1, 2, 5, 6]), "alive", False), "RADIX-620",
-     "is listed but was removed"),
+    (
+        "a removed node still listed",
+        lambda t: setattr(node(t, [1, 2, 5, 6]), "alive", False),
+        "RADIX-620",
+        "is listed but was removed",
+    ),
     ("a root with tokens", lambda t: setattr(root(t), "tokens", (9, 9)), "RADIX-620", "holds tokens, slots or locks"),
     ("a root with slots", lambda t: setattr(root(t), "slots", [30]), "RADIX-620", "holds tokens, slots or locks"),
     ("a root with a lock", lambda t: setattr(root(t), "locks", 1), "RADIX-620", "holds tokens, slots or locks"),
-    ("a node without tokens", lambda t: setattr(node(t, [1, 2, 5, 6]), "tokens", ()), "RADIX-621",
-     "holds 0 tokens and 2 slots"),
-    ("a node with part of a page", lambda t: setattr(node(t, [1, 2, 5, 6]), "tokens", (5,)), "RADIX-621",
-     "holds 1 tokens and 2 slots; both must be the same positive multiple of the page (2)"),
-    ("a node with part of a page and its slot", lambda t: recut(node(t, [1, 2, 5, 6]), 1), "RADIX-621",
-     "holds 1 tokens and 1 slots"),
-    ("a node with no tokens and no slots", lambda t: recut(node(t, [1, 2, 5, 6]), 0), "RADIX-621",
-     "holds 0 tokens and 0 slots"),
-    ("a node with a slot too few", lambda t: node(t, [1, 2, 5, 6]).slots.pop(), "RADIX-621",
-     "holds 2 tokens and 1 slots"),
-    ("a child under a removed parent", lambda t: setattr(node(t, [1, 2]), "alive", False), "RADIX-627",
-     "is not its parent's child under its first page"),
-    ("a child its parent does not list", lambda t: node(t, [1, 2]).children.pop((5, 6)), "RADIX-627",
-     "is not its parent's child under its first page"),
-    ("a child in another namespace", lambda t: setattr(node(t, [1, 2, 5, 6]), "namespace", "b"), "RADIX-620",
-     "shares a parent across namespaces"),
-    ("a slot recorded under another node", lambda t: t._owner.__setitem__(node(t, [1, 2, 5, 6]).slots[0],
-     node(t, [1, 2])), "RADIX-626", "is recorded as held by another node"),
-    ("a slot recorded that no node holds", lambda t: t._owner.__setitem__(30, node(t, [1, 2])), "RADIX-626",
-     "9 slots recorded as held, the nodes hold 8"),
-    ("a held slot free in the allocator", lambda t: t.allocator._allocated.__setitem__(
-     node(t, [1, 2, 5, 6]).slots[0] // 2, 0), "RADIX-626", "which the allocator counts as free"),
-    ("a lock count off by one", lambda t: setattr(node(t, [1, 2, 5, 6]), "locks", 1), "RADIX-624",
-     "counts 1 locks; the receipts held give 0"),
-    ("a protected size off", lambda t: setattr(t, "_protected", 5), "RADIX-625",
-     "protected size 5, the locked nodes hold 4 tokens"),
-    ("the allocator's own state broken", lambda t: t.allocator._free.append(0), "RADIX-602",
-     "page 0 or an unknown page"),
-]  # fmt: skip
+    (
+        "a node without tokens",
+        lambda t: setattr(node(t, [1, 2, 5, 6]), "tokens", ()),
+        "RADIX-621",
+        "holds 0 tokens and 2 slots",
+    ),
+    (
+        "a node with part of a page",
+        lambda t: setattr(node(t, [1, 2, 5, 6]), "tokens", (5,)),
+        "RADIX-621",
+        "holds 1 tokens and 2 slots; both must be the same positive multiple of the page (2)",
+    ),
+    (
+        "a node with part of a page and its slot",
+        lambda t: recut(node(t, [1, 2, 5, 6]), 1),
+        "RADIX-621",
+        "holds 1 tokens and 1 slots",
+    ),
+    (
+        "a node with no tokens and no slots",
+        lambda t: recut(node(t, [1, 2, 5, 6]), 0),
+        "RADIX-621",
+        "holds 0 tokens and 0 slots",
+    ),
+    (
+        "a node with a slot too few",
+        lambda t: node(t, [1, 2, 5, 6]).slots.pop(),
+        "RADIX-621",
+        "holds 2 tokens and 1 slots",
+    ),
+    (
+        "a child under a removed parent",
+        lambda t: setattr(node(t, [1, 2]), "alive", False),
+        "RADIX-627",
+        "is not its parent's child under its first page",
+    ),
+    (
+        "a child its parent does not list",
+        lambda t: node(t, [1, 2]).children.pop((5, 6)),
+        "RADIX-627",
+        "is not its parent's child under its first page",
+    ),
+    (
+        "a child in another namespace",
+        lambda t: setattr(node(t, [1, 2, 5, 6]), "namespace", "b"),
+        "RADIX-620",
+        "shares a parent across namespaces",
+    ),
+    (
+        "a slot recorded under another node",
+        lambda t: t._owner.__setitem__(node(t, [1, 2, 5, 6]).slots[0], node(t, [1, 2])),
+        "RADIX-626",
+        "is recorded as held by another node",
+    ),
+    (
+        "a slot recorded that no node holds",
+        lambda t: t._owner.__setitem__(30, node(t, [1, 2])),
+        "RADIX-626",
+        "9 slots recorded as held, the nodes hold 8",
+    ),
+    (
+        "a held slot free in the allocator",
+        lambda t: t.allocator._allocated.__setitem__(node(t, [1, 2, 5, 6]).slots[0] // 2, 0),
+        "RADIX-626",
+        "which the allocator counts as free",
+    ),
+    (
+        "a lock count off by one",
+        lambda t: setattr(node(t, [1, 2, 5, 6]), "locks", 1),
+        "RADIX-624",
+        "counts 1 locks; the receipts held give 0",
+    ),
+    (
+        "a protected size off",
+        lambda t: setattr(t, "_protected", 5),
+        "RADIX-625",
+        "protected size 5, the locked nodes hold 4 tokens",
+    ),
+    (
+        "the allocator's own state broken",
+        lambda t: t.allocator._free.append(0),
+        "RADIX-602",
+        "page 0 or an unknown page",
+    ),
+]
 
 
 @rule("RADIX-620", "RADIX-621", "RADIX-624", "RADIX-625", "RADIX-626", "RADIX-627", "RADIX-611")
@@ -161,8 +226,12 @@ def test_the_allocators_snapshot_has_its_documented_fields_and_sees_every_change
     seen = [a.snapshot()]
     assert set(seen[0]) == {"free", "released", "allocated", "version", "group"}, f"fields {sorted(seen[0])}"
     steps: list[Callable[[], object]] = [
-        lambda: a.alloc(2), lambda: a.free([1]), a.free_group_begin, lambda: a.free([2]), a.free_group_end
-    ]  # fmt: skip
+        lambda: a.alloc(2),
+        lambda: a.free([1]),
+        a.free_group_begin,
+        lambda: a.free([2]),
+        a.free_group_end,
+    ]
     for step in steps:
         step()
         seen.append(a.snapshot())

@@ -81,8 +81,21 @@ def test_a_radix_replay_refuses_a_policy_the_radix_cache_lacks() -> None:
 
 @pytest.mark.rule("TRACE-1022")
 def test_replay_cache_both_reports_both_caches_on_the_same_trace() -> None:
-    command = [sys.executable, "-m", "kvref", "replay", "--capacity", "64", "--cache", "both", "--policy", "lru",
-               "--policy", "lfu", "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "kvref",
+        "replay",
+        "--capacity",
+        "64",
+        "--cache",
+        "both",
+        "--policy",
+        "lru",
+        "--policy",
+        "lfu",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, f"kvref replay --cache both failed: {done.stderr[-2000:]}"
     rows = json.loads(done.stdout)

@@ -40,9 +40,13 @@ def matrix_bench(workload: str, backend: str, batch: int, pool: int, us_per_bloc
         "params": {"backend": backend, "batch": batch, "pool_blocks": pool},
         "stats": {"median": us_per_block * batch / 1e6},
         "extra_info": {
-            "backend": backend, "workload": workload, "blocks_per_round": batch, "batch": batch, "pool_blocks": pool,
+            "backend": backend,
+            "workload": workload,
+            "blocks_per_round": batch,
+            "batch": batch,
+            "pool_blocks": pool,
         },
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.rule("CONF-906")
@@ -74,8 +78,10 @@ def test_a_long_state_machine_failure_keeps_the_assertion_that_names_the_rule(tm
     from kvref_conformance.target import Target
 
     program = "\n".join(f"E       state.step_{i}()" for i in range(2000))  # an unshrunk replay, far over the limit
-    longrepr = f"    assert evicted == spec\nE       AssertionError: [EVICT-408] evicted 0, the spec evicts 1\n\n" \
-               f"Failing test case: <state machine>\n{program}\n"  # fmt: skip
+    longrepr = (
+        f"    assert evicted == spec\nE       AssertionError: [EVICT-408] evicted 0, the spec evicts 1\n\n"
+        f"Failing test case: <state machine>\n{program}\n"
+    )
     report = SimpleNamespace(when="call", skipped=False, outcome="failed", failed=True, longrepr=longrepr)
     recorder = ResultsRecorder(tmp_path, "ci")
     recorder.record(describe(Target.from_backend("oracle")), "t::test", ["EVICT-408"], report)

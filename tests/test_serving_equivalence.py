@@ -117,8 +117,11 @@ def test_a_preempted_request_recomputes_the_outputs_it_had_not_yet_shown_the_man
             req(8_100, (*range(16), *range(10_150, 10_166)), (20_150, 20_151)),
             req(8_100, (*range(16), *range(10_200, 10_216)), tuple(range(20_200, 20_208))),
         ),
-        8, "turns", outputs_hit=True, fixed_block_size=False,
-    )  # fmt: skip
+        8,
+        "turns",
+        outputs_hit=True,
+        fixed_block_size=False,
+    )
     model = StepModel(max_num_seqs=2, decode_ms_per_token=0.5)
     assert run(w, 9, model, "lru", fast_forward=True) == run(w, 9, model, "lru", fast_forward=False)
 

@@ -162,8 +162,27 @@ def test_serve_replay_prints_json_for_the_built_in_workload(capsys: pytest.Captu
 def test_serve_replay_writes_the_report_and_plots(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "out"
-    code = main(["serve-replay", "--capacity", "80", "--capacity", "300", "--policy", "lru", "--policy", "fifo",
-                 "--workers", "1", "--target-hit-rate", "0.2", "--range", "57:2000", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "serve-replay",
+            "--capacity",
+            "80",
+            "--capacity",
+            "300",
+            "--policy",
+            "lru",
+            "--policy",
+            "fifo",
+            "--workers",
+            "1",
+            "--target-hit-rate",
+            "0.2",
+            "--range",
+            "57:2000",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == ["serving-blocks.png", "serving-hit-rate.png", "serving-ttft.png", "serving.json", "serving.md"]

@@ -42,30 +42,64 @@ def test_an_allocator_made_with_no_options_has_pages_of_one_sorted_release_and_i
 @rule("ERR-510")
 def test_int32_ids_are_refused_only_past_what_int32_holds(ops: ArrayOps) -> None:
     assert DeviceSlotAllocator(4096, ops=ops).dtype == "int32", "[ERR-510] 4097 slot ids fit int32"
-    refused("2**31 usable slots", lambda: DeviceSlotAllocator(2**31, ops=ops), InvalidValueError, "ERR-510",
-            "DeviceSlotAllocator: 2147483649 slot ids do not fit int32; ask for dtype='int64'")  # fmt: skip
-    refused("2**31 slots in pages of 4", lambda: DeviceSlotAllocator(2**31, ops=ops, page_size=4), InvalidValueError,
-            "ERR-510", "DeviceSlotAllocator: 2147483652 slot ids do not fit int32")  # fmt: skip
+    refused(
+        "2**31 usable slots",
+        lambda: DeviceSlotAllocator(2**31, ops=ops),
+        InvalidValueError,
+        "ERR-510",
+        "DeviceSlotAllocator: 2147483649 slot ids do not fit int32; ask for dtype='int64'",
+    )
+    refused(
+        "2**31 slots in pages of 4",
+        lambda: DeviceSlotAllocator(2**31, ops=ops, page_size=4),
+        InvalidValueError,
+        "ERR-510",
+        "DeviceSlotAllocator: 2147483652 slot ids do not fit int32",
+    )
 
 
 BAD_ARGUMENTS = [
-    ("size as a str", lambda ops: DeviceSlotAllocator("8", ops=ops),  # type: ignore[arg-type]
-     "DeviceSlotAllocator: size must be an integer, got str '8'"),
-    ("page_size as a float", lambda ops: DeviceSlotAllocator(8, ops=ops, page_size=1.5),  # type: ignore[arg-type]
-     "DeviceSlotAllocator: page_size must be an integer, got float 1.5"),
-    ("alloc of a str", lambda ops: DeviceSlotAllocator(8, ops=ops).alloc("4"),  # type: ignore[arg-type]
-     "alloc: need_size must be an integer, got str '4'"),
-    ("a version as a str", lambda ops: DeviceSlotAllocator(8, ops=ops).is_current(1, "v"),  # type: ignore[arg-type]
-     "is_current: version must be an integer, got str 'v'"),
-    ("a slot as a str", lambda ops: DeviceSlotAllocator(8, ops=ops).version("x"),  # type: ignore[arg-type]
-     "version: slot must be an integer, got str 'x'"),
-    ("a slot of is_current as a str", lambda ops: DeviceSlotAllocator(8, ops=ops).is_current("x", 0),  # type: ignore[arg-type]
-     "is_current: slot must be an integer, got str 'x'"),
-    ("free of a str", lambda ops: DeviceSlotAllocator(8, ops=ops).free("abc"),
-     "free: indices must be a sequence of integers, got str"),
-    ("free of a float", lambda ops: DeviceSlotAllocator(8, ops=ops).free([1.5]),
-     "free: indices[0] must be an integer, got float 1.5"),
-]  # fmt: skip
+    (
+        "size as a str",
+        lambda ops: DeviceSlotAllocator("8", ops=ops),  # type: ignore[arg-type]
+        "DeviceSlotAllocator: size must be an integer, got str '8'",
+    ),
+    (
+        "page_size as a float",
+        lambda ops: DeviceSlotAllocator(8, ops=ops, page_size=1.5),  # type: ignore[arg-type]
+        "DeviceSlotAllocator: page_size must be an integer, got float 1.5",
+    ),
+    (
+        "alloc of a str",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).alloc("4"),  # type: ignore[arg-type]
+        "alloc: need_size must be an integer, got str '4'",
+    ),
+    (
+        "a version as a str",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).is_current(1, "v"),  # type: ignore[arg-type]
+        "is_current: version must be an integer, got str 'v'",
+    ),
+    (
+        "a slot as a str",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).version("x"),  # type: ignore[arg-type]
+        "version: slot must be an integer, got str 'x'",
+    ),
+    (
+        "a slot of is_current as a str",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).is_current("x", 0),  # type: ignore[arg-type]
+        "is_current: slot must be an integer, got str 'x'",
+    ),
+    (
+        "free of a str",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).free("abc"),
+        "free: indices must be a sequence of integers, got str",
+    ),
+    (
+        "free of a float",
+        lambda ops: DeviceSlotAllocator(8, ops=ops).free([1.5]),
+        "free: indices[0] must be an integer, got float 1.5",
+    ),
+]
 
 
 @rule("ERR-503", "ERR-514", "ERR-521")
@@ -98,8 +132,12 @@ def test_queries_take_every_slot_id_the_padding_pages_included_and_refuse_the_re
 def test_a_fresh_allocator_shows_every_page_free_in_order_and_no_version_yet(ops: ArrayOps) -> None:
     a = DeviceSlotAllocator(6, ops=ops, page_size=2)
     assert a.snapshot() == {
-        "free": [1, 2, 3], "released": [], "state": [0, 0, 0, 0], "version": [0] * 8, "group": None,
-    }, f"a fresh allocator of 3 pages of 2 shows {a.snapshot()}"  # fmt: skip
+        "free": [1, 2, 3],
+        "released": [],
+        "state": [0, 0, 0, 0],
+        "version": [0] * 8,
+        "group": None,
+    }, f"a fresh allocator of 3 pages of 2 shows {a.snapshot()}"
     assert a.allocated_pages().tolist() == [False] * 4 and a.pending_pages() == set()
 
 
@@ -270,7 +308,7 @@ LIST_CALLS = [
     ("a decode into a fresh page", lambda a, s: a.alloc_decode([3], [s[1]])),
     ("a decode with unpaired last slots", lambda a, s: a.alloc_decode([3, 5], [s[3]])),
     ("an extend with unpaired last slots", lambda a, s: a.alloc_extend([0, 0], [2, 2], [s[3]])),
-]  # fmt: skip
+]
 
 
 @rule("RADIX-602", "RADIX-606", "RADIX-613", "RADIX-615", "ERR-503", "ERR-521")

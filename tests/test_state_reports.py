@@ -25,9 +25,10 @@ rule = pytest.mark.rule
 def block_in(p: Any, state: BlockState, *, hashed: bool | None = None) -> int:
     """The first usable block in ``state`` (with or without a hash, when ``hashed`` says)."""
     return next(
-        b for b in range(1, p.num_blocks)
+        b
+        for b in range(1, p.num_blocks)
         if p.block_state(b) is state and (hashed is None or (p._hash[b] is not None) == hashed)
-    )  # fmt: skip
+    )
 
 
 def cached_behind_the_policys_back(p: Any, *, in_order: bool) -> None:
@@ -45,37 +46,106 @@ def unindexed_hash_on_a_block_in_use(p: Any) -> None:
 
 
 REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
-    ("a reference on the reserved block", "lru", lambda p: p._ref.__setitem__(0, 1), "POOL-102",
-     "reserved block 0 is held or hashed"),
-    ("a holder on the reserved block", "lru", lambda p: p._holders.__setitem__(0, {"x": 1}), "POOL-102",
-     "reserved block 0 is held or hashed"),
-    ("a hash on the reserved block", "lru", lambda p: p._hash.__setitem__(0, 5), "POOL-102",
-     "reserved block 0 is held or hashed"),
-    ("a negative count on a cached block", "lru", lambda p: p._ref.__setitem__(block_in(p, BlockState.CACHED), -1),
-     "STATE-002", "block 1 has negative reference count -1"),
-    ("a holder on a cached block", "lru", lambda p: p._holders.__setitem__(block_in(p, BlockState.CACHED), {"x": 1}),
-     "STATE-002", "block 1 has no reference but holders {'x': 1}"),
-    ("a holder counted zero times", "lru", lambda p: p._holders[block_in(p, BlockState.IN_USE)].__setitem__("z", 0),
-     "STATE-002", "block 4 has reference count 2 but holders {'a': 1, 'b': 1, 'z': 0}; the count must equal the "
-     "references the holders hold"),
-    ("a free block in the eviction order", "lru", lambda p: p._evictable.__setitem__(p._free[-1], None), "STATE-004",
-     "3 cached blocks but 4 in the eviction order"),
-    ("a cached block under ref-zero, outside the order", "ref-zero",
-     lambda p: cached_behind_the_policys_back(p, in_order=False), "STATE-004",
-     "1 cached blocks but 0 in the eviction order"),
-    ("a cached block under ref-zero", "ref-zero", lambda p: cached_behind_the_policys_back(p, in_order=True),
-     "EVICT-405", "1 unreferenced hashed block(s) stayed cached under ref-zero"),
-    ("a hash with no copies", "lru", lambda p: p._copies.__setitem__(4242, []), "STATE-006",
-     "hash 0x1092 lists copies []"),
-    ("a hash on a block in use that the index lacks", "lru", unindexed_hash_on_a_block_in_use, "STATE-006",
-     "6 hashed blocks but 5 listed in the hash index"),
-    ("a parent link of a hash not resident", "lru", _a_parent_link_of_no_resident_hash, "STATE-006",
-     "parent links exist for hashes that are not resident"),
-    ("a parent evicted before its child", "lru-leaf", _orphan_under_lru_leaf, "EVICT-404",
-     "resident hash 0x2 has parent 0x1 that is not resident (lru-leaf keeps the cached set prefix-closed)"),
-    ("a hashed block missing from the fifo order", "fifo", lambda p: p._registered.popitem(), "EVICT-406",
-     "5 hashed blocks but 4 in the fifo order"),
-]  # fmt: skip
+    (
+        "a reference on the reserved block",
+        "lru",
+        lambda p: p._ref.__setitem__(0, 1),
+        "POOL-102",
+        "reserved block 0 is held or hashed",
+    ),
+    (
+        "a holder on the reserved block",
+        "lru",
+        lambda p: p._holders.__setitem__(0, {"x": 1}),
+        "POOL-102",
+        "reserved block 0 is held or hashed",
+    ),
+    (
+        "a hash on the reserved block",
+        "lru",
+        lambda p: p._hash.__setitem__(0, 5),
+        "POOL-102",
+        "reserved block 0 is held or hashed",
+    ),
+    (
+        "a negative count on a cached block",
+        "lru",
+        lambda p: p._ref.__setitem__(block_in(p, BlockState.CACHED), -1),
+        "STATE-002",
+        "block 1 has negative reference count -1",
+    ),
+    (
+        "a holder on a cached block",
+        "lru",
+        lambda p: p._holders.__setitem__(block_in(p, BlockState.CACHED), {"x": 1}),
+        "STATE-002",
+        "block 1 has no reference but holders {'x': 1}",
+    ),
+    (
+        "a holder counted zero times",
+        "lru",
+        lambda p: p._holders[block_in(p, BlockState.IN_USE)].__setitem__("z", 0),
+        "STATE-002",
+        "block 4 has reference count 2 but holders {'a': 1, 'b': 1, 'z': 0}; the count must equal the "
+        "references the holders hold",
+    ),
+    (
+        "a free block in the eviction order",
+        "lru",
+        lambda p: p._evictable.__setitem__(p._free[-1], None),
+        "STATE-004",
+        "3 cached blocks but 4 in the eviction order",
+    ),
+    (
+        "a cached block under ref-zero, outside the order",
+        "ref-zero",
+        lambda p: cached_behind_the_policys_back(p, in_order=False),
+        "STATE-004",
+        "1 cached blocks but 0 in the eviction order",
+    ),
+    (
+        "a cached block under ref-zero",
+        "ref-zero",
+        lambda p: cached_behind_the_policys_back(p, in_order=True),
+        "EVICT-405",
+        "1 unreferenced hashed block(s) stayed cached under ref-zero",
+    ),
+    (
+        "a hash with no copies",
+        "lru",
+        lambda p: p._copies.__setitem__(4242, []),
+        "STATE-006",
+        "hash 0x1092 lists copies []",
+    ),
+    (
+        "a hash on a block in use that the index lacks",
+        "lru",
+        unindexed_hash_on_a_block_in_use,
+        "STATE-006",
+        "6 hashed blocks but 5 listed in the hash index",
+    ),
+    (
+        "a parent link of a hash not resident",
+        "lru",
+        _a_parent_link_of_no_resident_hash,
+        "STATE-006",
+        "parent links exist for hashes that are not resident",
+    ),
+    (
+        "a parent evicted before its child",
+        "lru-leaf",
+        _orphan_under_lru_leaf,
+        "EVICT-404",
+        "resident hash 0x2 has parent 0x1 that is not resident (lru-leaf keeps the cached set prefix-closed)",
+    ),
+    (
+        "a hashed block missing from the fifo order",
+        "fifo",
+        lambda p: p._registered.popitem(),
+        "EVICT-406",
+        "5 hashed blocks but 4 in the fifo order",
+    ),
+]
 
 
 @rule("ERR-508", "POOL-102", "STATE-002", "STATE-004", "STATE-006", "EVICT-404", "EVICT-405", "EVICT-406")

@@ -70,12 +70,7 @@ class BatchedCalls(ArrayPoolState):
         if total == 0:
             return self.ops.zeros(0), ends
         ids = self._take(total, op)
-        if total <= self._scalar_limit:  # a few blocks on NumPy: element by element
-            hid_of = self._entry_hids(cs, hs)
-            self._hand_out_few(ids.tolist(), [hid for c, hid in zip(cs, hid_of, strict=True) for _ in range(c)])
-            self._stamp_access(ids, cs)
-        else:
-            self._hand_out(ids, self._holder_ids(cs, hs), cs)
+        self._hand_out(ids, self._holder_ids(cs, hs), cs)
         held = self._held
         for c, h in zip(cs, hs, strict=True):
             if c:
@@ -124,9 +119,9 @@ class BatchedCalls(ArrayPoolState):
         if sizes and min(sizes) < 0:
             at = next(i for i, k in enumerate(sizes) if k < 0)
             raise InvalidValueError(
-                "ERR-504", f"{op}: offsets[{at + 1}] = {bounds[at + 1]} is below offsets[{at}] = {bounds[at]}: "
-                "a negative count",
-            )  # fmt: skip
+                "ERR-504",
+                f"{op}: offsets[{at + 1}] = {bounds[at + 1]} is below offsets[{at}] = {bounds[at]}: a negative count",
+            )
         self._free_flat(host, items, sizes, hs, op)
 
     def _free_flat(
@@ -141,13 +136,6 @@ class BatchedCalls(ArrayPoolState):
         hid_of = list(map(self._hids.get, hs, repeat(-1)))
         per_block = np.repeat(np.array(hid_of, dtype=np.int64), sizes)
         known = -1 not in hid_of or all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
-        if known and self._release_compiled(host, per_block):
-            self._drop_held_many(hs, sizes)
-            return
-        # A few blocks on NumPy: element by element, if all is well.
-        if len(host) <= self._scalar_limit and self._free_few(host.tolist(), per_block.tolist()):
-            self._drop_held_many(hs, sizes)
-            return
         hids = self.ops.asarray(per_block)
 
         def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:

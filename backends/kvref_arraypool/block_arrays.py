@@ -180,9 +180,16 @@ class DeviceBlockPool:
         one = len(set(owners)) == 1
         if self.kernels is not None and one:
             got = self.kernels.allocate(
-                stack=self._stack, ref=self._ref, gen=self._gen, bits=self._bits, record=self.record.array,
-                total=total, words=self._words, slot=owners[0], dtype=self.dtype,
-            )  # fmt: skip
+                stack=self._stack,
+                ref=self._ref,
+                gen=self._gen,
+                bits=self._bits,
+                record=self.record.array,
+                total=total,
+                words=self._words,
+                slot=owners[0],
+                dtype=self.dtype,
+            )
             self._floor -= total  # once the launch is made: a launch that raises leaves the count as it was
             return got, offsets
         counter = self.record.counter(_STACK)
@@ -278,9 +285,18 @@ class DeviceBlockPool:
             return False
         slot = self.request_slot(slots, op)
         kernels.call(
-            ids=ids, ref=self._ref, bits=self._bits, reserved=self._reserved, first=self._last, stack=self._stack,
-            record=self.record.array, num_blocks=self.num_blocks, words=self._words, slot=slot, free=op == "free",
-        )  # fmt: skip
+            ids=ids,
+            ref=self._ref,
+            bits=self._bits,
+            reserved=self._reserved,
+            first=self._last,
+            stack=self._stack,
+            record=self.record.array,
+            num_blocks=self.num_blocks,
+            words=self._words,
+            slot=slot,
+            free=op == "free",
+        )
         self._names.add(op)
         return True
 

@@ -56,13 +56,33 @@ class BlockKernels(Protocol):
     max_call: int
 
     def allocate(
-        self, *, stack: Array, ref: Array, gen: Array, bits: Array, record: Array, total: int, words: int, slot: int,
+        self,
+        *,
+        stack: Array,
+        ref: Array,
+        gen: Array,
+        bits: Array,
+        record: Array,
+        total: int,
+        words: int,
+        slot: int,
         dtype: str,
-    ) -> Array:  # fmt: skip
+    ) -> Array:
         """Pop ``total`` blocks for ``slot``; the fresh ids in ``dtype``."""
 
     def call(
-        self, *, ids: Array, ref: Array, bits: Array, reserved: Array, first: Array, stack: Array, record: Array,
-        num_blocks: int, words: int, slot: int, free: bool,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        ids: Array,
+        ref: Array,
+        bits: Array,
+        reserved: Array,
+        first: Array,
+        stack: Array,
+        record: Array,
+        num_blocks: int,
+        words: int,
+        slot: int,
+        free: bool,
+    ) -> None:
         """Check and apply a ``free`` (``free=True``) or an ``acquire`` of ``ids`` by ``slot``."""

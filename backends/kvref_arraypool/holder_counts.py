@@ -10,8 +10,8 @@ by ``block << HID_BITS | hid``; ``spilled[b]`` counts block ``b``'s pairs there,
 with none never probes it.
 
 Callers guarantee what each method states of its pairs (distinct, present or absent, counts
-positive and covered): the pool has validated them. The ``*_one`` methods are the element paths
-of host arrays (NumPy); the others take device arrays and read the host once or twice a call.
+positive and covered): the pool has validated them. Each method takes device arrays and reads the
+host once or twice a call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from kvref_arraypool.host_flags import all_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
-from kvref_arraypool.table import HashTable, int64_host
+from kvref_arraypool.table import HashTable
 
 __all__ = ["HID_BITS", "HID_MASK", "HolderCounts"]
 
@@ -36,18 +36,10 @@ def _at(values: Array | int, idx: Array | slice) -> Array | int:
     return values if isinstance(values, int) else values[idx]
 
 
-def _per_pair(values: Array | int, n: int) -> np.ndarray:
-    """One int64 per pair for a compiled kernel: ``values`` itself, or one int repeated."""
-    return np.full(n, values, dtype=np.int64) if isinstance(values, int) else int64_host(values)
-
-
 class HolderCounts:
-    """``(block, holder id) -> references`` for the shared blocks of a pool of ``n`` blocks.
+    """``(block, holder id) -> references`` for the shared blocks of a pool of ``n`` blocks."""
 
-    ``few``: the :class:`HashTable`'s element-path limit (host arrays only).
-    """
-
-    def __init__(self, ops: ArrayOps, n: int, *, few: int = 0) -> None:
+    def __init__(self, ops: ArrayOps, n: int) -> None:
         self.ops = ops
         self.hid0 = ops.full(n, UNUSED)
         self.count0 = ops.zeros(n)
@@ -56,18 +48,13 @@ class HolderCounts:
         #: The two inline slots, (holder ids, counts) each, in the order pairs take them.
         self.inline = ((self.hid0, self.count0), (self.hid1, self.count1))
         self.spilled = ops.zeros(n)
-        self.table = HashTable(ops, 64, growable=True, few=few)
+        self.table = HashTable(ops, 64, growable=True)
         self._mark = ops.full(n, -1)
 
     # ------------------------------------------------------------------ reads
 
     def get(self, blocks: Array, hids: Array | int) -> Array:
         """References of each pair (0 for a pair not counted here)."""
-        jit = self.table.jit
-        if jit is not None:
-            out = np.empty(len(blocks), dtype=np.int64)
-            jit.counts_get(*self.compiled_args(), int64_host(blocks), _per_pair(hids, len(blocks)), out)
-            return out
         ops = self.ops
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         out = ops.where(h0 == hids, self.count0[blocks], ops.where(h1 == hids, self.count1[blocks], 0))
@@ -76,17 +63,6 @@ class HolderCounts:
             if len(look):
                 out[look] = self.table.find((blocks[look] << HID_BITS) | _at(hids, look), 0)
         return out
-
-    def get_one(self, b: int, hid: int) -> int:
-        """:meth:`get` of one pair, in Python (host arrays)."""
-        if self.hid0[b] == hid:
-            return int(self.count0[b])
-        if self.hid1[b] == hid:
-            return int(self.count1[b])
-        if self.spilled[b]:
-            slot = self.table.slot_of(b << HID_BITS | hid)
-            return int(self.table.values[slot]) if slot >= 0 else 0
-        return 0
 
     def items(self) -> tuple[Array, Array]:
         """Every counted pair as a key ``block << HID_BITS | hid``, and its count (no set order)."""
@@ -138,13 +114,6 @@ class HolderCounts:
         ops = self.ops
         n = len(blocks)
         if n == 0:
-            return
-        jit = self.table.jit
-        if jit is not None:  # pair by pair in one compiled loop, as add_one
-            added, taken = jit.counts_add(
-                *self.compiled_args(n), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
-            )
-            self.compiled_changes(added=int(added), tombs_taken=int(taken))
             return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         fresh = ops.where(h0 == UNUSED, 2, ops.where(h1 == UNUSED, 3, 4))
@@ -242,13 +211,6 @@ class HolderCounts:
         n = len(blocks)
         if n == 0:
             return
-        jit = self.table.jit
-        if jit is not None:  # pair by pair in one compiled loop, as sub_one
-            deleted = jit.counts_sub(
-                *self.compiled_args(), int64_host(blocks), _per_pair(hids, n), _per_pair(counts, n)
-            )
-            self.compiled_changes(deleted=int(deleted))
-            return
         h0, h1 = self.hid0[blocks], self.hid1[blocks]
         where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
         for slot, (hid, count) in enumerate(self.inline):
@@ -270,42 +232,6 @@ class HolderCounts:
                 self.table.delete_at(slots[done])
                 ops.scatter_add(self.spilled, b[done], -1)
 
-    def add_one(self, b: int, hid: int, count: int) -> None:
-        """:meth:`add` of one pair, in Python (host arrays)."""
-        for h, c in self.inline:
-            if h[b] == hid:
-                c[b] += count
-                return
-        key = b << HID_BITS | hid
-        if self.spilled[b]:
-            slot = self.table.slot_of(key)
-            if slot >= 0:
-                self.table.values[slot] += count
-                return
-        for h, c in self.inline:
-            if h[b] == UNUSED:
-                h[b], c[b] = hid, count
-                return
-        self.table.insert_one(key, count)
-        self.spilled[b] += 1
-
-    def sub_one(self, b: int, hid: int, count: int) -> None:
-        """:meth:`sub` of one pair, in Python (host arrays)."""
-        for h, c in self.inline:
-            if h[b] == hid:
-                left = int(c[b]) - count
-                c[b] = left
-                if not left:
-                    h[b] = UNUSED
-                return
-        slot = self.table.slot_of(b << HID_BITS | hid)
-        left = int(self.table.values[slot]) - count
-        if left:
-            self.table.values[slot] = left
-        else:
-            self.table.delete_slot(slot)
-            self.spilled[b] -= 1
-
     def clear(self) -> None:
         """Count nothing (the arrays stay)."""
         for hid in (self.hid0, self.hid1):
@@ -313,29 +239,6 @@ class HolderCounts:
         for count in (self.count0, self.count1, self.spilled):
             count[:] = 0
         self.table.clear()
-
-    def compiled_args(self, room: int = 0) -> tuple[Array | int, ...]:
-        """The arrays a compiled kernel of :mod:`kvref_arraypool.host_jit` changes: the inline
-        slots, ``spilled``, and the table's keys, values and mask, after making room in the table
-        for ``room`` new keys (so as they are then: a table that grew has new arrays). The kernel's
-        changes to the table's keys are recorded with :meth:`compiled_changes`."""
-        table = self.table
-        if room:
-            table.reserve(room)
-        return (
-            self.hid0,
-            self.count0,
-            self.hid1,
-            self.count1,
-            self.spilled,
-            table.keys,
-            table.values,
-            table.capacity - 1,
-        )
-
-    def compiled_changes(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0) -> None:
-        """Record what a compiled kernel did to the table's keys (:meth:`HashTable.account`)."""
-        self.table.account(added=added, tombs_taken=tombs_taken, deleted=deleted)
 
     def _positions(self, which: np.ndarray) -> Array | slice | None:
         """The positions where host flags ``which`` are set: a device array, every position (a

@@ -52,9 +52,7 @@ class PrefixLookup(ArrayPoolState):
         safe, ok = self._chained(entries, prev)
         heads = self._ehead[ops.where(ok, safe, 0)]
         owner = self._owner[ops.where(ok, heads, 0)]
-        flags = ops.to_host(
-            ops.concat([far, ok, owner == NOBODY, (owner >= 0) & (owner != hid), owner == SHARED])
-        )  # fmt: skip
+        flags = ops.to_host(ops.concat([far, ok, owner == NOBODY, (owner >= 0) & (owner != hid), owner == SHARED]))
         if any_true(flags[:m]):
             return None
         missed = positions(~flags[m : 2 * m])
@@ -88,23 +86,20 @@ class PrefixLookup(ArrayPoolState):
         holder = as_holder(holder, op="match")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
         self._refuse_if_paused(holder, len(hs), "match")
-        if self._compiled is None and len(hs) > self._scalar_limit:  # the array path: one host read
-            read = self._lookup_to_pin(hs, parent, self._hid_to_be(holder))
-            if read is not None:
-                hit, (unheld, other, joined) = read
-                if len(hit):
-                    hid = self._hid(holder)
-                    self._stamp_access(hit)
-                    self._pin_distinct(hit, hid, unheld, other, joined)
-                    self._add_held(holder, len(hit))
-                self._count_match(len(hs), len(hit))
-                return hit
-        hit = self._lookup(hs, parent)
+        read = self._lookup_to_pin(hs, parent, self._hid_to_be(holder)) if len(hs) else None  # one host read
+        if read is not None:
+            hit, (unheld, other, joined) = read
+            if len(hit):
+                hid = self._hid(holder)
+                self._stamp_access(hit)
+                self._pin_distinct(hit, hid, unheld, other, joined)
+                self._add_held(holder, len(hit))
+            self._count_match(len(hs), len(hit))
+            return hit
+        hit = self._lookup(hs, parent)  # some hash lies far from its home: the exact lookup
         k = len(hit)
         if k:
-            hid = self._hid(holder)
-            if not self._pin_compiled(hit, hid):
-                self._pin(hit, hid)
+            self._pin(hit, self._hid(holder))
             self._add_held(holder, k)
         self._count_match(len(hs), k)
         return hit

@@ -28,14 +28,6 @@ class MixinCalls:
         """One reference each on fresh ``ids`` for ``hids`` (``sizes``: a batch's calls); :mod:`.references`."""
         raise NotImplementedError
 
-    def _hand_out_few(self, ids: list[int], hids: list[int]) -> None:
-        """``_hand_out`` element by element on NumPy, one holder id per block; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _free_few(self, ids: list[int], hids: list[int]) -> bool:
-        """Release a few blocks element by element on NumPy when valid, else change nothing; :mod:`.references`."""
-        raise NotImplementedError
-
     def _check_release(
         self,
         host: np.ndarray,
@@ -92,12 +84,4 @@ class MixinCalls:
 
     def eviction_order(self) -> list[int]:
         """Cached blocks in release order, oldest first; :mod:`.pool`."""
-        raise NotImplementedError
-
-    def _release_compiled(self, host: np.ndarray, hids: np.ndarray) -> bool:
-        """The common release in one compiled kernel when it applies, else False; :mod:`.references`."""
-        raise NotImplementedError
-
-    def _pin_compiled(self, ids: np.ndarray, hid: int) -> bool:
-        """Pin distinct ids for one holder in one compiled kernel when it applies, else False; :mod:`.pinning`."""
         raise NotImplementedError

@@ -37,12 +37,6 @@ class ArrayOps(ABC):
     host_reads: int = 0
     #: Host arrays copied in so far (``asarray``): on a GPU each is a host-to-device copy.
     host_writes: int = 0
-    #: The arrays are NumPy arrays in host memory, whose elements Python reads and writes in
-    #: ~0.1 us each: calls of a few blocks may take the core's element-by-element paths.
-    host_numpy: bool = False
-    #: On host NumPy arrays, the hash tables probe in numba-compiled loops where numba is installed
-    #: (:mod:`kvref_arraypool.host_jit`); False keeps them to the vectorized rounds a device runs.
-    compiled: bool = False
 
     @abstractmethod
     def address(self, a: Array) -> int:
@@ -179,13 +173,11 @@ class ArrayOps(ABC):
 class NumpyLikeOps(ArrayOps):
     """NumPy on the host, or CuPy on a CUDA device, through one ``xp`` module (``numpy`` or ``cupy``)."""
 
-    def __init__(self, xp: Any, *, device: str, is_device: bool, compiled: bool = True) -> None:
+    def __init__(self, xp: Any, *, device: str, is_device: bool) -> None:
         self.xp = xp
         self.name = xp.__name__
         self.device = device
         self.is_device = is_device
-        self.host_numpy = not is_device
-        self.compiled = compiled and not is_device
         # ``ufunc.at`` on NumPy, and on CuPy since 13 (CuPy 14 deprecates cupyx.scatter_add/max/min,
         # whose DeprecationWarning fails a suite that treats warnings as errors).
         self._add_at = xp.add.at

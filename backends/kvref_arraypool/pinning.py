@@ -45,10 +45,6 @@ class Pinning(ReferenceCounting):
             self._check_generations(host, gens, op)
         if len(host) == 0:
             return
-        if self._pin_compiled(host, self._hid_to_be(holder)):  # checked in the kernel's first pass
-            self._hid(holder)
-            self._add_held(holder, len(host))
-            return
         if self._in_range(host):
             ids = self.ops.asarray(host)
             bad = self._is_reserved[ids] | ((self._ref[ids] == 0) & (self._bhash[ids] < 0))
@@ -57,53 +53,6 @@ class Pinning(ReferenceCounting):
                 self._add_held(holder, len(host))
                 return
         explain_acquire(self, items if items is not None else host.tolist(), op)
-
-    def _pin_compiled(self, ids: np.ndarray, hid: int) -> bool:
-        """``acquire``'s checks and pin for one holder in one compiled kernel (host arrays with
-        numba): distinct ids in range, unreserved, in use or cached get a reference each, as
-        ``_pin_few`` would. False, with nothing changed, for anything else (duplicates, a refusal):
-        the array path then checks, explains or pins."""
-        if self._compiled is None:
-            return False
-        shared = self._shared
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        need = 0
-        while True:  # twice at most: a call that needs more room in the shared counts' table gets it, once checked
-            status, uncached, added, taken = self._compiled.pin_distinct(
-                ids, hid, self._n, self._is_reserved, self._ref, self._bhash, self._owner, self._evstamp, self._mark,
-                *shared.compiled_args(need), shared.table.room(),
-            )  # fmt: skip
-            if status != 2:
-                break
-            need = int(uncached)
-        if not status:
-            return False
-        shared.compiled_changes(added=int(added), tombs_taken=int(taken))
-        self._ncached -= int(uncached)
-        self._stamp_access(ids)
-        return True
-
-    def _pin_few(self, ids: list[int], hids: Array | int) -> bool:
-        """``_pin``'s host path for a few distinct blocks and one holder id (``scalar_limit``),
-        element by element: the same references, shared counts and cached count as the array
-        path. False (nothing changed) for anything else: duplicates, or one holder id per entry."""
-        if not isinstance(hids, int) or len(set(ids)) != len(ids):
-            return False
-        owner, ref, shared = self._owner, self._ref, self._shared
-        for b in ids:
-            holds = owner[b]
-            if holds == NOBODY:  # cached: it leaves the eviction order (PFX-310)
-                self._evstamp[b] = -1
-                self._ncached -= 1
-                owner[b] = hids
-            elif holds == SHARED:
-                shared.add_one(b, hids, 1)
-            elif holds != hids:  # a second holder: both counts move to the shared counts
-                shared.add_one(b, int(holds), int(ref[b]))
-                shared.add_one(b, hids, 1)
-                owner[b] = SHARED
-            ref[b] += 1
-        return True
 
     def _pin(
         self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
@@ -119,12 +68,10 @@ class Pinning(ReferenceCounting):
         m = len(ids)
         if m == 0:
             return True
-        if m <= self._scalar_limit or m > self._n:  # the element path, or too many for one read
+        if m > self._n:  # too many for the marks of one read: some block comes twice
             if refuse is not None and ops.any(refuse):
                 return False
             self._stamp_access(ids, sizes)
-            if m <= self._scalar_limit and self._pin_few(ids.tolist(), hids):
-                return True
         else:  # distinct? which are cached, held by another holder alone, shared; refused? One host read.
             owner = self._owner[ids]
             parts = [owner == NOBODY, (owner >= 0) & (owner != hids), owner == SHARED]

@@ -52,11 +52,7 @@ class ReferenceCounting(ArrayPoolState):
         if n == 0:
             return self.ops.zeros(0)
         ids = self._take(n, "allocate")
-        if n <= self._scalar_limit:  # a few blocks on NumPy: element by element
-            self._hand_out_few(ids.tolist(), [self._hid(holder)] * n)
-            self._stamp_access(ids)
-        else:
-            self._hand_out(ids, self._hid(holder))
+        self._hand_out(ids, self._hid(holder))
         self._add_held(holder, n)
         return ids
 
@@ -65,14 +61,6 @@ class ReferenceCounting(ArrayPoolState):
         self._gen[ids] += 1
         self.ops.put(self._owner, ids, hids)
         self._stamp_access(ids, sizes)
-
-    def _hand_out_few(self, ids: list[int], hids: list[int]) -> None:
-        """:meth:`_hand_out` element by element, but for the access marks (the caller's)."""
-        ref, gen, owner = self._ref, self._gen, self._owner
-        for b, hid in zip(ids, hids, strict=True):
-            ref[b] = 1
-            gen[b] += 1
-            owner[b] = hid
 
     def _take(self, n: int, op: str) -> Array:
         """Pop ``n`` blocks: the free stack top-down, then eviction victims (POOL-105, EVICT-408)."""
@@ -115,62 +103,11 @@ class ReferenceCounting(ArrayPoolState):
         if len(host) == 0:
             return
         hid = self._hids.get(holder, -1)
-        if gens is None and hid >= 0 and self._release_compiled(host, np.full(len(host), hid, dtype=np.int64)):
-            self._drop_held(holder, len(host))
-            return
-        if (
-            gens is None
-            and hid >= 0
-            and len(host) <= self._scalar_limit
-            and self._free_few(host.tolist(), [hid] * len(host))
-        ):
-            self._drop_held(holder, len(host))
-            return
         ids, distinct, sole, flags = self._check_release(
             host, items, hid, lambda: [(holder, hid, host, items)], gens, op, known=hid >= 0
         )
         self._release(ids, hid, distinct, sole=sole, flags=flags)
         self._drop_held(holder, len(host))
-
-    def _free_few(self, ids: list[int], hids: list[int]) -> bool:
-        """The host path of ``free`` and ``free_many`` for a few blocks (``scalar_limit``), element by element.
-
-        ``hids``: the holder id of each position. When the blocks are distinct
-        and each position's holder holds its block (alone, or in the shared table: the release is
-        valid, POOL-108), drop one reference each, settle those reaching zero in list order, and
-        return True; else change nothing and return False, for the array path to check, explain
-        or apply (duplicates, anything refused).
-        """
-        if len(set(ids)) != len(ids):
-            return False
-        n, owner, ref, shared = self._n, self._owner, self._ref, self._shared
-        pairs: list[tuple[int, int]] = []
-        for b, hid in zip(ids, hids, strict=True):
-            if not 0 <= b < n or hid < 0:
-                return False
-            holds = owner[b]
-            if holds == SHARED:
-                if shared.get_one(b, hid) < 1:
-                    return False
-                pairs.append((b, hid))
-            elif holds != hid:
-                return False
-        for b, hid in pairs:  # distinct blocks: distinct pairs
-            shared.sub_one(b, hid, 1)
-        zeroed: list[int] = []
-        for b in ids:
-            left = ref[b] - 1
-            ref[b] = left
-            if not left:
-                owner[b] = NOBODY
-                zeroed.append(b)
-        if zeroed:
-            bhash = self._bhash
-            if any(bhash[b] >= 0 for b in zeroed):
-                self._settle(self.ops.asarray(np.array(zeroed, dtype=np.int64)))
-            else:
-                self._push_free(zeroed)
-        return True
 
     def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
         gens, _ = index_array(generations, op=op, arg="generations")
@@ -190,28 +127,6 @@ class ReferenceCounting(ArrayPoolState):
         if len(stale):
             i = int(stale[0])
             raise stale_reference(op, int(host[i]), int(gens[i]), int(current[i]))
-
-    def _release_compiled(self, host: np.ndarray, hids: np.ndarray) -> bool:
-        """The common release in one compiled kernel (host arrays with numba; not under ``ref-zero``,
-        whose hashed blocks leave the cache): distinct blocks, each held by its holder, alone or
-        shared, as ``_check_release``'s fast reads, ``_release`` and ``_settle`` would. False, with
-        nothing changed, for anything else: the array path then checks, explains or releases."""
-        if self._compiled is None or self._policy is _REF_ZERO:
-            return False
-        order, shared = self._lru_order, self._shared
-        order.make_room(len(host))
-        done, nfree, tail, cached, deleted = self._compiled.release_distinct(
-            np.ascontiguousarray(host, dtype=np.int64), hids, self._n, self._owner, self._ref, self._mark,
-            self._bhash, self._evstamp, self._stack, self._nfree, order.blocks, order.stamps, order.tail, self._clock,
-            *shared.compiled_args(),
-        )  # fmt: skip
-        if not done:
-            return False
-        shared.compiled_changes(deleted=int(deleted))
-        self._nfree, order.tail = int(nfree), int(tail)
-        self._clock += int(cached)
-        self._ncached += int(cached)
-        return True
 
     def _check_release(
         self,

@@ -50,13 +50,9 @@ class Registration(ArrayPoolState):
         parent_entry, parent_depth = self._parent_entry(parent, op) if parent >= 0 else (-1, -1)
         if m == 0:
             return
-        if self._register_compiled(host, hs, parent, parent_entry):  # refuses a block named twice itself
-            return
         if m > 1 and (len(set(items)) if items is not None else count_distinct(host)) != m:
             shown = items if items is not None else host.tolist()
             raise HashConflictError("PFX-303", f"{op}: a block occurs twice in {shown}; a block has one hash")
-        if m <= self._scalar_limit and self._register_few(host.tolist(), hs.tolist(), parent, parent_entry):
-            return
         prev_host = np.concatenate([np.array([parent], dtype=np.int64), hs[:-1]])
         hashes = ops.asarray(hs)
         repeated = m > 1 and count_distinct(hs) != m
@@ -84,10 +80,7 @@ class Registration(ArrayPoolState):
         """The entry of resident hash ``parent`` and its depth, in one host read (PFX-304 if not resident)."""
         ops = self.ops
         key = ops.asarray(np.array([parent], dtype=np.int64))
-        if self._index.jit is None:  # on a device: probed near home, with no read of its own
-            entry, far = self._index.find_near(key)
-        else:
-            entry, far = self._entries_of(key), None
+        entry, far = self._index.find_near(key)  # probed near home, with no read of its own
         while True:
             parts = [entry, ops.cast(self._resident(entry), "int64"), self._edepth[ops.where(entry >= 0, entry, 0)]]
             read = ops.to_host(ops.concat(parts if far is None else [*parts, ops.cast(far, "int64")]))
@@ -170,93 +163,6 @@ class Registration(ArrayPoolState):
                 p = int(prev_host[i])
                 self._events.append(BlockStored(int(hs[i]), None if p < 0 else p))
 
-    def _register_compiled(self, host: np.ndarray, hs: np.ndarray, parent: int, parent_entry: int) -> bool:
-        """``register`` in one compiled kernel (host arrays with numba) when nothing in the call needs
-        explaining, as :meth:`_register_few` does; False, with nothing changed, for the array path
-        to check, explain or apply."""
-        m = len(hs)
-        if self._compiled is None or (m > 1 and count_distinct(hs) != m):
-            return False
-        index = self._index
-        # Room for the new keys before the kernel checks the call: no more than the entry stack can
-        # give (a call needing more is refused), so a refused long call never overfills the index.
-        index.reserve(min(m, self._nefree))
-        entries, resident = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.bool_)
-        ids = np.ascontiguousarray(host, dtype=np.int64)
-        done, nefree, added, taken = self._compiled.register(
-            ids, np.ascontiguousarray(hs, dtype=np.int64), parent, parent_entry,
-            self._n, self._is_reserved, self._ref, self._bhash, self._bentry, self._regstamp, index.keys,
-            index.values, index.capacity - 1, self._ecopies, self._eparent, self._echildren, self._ehead,
-            self._epentry, self._edepth, self._ehash, self._estack, self._nefree, self._clock, self._mark, entries,
-            resident,
-        )  # fmt: skip
-        if not done:
-            return False
-        index.account(added=int(added), tombs_taken=int(taken))
-        self._nefree = int(nefree)
-        start = self._clock
-        self._clock += m
-        if self._policy is _FIFO:
-            self._fifo_order.push(self.ops.asarray(ids), self.ops.arange(start, start + m))
-        if self._events_on:
-            prev = [parent, *hs[:-1].tolist()]
-            self._events.extend(
-                BlockStored(h, None if p < 0 else p)
-                for h, p, here in zip(hs.tolist(), prev, resident.tolist(), strict=True)
-                if not here
-            )
-        return True
-
-    def _register_few(self, ids: list[int], hs: list[int], parent: int, parent_entry: int) -> bool:
-        """``register`` element by element (NumPy, ``scalar_limit``) when nothing in the call needs
-        explaining: the same entries, copies, heads, parents, depths, children, stamps and events as
-        :meth:`_apply_register`. False, with nothing changed, for anything the array path must
-        check (PFX-302, PFX-303, PFX-305, PFX-306, POOL-103, or a possible cycle)."""
-        m, n = len(ids), self._n
-        if len(set(ids)) != m or len(set(hs)) != m:
-            return False
-        index, ecopies, eparent, echildren = self._index, self._ecopies, self._eparent, self._echildren
-        prev = [parent, *hs[:-1]]
-        entries: list[int] = []
-        resident: list[bool] = []
-        for b, h, p in zip(ids, hs, prev, strict=True):
-            if not 0 <= b < n or h == p or self._host_reserved[b] or self._ref[b] == 0 or self._bhash[b] >= 0:
-                return False
-            slot = index.slot_of(h)
-            e = int(index.values[slot]) if slot >= 0 else -1
-            here = e >= 0 and ecopies[e] > 0
-            if (here and eparent[e] != p) or (not here and e >= 0 and echildren[e] > 0):
-                return False
-            entries.append(e)
-            resident.append(here)
-        absent = [i for i, e in enumerate(entries) if e < 0]
-        top = self._nefree - len(absent)
-        for j, i in enumerate(absent):  # new entries from the entry stack, in position order
-            e = entries[i] = int(self._estack[top + j])
-            index.insert_one(hs[i], e)
-            self._ehash[e] = hs[i]
-            echildren[e] = 0
-        self._nefree = top
-        base = int(self._edepth[parent_entry]) + 1 if parent_entry >= 0 else 0
-        start = self._clock
-        self._clock += m
-        for i, (b, h, p, e, here) in enumerate(zip(ids, hs, prev, entries, resident, strict=True)):
-            if here:
-                ecopies[e] += 1
-            else:
-                pe = parent_entry if i == 0 else entries[i - 1]
-                ecopies[e], self._ehead[e], eparent[e], self._epentry[e], self._edepth[e] = 1, b, p, pe, base + i
-                if pe >= 0:
-                    echildren[pe] += 1
-            self._bhash[b], self._bentry[b], self._regstamp[b] = h, e, start + i
-        if self._policy is _FIFO:
-            self._fifo_order.push(self.ops.asarray(np.array(ids, dtype=np.int64)), self.ops.arange(start, start + m))
-        if self._events_on:
-            self._events.extend(
-                BlockStored(h, None if p < 0 else p) for h, p, here in zip(hs, prev, resident, strict=True) if not here
-            )
-        return True
-
     def _unregister(self, victims: Array) -> None:
         """Remove the hash registration of ``victims`` (in order); a hash leaves with its last copy.
 
@@ -265,12 +171,6 @@ class Registration(ArrayPoolState):
         """
         ops = self.ops
         m = len(victims)
-        if self._compiled is not None:
-            self._unregister_compiled(victims)
-            return
-        if m <= self._scalar_limit:
-            self._unregister_few(victims.tolist())
-            return
         first = ops.to_host(ops.concat([self._bentry[victims], ops.cast(self._evstamp[victims] >= 0, "int64")]))
         e_host, cached = first[:m], first[m:]
         self._ncached -= count_true(cached)
@@ -316,67 +216,6 @@ class Registration(ArrayPoolState):
             self._estack[self._nefree : self._nefree + len(dead_host)] = dead
             self._nefree += len(dead_host)
         self._trim_orders(m)
-
-    def _unregister_compiled(self, victims: Array) -> None:
-        """:meth:`_unregister` in one compiled kernel (host arrays with numba): the same entries,
-        copies, heads, children, events and orders as ``_unregister_few`` (dead entries go back on
-        the entry stack in the order the victims name them, not ascending: entry ids are internal)."""
-        m = len(victims)
-        if self._events_on:  # each gone hash once, in the order its last copy left
-            entries, hashes = self._bentry[victims].tolist(), self._bhash[victims].tolist()
-            last = {e: i for i, e in enumerate(entries)}
-        lost = np.empty(m, dtype=np.int64)
-        uncached, nefree, nlost, deleted = self._compiled.unregister(  # type: ignore[union-attr]
-            np.ascontiguousarray(victims, dtype=np.int64), self._bentry, self._evstamp, self._bhash, self._regstamp,
-            self._ecopies, self._ehead, self._ehash, self._epentry, self._echildren, self._estack, self._nefree,
-            self._index.keys, self._index.values, self._index.capacity - 1, self._escratch2,
-            np.empty(3 * m, dtype=np.int64), lost,
-        )  # fmt: skip
-        self._ncached -= int(uncached)
-        self._nefree = int(nefree)
-        self._index.account(erased=int(deleted))
-        if nlost:
-            self._renew_heads(self.ops.asarray(lost[: int(nlost)]))
-        if self._events_on:
-            ecopies = self._ecopies
-            self._events.extend(
-                BlockRemoved(h)
-                for i, (e, h) in enumerate(zip(entries, hashes, strict=True))
-                if last[e] == i and not ecopies[e]
-            )
-        self._trim_orders(m)
-
-    def _unregister_few(self, victims: list[int]) -> None:
-        """:meth:`_unregister` element by element (NumPy, ``scalar_limit``): the same entries,
-        copies, heads, children, free entries (ascending), events (in the order each hash's last
-        copy left) and orders."""
-        bentry, ecopies, ehash, ehead = self._bentry, self._ecopies, self._ehash, self._ehead
-        entries: list[int] = []
-        for b in victims:
-            entries.append(int(bentry[b]))
-            if self._evstamp[b] >= 0:
-                self._ncached -= 1
-            self._evstamp[b] = self._bhash[b] = bentry[b] = self._regstamp[b] = -1
-        last = {e: i for i, e in enumerate(entries)}  # each entry's last position among the victims
-        for e in entries:
-            ecopies[e] -= 1
-        touched = sorted(last)
-        lost_head = [e for e in touched if ecopies[e] > 0 and bentry[ehead[e]] != e]
-        if lost_head:
-            self._renew_heads(self.ops.asarray(np.array(lost_head, dtype=np.int64)))
-        gone = [e for e in touched if ecopies[e] == 0]
-        if self._events_on:
-            self._events.extend(BlockRemoved(int(ehash[e])) for e in sorted(gone, key=last.__getitem__))
-        parents = [p for p in (int(self._epentry[e]) for e in gone) if p >= 0]
-        for p in parents:
-            self._echildren[p] -= 1
-        for e in sorted(set(gone) | set(parents)):
-            if ecopies[e] == 0 and self._echildren[e] == 0:  # dead: out of the index, back on the entry stack
-                self._index.delete_slot(self._index.slot_of(int(ehash[e])))
-                ehash[e] = ehead[e] = -1
-                self._estack[self._nefree] = e
-                self._nefree += 1
-        self._trim_orders(len(victims))
 
     def _renew_heads(self, entries: Array) -> None:
         """Oldest remaining copy of each entry, by registration stamp (rare: hashes with several copies)."""

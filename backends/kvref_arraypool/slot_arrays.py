@@ -173,9 +173,16 @@ class DeviceSlotAllocator:
     def _alloc_fused(self, kernels: SlotKernels, want: int) -> Array:
         head = self._head
         got = kernels.alloc(
-            ring=self._ring, state=self._state, version=self._version, record=self.record.array, head=head,
-            want=want, num_pages=self.num_pages, page_size=self.page_size, dtype=self.dtype,
-        )  # fmt: skip
+            ring=self._ring,
+            state=self._state,
+            version=self._version,
+            record=self.record.array,
+            head=head,
+            want=want,
+            num_pages=self.num_pages,
+            page_size=self.page_size,
+            dtype=self.dtype,
+        )
         self._moved(head, want)
         return got
 
@@ -243,10 +250,18 @@ class DeviceSlotAllocator:
             return
         if self.kernels is not None and m <= self.kernels.max_free:
             parts = self.kernels.free(
-                slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
-                record=self.record.array, head=self._head, num_pages=self.num_pages, page_size=ps, sort=self.sort,
+                slots=given,
+                state=self._state,
+                first=self._first,
+                ring=self._ring,
+                released=self._released,
+                record=self.record.array,
+                head=self._head,
+                num_pages=self.num_pages,
+                page_size=ps,
+                sort=self.sort,
                 group=self._group is not None,
-            )  # fmt: skip
+            )
             if self._group is not None and parts is not None:
                 self._group.append(parts)
             self._unconfirmed = True
@@ -289,10 +304,20 @@ class DeviceSlotAllocator:
             return self.alloc(want * ps)
         head = self._head
         got = kernels.free_then_alloc(
-            slots=given, state=self._state, first=self._first, ring=self._ring, released=self._released,
-            record=self.record.array, version=self._version, head=head, want=want, num_pages=self.num_pages,
-            page_size=ps, sort=self.sort, dtype=self.dtype,
-        )  # fmt: skip
+            slots=given,
+            state=self._state,
+            first=self._first,
+            ring=self._ring,
+            released=self._released,
+            record=self.record.array,
+            version=self._version,
+            head=head,
+            want=want,
+            num_pages=self.num_pages,
+            page_size=ps,
+            sort=self.sort,
+            dtype=self.dtype,
+        )
         self._moved(head, want)
         self._unconfirmed = True
         return got

@@ -40,21 +40,54 @@ class SlotKernels(Protocol):
     max_free: int
 
     def alloc(
-        self, *, ring: Array, state: Array, version: Array, record: Array, head: int, want: int, num_pages: int,
-        page_size: int, dtype: str,
-    ) -> Array:  # fmt: skip
+        self,
+        *,
+        ring: Array,
+        state: Array,
+        version: Array,
+        record: Array,
+        head: int,
+        want: int,
+        num_pages: int,
+        page_size: int,
+        dtype: str,
+    ) -> Array:
         """Take ``want`` pages from ``ring`` at ``head``; the fresh slots in ``dtype``."""
 
     def free(
-        self, *, slots: Array, state: Array, first: Array, ring: Array, released: Array, record: Array, head: int,
-        num_pages: int, page_size: int, sort: bool, group: bool,
-    ) -> tuple[Array, Array] | None:  # fmt: skip
+        self,
+        *,
+        slots: Array,
+        state: Array,
+        first: Array,
+        ring: Array,
+        released: Array,
+        record: Array,
+        head: int,
+        num_pages: int,
+        page_size: int,
+        sort: bool,
+        group: bool,
+    ) -> tuple[Array, Array] | None:
         """Check ``slots`` and release (or, in a group, mark) their pages; in a group, each page and kept flag."""
 
     def free_then_alloc(
-        self, *, slots: Array, state: Array, first: Array, ring: Array, released: Array, record: Array,
-        version: Array, head: int, want: int, num_pages: int, page_size: int, sort: bool, dtype: str,
-    ) -> Array:  # fmt: skip
+        self,
+        *,
+        slots: Array,
+        state: Array,
+        first: Array,
+        ring: Array,
+        released: Array,
+        record: Array,
+        version: Array,
+        head: int,
+        want: int,
+        num_pages: int,
+        page_size: int,
+        sort: bool,
+        dtype: str,
+    ) -> Array:
         """``free`` of ``slots`` (no group open) then ``alloc`` of ``want`` pages at ``head``, as the two
         calls would (RADIX-616): in one launch where the kernels fuse them."""
 
@@ -62,11 +95,26 @@ class SlotKernels(Protocol):
 def free_then_alloc_in_two(kernels: Any, **call: Any) -> Array:
     """:meth:`SlotKernels.free_then_alloc` as the two calls it stands for: for kernels that do not fuse it."""
     kernels.free(
-        slots=call["slots"], state=call["state"], first=call["first"], ring=call["ring"],
-        released=call["released"], record=call["record"], head=call["head"], num_pages=call["num_pages"],
-        page_size=call["page_size"], sort=call["sort"], group=False,
-    )  # fmt: skip
+        slots=call["slots"],
+        state=call["state"],
+        first=call["first"],
+        ring=call["ring"],
+        released=call["released"],
+        record=call["record"],
+        head=call["head"],
+        num_pages=call["num_pages"],
+        page_size=call["page_size"],
+        sort=call["sort"],
+        group=False,
+    )
     return kernels.alloc(
-        ring=call["ring"], state=call["state"], version=call["version"], record=call["record"], head=call["head"],
-        want=call["want"], num_pages=call["num_pages"], page_size=call["page_size"], dtype=call["dtype"],
-    )  # fmt: skip
+        ring=call["ring"],
+        state=call["state"],
+        version=call["version"],
+        record=call["record"],
+        head=call["head"],
+        want=call["want"],
+        num_pages=call["num_pages"],
+        page_size=call["page_size"],
+        dtype=call["dtype"],
+    )

@@ -40,7 +40,6 @@ from kvref.contract.shape import PoolShape
 from kvref.contract.validate import IntsLike, as_count, as_holder, as_int, as_pool_shape
 from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
 from kvref_arraypool.host_flags import all_true, any_true, positions
-from kvref_arraypool.host_views import SCALAR_LIMIT
 from kvref_arraypool.mixin_calls import MixinCalls
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.queue import StampQueue
@@ -59,9 +58,7 @@ class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
 
     ``ops`` chooses the array library and device. Other arguments are the oracle's: ``num_blocks`` blocks of which
     ``reserved_ids`` are never handed out (POOL-102), eviction ``policy`` (chapter 04), ``paused_limit`` (POOL-113)
-    and ``enable_events`` (PFX-315). ``scalar_limit``: on NumPy (``ops.host_numpy``) calls of up to this many blocks
-    take element paths where they apply, the hash tables' probes included (default
-    :data:`~kvref_arraypool.host_views.SCALAR_LIMIT`; 0: the array path always, as on a device).
+    and ``enable_events`` (PFX-315).
     """
 
     def __init__(
@@ -74,7 +71,6 @@ class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
         paused_limit: int = 0,
         enable_events: bool = False,
         name: str = "array",
-        scalar_limit: int | None = None,
     ) -> None:
         op = name
         n, reserved = as_pool_shape(num_blocks, reserved_ids, op=op)
@@ -87,8 +83,6 @@ class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
         self._reserved = reserved
         self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
         self._events_on = enable_events
-        limit = SCALAR_LIMIT if scalar_limit is None else as_count(scalar_limit, op=op, arg="scalar_limit")
-        self._scalar_limit = limit if ops.host_numpy else 0
 
         host_reserved = np.zeros(n, dtype=bool)
         host_reserved[list(reserved)] = True
@@ -122,9 +116,8 @@ class ArrayPoolState(PoolShape, PausedHolders, MixinCalls):
         self._nefree = n_entries
         self._escratch = ops.zeros(n_entries)
         self._escratch2 = ops.full(n_entries, -1)
-        self._index = HashTable(ops, n_entries, growable=False, few=self._scalar_limit)
-        self._shared = HolderCounts(ops, n, few=self._scalar_limit)
-        self._compiled = self._index.jit  # numba's loops over host arrays (kvref_arraypool.host_jit), or None
+        self._index = HashTable(ops, n_entries, growable=False)
+        self._shared = HolderCounts(ops, n)
 
         self._lru_order = StampQueue(ops, self._evstamp, 2 * n + 64)
         self._fifo_order = StampQueue(ops, self._regstamp, 2 * n + 64)

@@ -18,10 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvref_arraypool.host_flags import count_true, positions
-from kvref_arraypool.host_jit import host_kernels
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["EMPTY", "TOMB", "HashTable", "int64_host"]
+__all__ = ["EMPTY", "TOMB", "HashTable"]
 
 EMPTY = -1
 TOMB = -2
@@ -29,11 +28,6 @@ _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed i
 _U64 = (1 << 64) - 1
 _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
-
-
-def int64_host(a: Array) -> np.ndarray:
-    """A NumPy array as the compiled kernels read it: contiguous int64 (itself when it is)."""
-    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _pow2_at_least(n: int) -> int:
@@ -48,7 +42,7 @@ class HashTable:
     table does not re-check, since the pool has already validated them.
     """
 
-    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool, few: int = 0, jit: bool = True) -> None:
+    def __init__(self, ops: ArrayOps, capacity_hint: int, *, growable: bool) -> None:
         self.ops = ops
         self.growable = growable
         self.capacity = _pow2_at_least(int(capacity_hint / _MAX_LOAD) + 1)
@@ -58,52 +52,6 @@ class HashTable:
         self._claim = ops.full(self.capacity + 1, -1)
         self.live = 0
         self.tombs = 0
-        #: On NumPy arrays a batch of up to ``few`` keys probes key by key in Python (~0.2 us a probe)
-        #: instead of in vectorized rounds (~30 us for a batch of one): the same slots, found or taken.
-        #: 0 (the default, and always on a device): the rounds only.
-        self.few = few if ops.host_numpy else 0
-        #: On NumPy arrays (``ops.compiled``), with numba installed (and ``jit``), every batch probes
-        #: in one compiled loop (:mod:`kvref_arraypool.host_jit`): the same slots as key by key.
-        self.jit = host_kernels() if jit and ops.compiled else None
-
-    def _home_of(self, key: int) -> int:
-        """:meth:`_home` of one key in Python ints: int64 wrap-around and arithmetic shifts, exactly."""
-        x = key ^ (key >> 33)
-        x = (x * _MIX) & _U64
-        if x >> 63:
-            x -= 1 << 64
-        x ^= x >> 33
-        return x & (self.capacity - 1)
-
-    def slot_of(self, key: int) -> int:
-        """:meth:`find_slots` of one key, probing slot by slot in Python: its slot, or -1 (host arrays)."""
-        tkeys, mask = self.keys, self.capacity - 1
-        slot = self._home_of(key)
-        while True:
-            seen = tkeys[slot]
-            if seen == key:
-                return slot
-            if seen == EMPTY:
-                return -1
-            slot = (slot + 1) & mask
-
-    def insert_one(self, key: int, value: int) -> None:
-        """:meth:`insert` of one absent key, slot by slot in Python (host arrays)."""
-        if self.live + self.tombs + 1 > _MAX_LOAD * self.capacity:
-            self._rebuild(self.live + 1)
-        self._insert_one(key, value)
-
-    def _insert_one(self, key: int, value: int) -> None:
-        """The first open slot from the key's home takes it (room made by the caller)."""
-        tkeys, mask = self.keys, self.capacity - 1
-        slot = self._home_of(key)
-        while tkeys[slot] >= 0:
-            slot = (slot + 1) & mask
-        if tkeys[slot] == TOMB:
-            self.tombs -= 1
-        tkeys[slot] = key
-        self.values[slot] = value
-        self.live += 1
 
     def _home(self, keys: Array) -> Array:
         """Each key's home slot: murmur3's fmix64 steps in int64 (in place on one fresh array)."""
@@ -126,12 +74,6 @@ class HashTable:
         """
         ops = self.ops
         n = len(keys)
-        if self.jit is not None:
-            out = np.empty(n, dtype=np.int64)
-            self.jit.find_slots(self.keys, self.capacity - 1, int64_host(keys), out)
-            return out
-        if n <= self.few:
-            return np.array([self.slot_of(k) for k in keys.tolist()], dtype=np.int64)
         out = ops.full(n, -1)
         if n == 0:
             return out
@@ -181,10 +123,6 @@ class HashTable:
 
     def find(self, keys: Array, default: int = -1) -> Array:
         """The value of each key, or ``default`` where absent."""
-        if self.jit is not None:
-            out = np.empty(len(keys), dtype=np.int64)
-            self.jit.find_values(self.keys, self.values, self.capacity - 1, int64_host(keys), default, out)
-            return out
         slots = self.find_slots(keys)
         found = slots >= 0
         return self.ops.where(found, self.values[self.ops.where(found, slots, 0)], default)
@@ -201,17 +139,8 @@ class HashTable:
         n = len(keys)
         if n == 0:
             return
-        self.reserve(n)
-        if self.jit is not None:
-            self.tombs -= int(
-                self.jit.insert(self.keys, self.values, self.capacity - 1, int64_host(keys), int64_host(values))
-            )
-            self.live += n
-            return
-        if n <= self.few:
-            for key, value in zip(keys.tolist(), values.tolist(), strict=True):
-                self._insert_one(key, value)
-            return
+        if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
+            self._rebuild(self.live + n)
         ops = self.ops
         mask = self.capacity - 1
         slot = self._home(keys)
@@ -255,22 +184,6 @@ class HashTable:
             self.values[ws] = values[wk]
         return positions(~flags[:m])
 
-    def room(self) -> int:
-        """How many keys an insert may add before the table must be rebuilt (or grown) first."""
-        return max(0, int(_MAX_LOAD * self.capacity) - self.live - self.tombs)
-
-    def reserve(self, n: int) -> None:
-        """Make room for ``n`` more keys (a rebuild, or growth, where they would pass the load
-        limit): what :meth:`insert` does first, for a compiled kernel that inserts by itself."""
-        if self.live + self.tombs + n > _MAX_LOAD * self.capacity:
-            self._rebuild(self.live + n)
-
-    def account(self, *, added: int = 0, tombs_taken: int = 0, deleted: int = 0, erased: int = 0) -> None:
-        """Record what a compiled kernel did to :attr:`keys`: ``added`` keys (``tombs_taken`` of
-        them in deleted slots), ``deleted`` keys (each leaving a tombstone), ``erased`` keys (none)."""
-        self.live += added - deleted - erased
-        self.tombs += deleted - tombs_taken
-
     def _claim_scratch(self) -> Array:
         """The claims of one insert round: a slot per table slot and one spare past them. Made with
         the table (and remade when it grows), so the table's memory is all there from the start."""
@@ -291,17 +204,8 @@ class HashTable:
         self.live -= n
         self.tombs += n
 
-    def delete_slot(self, slot: int) -> None:
-        """:meth:`delete_at` of one slot, in Python (host arrays)."""
-        self.keys[slot] = TOMB
-        self.live -= 1
-        self.tombs += 1
-
     def delete(self, keys: Array) -> None:
         """Delete distinct keys that are present."""
-        if self.jit is not None:  # no tombstones: later keys of each run move back (backward-shift deletion)
-            self.live -= int(self.jit.delete(self.keys, self.values, self.capacity - 1, int64_host(keys)))
-            return
         self.delete_at(self.find_slots(keys))
 
     def items(self) -> tuple[Array, Array]:

@@ -232,9 +232,18 @@ class CudaSlotKernels(_Kernels):
     max_free = MAX_CALL
 
     def alloc(
-        self, *, ring: Any, state: Any, version: Any, record: Any, head: int, want: int, num_pages: int,
-        page_size: int, dtype: str,
-    ) -> Any:  # fmt: skip
+        self,
+        *,
+        ring: Any,
+        state: Any,
+        version: Any,
+        record: Any,
+        head: int,
+        want: int,
+        num_pages: int,
+        page_size: int,
+        dtype: str,
+    ) -> Any:
         """Take ``want`` pages from the ring at ``head``: mark them held, bump their slots' versions,
         lower the ring's device length; the fresh slots in ``dtype``."""
         arrays, at = self.arrays, self.arrays.address
@@ -244,16 +253,28 @@ class CudaSlotKernels(_Kernels):
             return out
         threads = min(256, _threads(n))
         self._launch(
-            f"slot_alloc_{_DTYPE_SUFFIX[dtype]}", (n + threads - 1) // threads, threads,
-            (at(ring), at(state), at(version), at(record), at(out), head, want,
-             num_pages, page_size),
-        )  # fmt: skip
+            f"slot_alloc_{_DTYPE_SUFFIX[dtype]}",
+            (n + threads - 1) // threads,
+            threads,
+            (at(ring), at(state), at(version), at(record), at(out), head, want, num_pages, page_size),
+        )
         return out
 
     def free(
-        self, *, slots: Any, state: Any, first: Any, ring: Any, released: Any, record: Any, head: int,
-        num_pages: int, page_size: int, sort: bool, group: bool,
-    ) -> tuple[Any, Any] | None:  # fmt: skip
+        self,
+        *,
+        slots: Any,
+        state: Any,
+        first: Any,
+        ring: Any,
+        released: Any,
+        record: Any,
+        head: int,
+        num_pages: int,
+        page_size: int,
+        sort: bool,
+        group: bool,
+    ) -> tuple[Any, Any] | None:
         """Check ``slots`` and release (in a group: mark) the first entry of each page they name; a
         refused call writes only the record. In a group, returns each entry's page and kept flag."""
         arrays, at = self.arrays, self.arrays.address
@@ -264,26 +285,71 @@ class CudaSlotKernels(_Kernels):
         else:  # nothing is written there
             page, keep = first, state
         self._launch(
-            f"slot_free_{suffix}", 1, _threads(m),
-            (at(slots), m, at(state), at(first), at(ring), at(released), at(record), at(page),
-             at(keep), head, num_pages, page_size, int(sort), int(group)),
-        )  # fmt: skip
+            f"slot_free_{suffix}",
+            1,
+            _threads(m),
+            (
+                at(slots),
+                m,
+                at(state),
+                at(first),
+                at(ring),
+                at(released),
+                at(record),
+                at(page),
+                at(keep),
+                head,
+                num_pages,
+                page_size,
+                int(sort),
+                int(group),
+            ),
+        )
         return (page, keep) if group else None
 
     def free_then_alloc(
-        self, *, slots: Any, state: Any, first: Any, ring: Any, released: Any, record: Any, version: Any, head: int,
-        want: int, num_pages: int, page_size: int, sort: bool, dtype: str,
-    ) -> Any:  # fmt: skip
+        self,
+        *,
+        slots: Any,
+        state: Any,
+        first: Any,
+        ring: Any,
+        released: Any,
+        record: Any,
+        version: Any,
+        head: int,
+        want: int,
+        num_pages: int,
+        page_size: int,
+        sort: bool,
+        dtype: str,
+    ) -> Any:
         """``free`` of ``slots`` then ``alloc`` of ``want`` pages at ``head``, in one launch (RADIX-616)."""
         arrays, at = self.arrays, self.arrays.address
         m, n = len(slots), want * page_size
         slots, suffix = self._ids(slots)
         out = arrays.empty(n, dtype)
         self._launch(
-            f"slot_free_alloc_{suffix}_{_DTYPE_SUFFIX[dtype]}", 1, _threads(max(m, n)),
-            (at(slots), m, at(state), at(first), at(ring), at(released), at(record), at(version), at(out), head, want,
-             num_pages, page_size, int(sort)),
-        )  # fmt: skip
+            f"slot_free_alloc_{suffix}_{_DTYPE_SUFFIX[dtype]}",
+            1,
+            _threads(max(m, n)),
+            (
+                at(slots),
+                m,
+                at(state),
+                at(first),
+                at(ring),
+                at(released),
+                at(record),
+                at(version),
+                at(out),
+                head,
+                want,
+                num_pages,
+                page_size,
+                int(sort),
+            ),
+        )
         return out
 
 
@@ -301,22 +367,49 @@ class CudaBlockKernels(_Kernels):
         if total == 0:
             return out
         self._launch(
-            f"block_allocate_{_DTYPE_SUFFIX[dtype]}", 1, _threads(total),
-            (at(stack), at(ref), at(gen), at(bits), at(record), at(out), total, words,
-             slot // 32, 1 << (slot % 32)),
-        )  # fmt: skip
+            f"block_allocate_{_DTYPE_SUFFIX[dtype]}",
+            1,
+            _threads(total),
+            (at(stack), at(ref), at(gen), at(bits), at(record), at(out), total, words, slot // 32, 1 << (slot % 32)),
+        )
         return out
 
     def call(
-        self, *, ids: Any, ref: Any, bits: Any, reserved: Any, first: Any, stack: Any, record: Any, num_blocks: int,
-        words: int, slot: int, free: bool,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        ids: Any,
+        ref: Any,
+        bits: Any,
+        reserved: Any,
+        first: Any,
+        stack: Any,
+        record: Any,
+        num_blocks: int,
+        words: int,
+        slot: int,
+        free: bool,
+    ) -> None:
         """Check and apply one ``free`` (or ``acquire``) of ``ids`` by request slot ``slot``."""
         at = self.arrays.address
         m = len(ids)
         ids, suffix = self._ids(ids)
         self._launch(
-            f"block_call_{suffix}", 1, _threads(m),
-            (at(ids), m, num_blocks, at(ref), at(bits), at(reserved), at(first), at(stack),
-             at(record), words, slot // 32, 1 << (slot % 32), int(free)),
-        )  # fmt: skip
+            f"block_call_{suffix}",
+            1,
+            _threads(m),
+            (
+                at(ids),
+                m,
+                num_blocks,
+                at(ref),
+                at(bits),
+                at(reserved),
+                at(first),
+                at(stack),
+                at(record),
+                words,
+                slot // 32,
+                1 << (slot % 32),
+                int(free),
+            ),
+        )

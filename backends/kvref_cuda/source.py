@@ -2,8 +2,8 @@
 
 Each kernel does what the array path of its surface does, over the same arrays and record
 (:mod:`kvref_arraypool.deferred`'s layout: code, call, position, value, refused calls, calls, then
-the owner's counters), with the same result, as the Triton kernels of ``kvref_torch`` and the host
-kernels of ``kvref_arraypool`` do:
+the owner's counters), with the same result (``tests/test_cuda_kernels.py`` holds each to the array
+path, on a GPU or compiled for the CPU under ``tests/cuda_emulation.py``):
 
 * ``slot_alloc_*``: a grid over the slots taken from the free ring at the host-known head: mark
   the pages held, bump the slots' versions, write the fresh output; thread 0 lowers the ring's

@@ -223,9 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for policy in args.policy or ["lru"]:
         report = run_soak(
-            args.backend, ops=int(args.ops), policy=policy, num_blocks=args.blocks,
-            check_every=int(args.check_every), seed=args.seed, device=args.device,
-        )  # fmt: skip
+            args.backend,
+            ops=int(args.ops),
+            policy=policy,
+            num_blocks=args.blocks,
+            check_every=int(args.check_every),
+            seed=args.seed,
+            device=args.device,
+        )
         data = report.to_json()
         data.pop("samples")
         print(json.dumps(data), flush=True)

@@ -329,6 +329,18 @@ class Target:
 
         tables = block_tables_factory if make_tables is not None else None
         return cls(
-            name, factory, capabilities, backend.version(), resolved_device, profile, slots, arrays, radix, manager,
-            context, plane, blocks, tables,
-        )  # fmt: skip
+            name,
+            factory,
+            capabilities,
+            backend.version(),
+            resolved_device,
+            profile,
+            slots,
+            arrays,
+            radix,
+            manager,
+            context,
+            plane,
+            blocks,
+            tables,
+        )

@@ -90,9 +90,14 @@ def run_replay(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right", overflow="fold")
     for r in results:
         table.add_row(
-            f"{r.capacity:,}", r.policy, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}",
-            f"{r.infinite_token_hit_rate:.2%}", f"{r.evictions:,}", f"{r.block_ops_per_second:,.0f}",
-        )  # fmt: skip
+            f"{r.capacity:,}",
+            r.policy,
+            f"{r.block_hit_rate:.2%}",
+            f"{r.token_hit_rate:.2%}",
+            f"{r.infinite_token_hit_rate:.2%}",
+            f"{r.evictions:,}",
+            f"{r.block_ops_per_second:,.0f}",
+        )
     print_table(table)
     if compared:
         print_backend_runs(compared)
@@ -125,9 +130,10 @@ def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str
         policies += [f"radix-{p}" for p in wanted]
     if not policies:
         raise InvalidValueError(
-            "TRACE-1022", f"replay --cache both: none of {named} is a policy of either cache "
+            "TRACE-1022",
+            f"replay --cache both: none of {named} is a policy of either cache "
             f"(hash: {hash_policies}; radix: {list(RADIX_POLICIES)})",
-        )  # fmt: skip
+        )
     capacities = sorted(set(args.capacity or [10_000]))
     bad = [c for c in capacities if c < 1]
     if bad:  # refused here, in the user's numbers (the pool would see capacity + 1 for its reserved block)
@@ -176,7 +182,12 @@ def print_backend_runs(runs: list[Any]) -> None:
     for r in runs:
         same = "yes" if r.counts() == first.counts() else "NO"
         table.add_row(
-            r.backend, r.mode, f"{r.block_hit_rate:.2%}", f"{r.token_hit_rate:.2%}", f"{r.evictions:,}", same,
+            r.backend,
+            r.mode,
+            f"{r.block_hit_rate:.2%}",
+            f"{r.token_hit_rate:.2%}",
+            f"{r.evictions:,}",
+            same,
             f"{r.block_ops_per_second:,.0f}",
-        )  # fmt: skip
+        )
     print_table(table)

@@ -126,10 +126,14 @@ def _model(args: argparse.Namespace) -> Any:
     from kvref.simulation.serving import StepModel
 
     return StepModel(
-        max_num_batched_tokens=args.budget, max_num_seqs=args.max_seqs, max_model_len=args.max_model_len,
-        step_ms=args.step_ms, prefill_ms_per_token=args.prefill_ms_per_token,
-        decode_ms_per_token=args.decode_ms_per_token, preemption=args.preemption,
-    )  # fmt: skip
+        max_num_batched_tokens=args.budget,
+        max_num_seqs=args.max_seqs,
+        max_model_len=args.max_model_len,
+        step_ms=args.step_ms,
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        decode_ms_per_token=args.decode_ms_per_token,
+        preemption=args.preemption,
+    )
 
 
 def run_serve_replay(args: argparse.Namespace) -> int:

@@ -2,9 +2,6 @@
 
 - :mod:`~kvref.config.settings`: settings from argument, environment, file or default (CONF-9xx);
 - :mod:`~kvref.config.registry`: backends by name, through the ``kvref.backends`` entry points.
-
-``from kvref.config import load_settings`` and ``import kvref.registry`` (an alias of
-:mod:`kvref.config.registry`) keep working as they did before the move.
 """
 
 from kvref.config.settings import OPTIONS, Option, Settings, load_settings

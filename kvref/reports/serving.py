@@ -29,19 +29,34 @@ __all__ = [
 
 #: Columns of the results table, shared by the terminal table and the Markdown.
 TABLE_COLUMNS = (
-    "blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "TTFT p50", "TTFT p90",
-    "TTFT p99", "queue p90", "preempted", "rejected", "peak blocks", "mean blocks", "evictions", "replay s",
-)  # fmt: skip
+    "blocks",
+    "policy",
+    "token hits",
+    "block hits",
+    "Belady",
+    "prefill saved",
+    "TTFT p50",
+    "TTFT p90",
+    "TTFT p99",
+    "queue p90",
+    "preempted",
+    "rejected",
+    "peak blocks",
+    "mean blocks",
+    "evictions",
+    "replay s",
+)
 
 
 #: The same columns in three narrower tables for a terminal (each fits 80 columns): title, columns.
 TABLE_GROUPS = (
-    ("hits at first admission",
-     ("blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "evictions")),
+    (
+        "hits at first admission",
+        ("blocks", "policy", "token hits", "block hits", "Belady", "prefill saved", "evictions"),
+    ),
     ("latency", ("blocks", "policy", "TTFT p50", "TTFT p90", "TTFT p99", "queue p90")),
-    ("blocks and preemption",
-     ("blocks", "policy", "preempted", "rejected", "peak blocks", "mean blocks", "replay s")),
-)  # fmt: skip
+    ("blocks and preemption", ("blocks", "policy", "preempted", "rejected", "peak blocks", "mean blocks", "replay s")),
+)
 
 
 def _ms(value: float) -> str:
@@ -60,11 +75,23 @@ def table_row(r: ServingResult, results: Sequence[ServingResult] = ()) -> list[s
     :func:`curve_label` does among ``results``)."""
     belady = r.belady_token_hit_rate
     return [
-        f"{r.capacity:,}", curve_label(r, results or [r]), f"{r.token_hit_rate:.2%}", f"{r.block_hit_rate:.2%}",
-        "-" if belady is None else f"{belady:.2%}", f"{r.prefill_tokens_saved:,}", _ms(r.ttft_ms.p50),
-        _ms(r.ttft_ms.p90), _ms(r.ttft_ms.p99), _ms(r.queue_ms.p90), f"{r.preemptions:,}", f"{r.rejected:,}",
-        f"{r.peak_blocks_in_use:,}", f"{r.mean_blocks_in_use:,.1f}", f"{r.evictions:,}", f"{r.seconds:.2f}",
-    ]  # fmt: skip
+        f"{r.capacity:,}",
+        curve_label(r, results or [r]),
+        f"{r.token_hit_rate:.2%}",
+        f"{r.block_hit_rate:.2%}",
+        "-" if belady is None else f"{belady:.2%}",
+        f"{r.prefill_tokens_saved:,}",
+        _ms(r.ttft_ms.p50),
+        _ms(r.ttft_ms.p90),
+        _ms(r.ttft_ms.p99),
+        _ms(r.queue_ms.p90),
+        f"{r.preemptions:,}",
+        f"{r.rejected:,}",
+        f"{r.peak_blocks_in_use:,}",
+        f"{r.mean_blocks_in_use:,.1f}",
+        f"{r.evictions:,}",
+        f"{r.seconds:.2f}",
+    ]
 
 
 def _by_capacity(results: Sequence[ServingResult], cell: Any, title: str) -> list[str]:
@@ -152,9 +179,13 @@ def write_serving_report(
     payload: dict[str, Any] = {"title": title, "notes": list(notes), "results": [r.to_json() for r in results]}
     if sizing is not None:
         payload["sizing"] = {
-            "measure": sizing.measure, "target": sizing.target, "low": sizing.low, "high": sizing.high,
-            "capacity": sizing.capacity, "sentence": sizing.sentence(),
-        }  # fmt: skip
+            "measure": sizing.measure,
+            "target": sizing.target,
+            "low": sizing.low,
+            "high": sizing.high,
+            "capacity": sizing.capacity,
+            "sentence": sizing.sentence(),
+        }
     data.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     summary = out_dir / "serving.md"
     summary.write_text(render_serving_markdown(results, title=title, notes=notes, sizing=sizing), encoding="utf-8")

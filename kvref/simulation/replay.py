@@ -86,9 +86,12 @@ class ReplayResult:
         """Every field and rate, for ``--json``."""
         out = asdict(self)
         for name in (
-            "block_hit_rate", "token_hit_rate", "infinite_block_hit_rate", "infinite_token_hit_rate",
+            "block_hit_rate",
+            "token_hit_rate",
+            "infinite_block_hit_rate",
+            "infinite_token_hit_rate",
             "block_ops_per_second",
-        ):  # fmt: skip
+        ):
             out[name] = getattr(self, name)
         return out
 

@@ -33,9 +33,13 @@ def describe(
     benchmark: Any, backend: Any, device: str | None, workload: str, *, blocks: int, batch: int, pool: int
 ) -> None:
     benchmark.extra_info.update(
-        backend=backend.name, device=backend.device(device), workload=workload, blocks_per_round=blocks,
-        batch=batch, pool_blocks=pool,
-    )  # fmt: skip
+        backend=backend.name,
+        device=backend.device(device),
+        workload=workload,
+        blocks_per_round=blocks,
+        batch=batch,
+        pool_blocks=pool,
+    )
 
 
 class Calls:

@@ -145,7 +145,8 @@ def test_routing_reconstruction_per_token(benchmark: Any, backend: Any, device: 
         np.ones((blocks * size, layers, topk), dtype=np.int32), np.repeat(ids, size), np.tile(np.arange(size), blocks)
     )
     tokens = blocks * size - 1
-    benchmark.extra_info.update(backend=backend.name, device=plane.tensors.device, workload="reconstruct routing",
-                                tokens_per_round=tokens)  # fmt: skip
+    benchmark.extra_info.update(
+        backend=backend.name, device=plane.tensors.device, workload="reconstruct routing", tokens_per_round=tokens
+    )
     got = benchmark(store.reconstruct, ids, tokens)
     assert got is not None and tuple(got.shape) == (tokens, layers, topk)

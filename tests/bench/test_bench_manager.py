@@ -57,8 +57,9 @@ class KvrefChurn:
         rid, tokens = next(self.source)
         m, req = self.manager, Request(rid, tokens, block_size=BLOCK_SIZE)
         hits, computed = m.get_computed_blocks(req)
-        got = m.allocate_slots(req, req.num_tokens - computed, computed, hits if computed else None,
-                               full_sequence_must_fit=True)  # fmt: skip
+        got = m.allocate_slots(
+            req, req.num_tokens - computed, computed, hits if computed else None, full_sequence_must_fit=True
+        )
         assert got is not None, "a 17-block request must fit in 4000 blocks"
         m.record_prefix_cache_stats(req, computed)
         req.num_computed_tokens = req.num_tokens

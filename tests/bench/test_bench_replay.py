@@ -51,9 +51,11 @@ def bench_replay(
     lists = chains(workload)
     refs = sum(map(len, lists))
     benchmark.extra_info.update(
-        backend=backend.name, device=backend.device(device), blocks_per_round=refs,
+        backend=backend.name,
+        device=backend.device(device),
+        blocks_per_round=refs,
         workload=f"replay[{workload}, {policy}, {capacity:,} blocks, {mode}]",
-    )  # fmt: skip
+    )
     results: list[Any] = []
 
     def fresh_pool() -> tuple[tuple[Any], dict[str, Any]]:

@@ -32,9 +32,12 @@ def bench_serving(
 ) -> None:
     blocks = sum(-(-r.prompt_length // workload.block_size) for r in workload.requests)
     benchmark.extra_info.update(
-        backend=backend.name, device=backend.device(device), blocks_per_round=blocks,
-        workload=f"serve-replay[{label}, lru, {capacity:,} blocks]", requests=len(workload.requests),
-    )  # fmt: skip
+        backend=backend.name,
+        device=backend.device(device),
+        blocks_per_round=blocks,
+        workload=f"serve-replay[{label}, lru, {capacity:,} blocks]",
+        requests=len(workload.requests),
+    )
     seen: list[tuple[object, ...]] = []
 
     def fresh() -> tuple[tuple[Any], dict[str, Any]]:

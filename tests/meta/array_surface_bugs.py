@@ -62,7 +62,7 @@ def _backend(allocator: type[DeviceSlotAllocator]) -> type[CupyBackend]:
         def create_slot_arrays(
             self, size: int, *, page_size: int = 1, sort: bool = True, dtype: str = "int32", device: str | None = None
         ) -> DeviceSlotAllocator:
-            ops = self._ops(self.device(device))
+            ops = self.ops(self.device(device))
             return allocator(size, ops=ops, page_size=page_size, sort=sort, dtype=dtype)
 
     PlantedArraysBackend.__name__ = PlantedArraysBackend.__qualname__ = allocator.__name__ + "Backend"

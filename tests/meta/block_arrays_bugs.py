@@ -76,7 +76,7 @@ def _backend(pool: type[DeviceBlockPool]) -> type[CupyBackend]:
             dtype: str = "int32",
             device: str | None = None,
         ) -> DeviceBlockPool:
-            ops = self._ops(self.device(device))
+            ops = self.ops(self.device(device))
             return pool(num_blocks, ops=ops, max_requests=max_requests, reserved_ids=reserved_ids, dtype=dtype)
 
     PlantedBlockArraysBackend.__name__ = PlantedBlockArraysBackend.__qualname__ = pool.__name__ + "Backend"

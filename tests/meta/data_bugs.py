@@ -68,7 +68,7 @@ class StaleRow(ReqToTokenTable):
 
 def _backend(**classes: type[Any]) -> type[OracleBackend]:
     class PlantedDataBackend(OracleBackend):
-        def data_plane(self, device: str | None = None) -> DataPlane:
+        def data_plane(self, device: str | None = None, **options: Any) -> DataPlane:
             self.device(device)
             return DataPlane(DataPlane.reference().tensors, **classes)
 

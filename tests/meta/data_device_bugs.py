@@ -75,7 +75,7 @@ def _backend(checks: type[DeviceSlotChecks]) -> Any:
     class PlantedDeviceChecksBackend(CupyBackend):
         name = checks.__name__
 
-        def data_plane(self, device: str | None = None) -> DataPlane:
+        def data_plane(self, device: str | None = None, **options: Any) -> DataPlane:
             import numpy
 
             self.device(device)

@@ -41,8 +41,15 @@ class HitsPinnedOnRefusal(RequestManager):
     """The hits are touched before the fit check, and stay pinned when the allocation is refused
     (the reason vLLM appends the new computed blocks only after ``can_allocate``)."""
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None, *args: Any, **kwargs: Any) -> Any:  # fmt: skip
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         got = super().allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, *args, **kwargs
         )

@@ -1,5 +1,5 @@
 """Planted bugs of chapter 06: the oracle's allocator and radix tree, each with one bug a real
-engine's token-slot allocator or radix cache has shipped (SGLang, pymllm, seed 003).
+engine's token-slot allocator or radix cache has shipped (SGLang, pymllm, a bitmask slot allocator).
 
 The allocator bugs are backends the conformance suite loads by name (``tests.meta.radix_bugs:X``:
 the oracle's pools, a buggy ``create_slots``); the tree bugs are trees the scheduler machine of

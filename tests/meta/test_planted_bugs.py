@@ -34,9 +34,18 @@ def run_suite(backend: str, results: Path, *extra: str) -> tuple[int, str, dict[
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("KVREF_BACKEND", None)
     command = [
-        sys.executable, "-m", "kvref", "conformance", "--backend", backend, "--profile", "ci",
-        "--results", str(results), *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvref",
+        "conformance",
+        "--backend",
+        backend,
+        "--profile",
+        "ci",
+        "--results",
+        str(results),
+        *extra,
+    ]
     run = subprocess.run(command, cwd=results, env=env, capture_output=True, text=True, timeout=900)
     files = list(results.glob("*.json"))
     return run.returncode, run.stdout + run.stderr, json.loads(files[0].read_text()) if files else {}

@@ -22,9 +22,15 @@ def test_a_known_deviation_turns_the_failure_into_a_strict_xfail_and_stale_entri
         '[[deviation]]\ntest = "TestPool::test_that_does_not_exist"\nreason = "stale"\nlink = "https://example.org/2"\n'
     )
     code, output, results = run_suite(
-        "tests.meta.bugs:ScatterFree", tmp_path / "r", "--no-shrink", "--deviations", str(deviations),
-        "--", "-k", "TestPool and free_drops",
-    )  # fmt: skip
+        "tests.meta.bugs:ScatterFree",
+        tmp_path / "r",
+        "--no-shrink",
+        "--deviations",
+        str(deviations),
+        "--",
+        "-k",
+        "TestPool and free_drops",
+    )
     assert code == 0, f"a known deviation still failed the run:\n{output[-2000:]}"
     assert "matches no test: TestPool::test_that_does_not_exist" in output
     assert results["summary"] == {"xfailed": 1}

@@ -28,8 +28,11 @@ def test_other_ids_pass_through_the_renaming_but_not_under_exact_order(tmp_path:
 def test_a_backend_that_cannot_load_stops_the_run_with_the_reason(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "kvref", "conformance", "--backend", "no_such_backend_pkg:Nope"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0
     assert "cannot load backend 'no_such_backend_pkg:Nope'" in run.stderr + run.stdout
     assert "passed" not in run.stdout, "the suite ran on something else instead of stopping"

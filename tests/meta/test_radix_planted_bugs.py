@@ -43,10 +43,16 @@ def test_the_scheduler_machine_catches_the_planted_tree_bug(tree: type[OracleRad
     machine: Any = type(f"Machine_{tree.__name__}", (SchedulerMachine,), {"tree_class": tree})
     with pytest.raises((AssertionError, KVRefError)) as caught:
         run_state_machine_as_test(
-            machine, settings=settings(max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
-                                       report_multiple_bugs=False,
-                                       suppress_health_check=list(HealthCheck))
-        )  # fmt: skip
+            machine,
+            settings=settings(
+                max_examples=200,
+                stateful_step_count=40,
+                derandomize=True,
+                deadline=None,
+                report_multiple_bugs=False,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     message = str(caught.value)
     rules = set(re.findall(r"\[?(RADIX-\d{3})\]?", message))
     assert rule_id in rules, (
@@ -109,12 +115,22 @@ class _PlantedTreeTarget:
 def test_the_radix_integrity_machine_sees_a_locked_prefix_evicted_under_a_running_request() -> None:
     from kvref_conformance.suites.data_integrity_radix import RadixIntegrityMachine
 
-    machine: Any = type("Integrity_EvictWhileLocked", (RadixIntegrityMachine,), {"target": _PlantedTreeTarget(
-        radix_bugs.EvictWhileLocked)})  # fmt: skip
+    machine: Any = type(
+        "Integrity_EvictWhileLocked",
+        (RadixIntegrityMachine,),
+        {"target": _PlantedTreeTarget(radix_bugs.EvictWhileLocked)},
+    )
     with pytest.raises((AssertionError, KVRefError)) as caught:
         run_state_machine_as_test(
-            machine, settings=settings(max_examples=200, stateful_step_count=40, derandomize=True, deadline=None,
-                                       report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
-        )  # fmt: skip
+            machine,
+            settings=settings(
+                max_examples=200,
+                stateful_step_count=40,
+                derandomize=True,
+                deadline=None,
+                report_multiple_bugs=False,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     seen = str(caught.value)  # the running request's KV overwritten, or its freed slots refused at insert
     assert "[RADIX-628]" in seen or "[RADIX-626]" in seen, f"a locked prefix was evicted, but: {seen[:400]}"

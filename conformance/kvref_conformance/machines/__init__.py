@@ -31,15 +31,24 @@ __all__ = ["STEP_COUNTS", "STEP_SECONDS", "DifferentialMachine", "chain_hash", "
 
 #: Rules removed when the target or the machine leaves the prefix cache, or the batches, out.
 CACHE_RULES = (
-    "run_request", "reset", "lookup_is_pure_and_honest", "register_a_second_copy", "reoffer_a_hit_for_registration",
+    "run_request",
+    "reset",
+    "lookup_is_pure_and_honest",
+    "register_a_second_copy",
+    "reoffer_a_hit_for_registration",
     "match_batch",
-)  # fmt: skip
-#: The batch machine's own rules; the caller-side rules of issue 16's blind spots (a list written
+)
+#: The batch machine's own rules; the caller-side rules of the targeted steps (a list written
 #: over, a hit offered again, one chain matched by several holders in one call) live there too, so
 #: the pool and cache machines draw exactly what they drew before (their known deviations are
 #: found by those draws under the ci profile).
-BATCH_RULES = ("allocate_batch", "free_batch", "match_batch", "scribble_on_a_returned_list",
-               "reoffer_a_hit_for_registration")  # fmt: skip
+BATCH_RULES = (
+    "allocate_batch",
+    "free_batch",
+    "match_batch",
+    "scribble_on_a_returned_list",
+    "reoffer_a_hit_for_registration",
+)
 
 
 class DifferentialMachine(TargetedSteps, Observations):
@@ -52,8 +61,8 @@ def make_machine(
     """A machine class driving ``target`` under ``policy`` beside the oracle.
 
     ``cache=False`` leaves the prefix cache out (the pool alone); ``batches=True`` adds the
-    batched forms to the steps; ``targeted=True`` adds the steps that make issue 16's blind spots
-    on purpose (:mod:`.targeted_steps`), with the batched forms where the target has them.
+    batched forms to the steps; ``targeted=True`` adds the steps that make the situations random steps
+    rarely reach on purpose (:mod:`.targeted_steps`), with the batched forms where the target has them.
     """
     batches = batches or targeted
     kind = "targeted" if targeted else "batch" if batches else "cache" if cache else "pool"

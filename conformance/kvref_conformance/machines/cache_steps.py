@@ -121,8 +121,11 @@ class CacheSteps(MachineCore):
         """``match_many(lists, holders)`` on both sides, each list a prefix of its chain's hashes (PFX-320)."""
         what = f"match_many({lists}, holders={holders})"
         if any(h in self.paused and hl for h, hl in zip(holders, lists, strict=True)):
-            self.both(what, lambda: self.impl.match_many(lists, holders=holders),
-                      lambda: self.oracle.match_many(lists, holders=holders))  # fmt: skip
+            self.both(
+                what,
+                lambda: self.impl.match_many(lists, holders=holders),
+                lambda: self.oracle.match_many(lists, holders=holders),
+            )
             return
         kind, got = outcome(lambda: self.impl.match_many(lists, holders=holders))
         assert kind == "ok", f"[PFX-320] {what} raised {got!r}; matching in order as match does succeeds"

@@ -1,4 +1,4 @@
-"""The machine's targeted steps: situations the random steps reach rarely, made on purpose (issue 16).
+"""The machine's targeted steps: situations the random steps reach rarely, made on purpose.
 
 - a paused holder calls every operation, not only ``allocate`` (POOL-113, POOL-114, POOL-121);
 - blocks that never got a hash are released in one call among cached ones, and the next
@@ -24,12 +24,15 @@ from kvref_conformance.machines.pool_steps import PoolSteps
 __all__ = ["TARGETED_RULES", "TargetedSteps"]
 
 #: The targeted steps' names: only the targeted machine draws them.
-TARGETED_RULES = ("a_paused_holder_calls_each_operation", "release_hashless_among_cached_then_evict",
-                  "admit_a_batch_whose_middle_entry_does_not_fit")  # fmt: skip
+TARGETED_RULES = (
+    "a_paused_holder_calls_each_operation",
+    "release_hashless_among_cached_then_evict",
+    "admit_a_batch_whose_middle_entry_does_not_fit",
+)
 
 
 class TargetedSteps(PoolSteps, CacheSteps):
-    """Steps that build issue 16's blind spots on purpose, each followed on the oracle."""
+    """Steps that build rarely reached situations on purpose, each followed on the oracle."""
 
     @rule(holder=holders_st, data=st.data())
     def a_paused_holder_calls_each_operation(self, holder: object, data: st.DataObject) -> None:
@@ -62,8 +65,11 @@ class TargetedSteps(PoolSteps, CacheSteps):
         elif op == "free_many":
             self.tick()
             pair = (holder, data.draw(st.sampled_from(others), label="beside"))
-            entries = [(h, data.draw(st.lists(st.sampled_from(range(len(self.refs[h]))), unique=True), label=repr(h)))
-                       for h in pair if self.refs[h]]  # fmt: skip
+            entries = [
+                (h, data.draw(st.lists(st.sampled_from(range(len(self.refs[h]))), unique=True), label=repr(h)))
+                for h in pair
+                if self.refs[h]
+            ]
             self.release_together(entries)
         else:
             self.tick()

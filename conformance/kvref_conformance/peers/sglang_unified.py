@@ -54,9 +54,12 @@ class SglangUnifiedTree:
         self._radix_key = RadixKey
         self._params = (MatchPrefixParams, InsertParams, EvictParams)
         params = cache_params(
-            allocator, page_size=page_size, policy=policy, tree_components=(ComponentType.FULL,),
+            allocator,
+            page_size=page_size,
+            policy=policy,
+            tree_components=(ComponentType.FULL,),
             enable_kv_cache_events=enable_events,
-        )  # fmt: skip
+        )
         self.cache = UnifiedRadixCache(params)
         self._events = SglangEventTranslator(page_size, self.cache) if enable_events else None
         self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock

@@ -73,8 +73,17 @@ Case = tuple[str, Callable[[World], Any], type[KVRefError], str]
 
 WRONG_INTS: list[object] = [1.0, True, False, np.bool_(True), "1", None, b"1", 1 + 0j, np.float64(2.0)]
 WRONG_SEQS: list[object] = [
-    5, "abc", b"ab", None, 3.0, {1: 2}, {1}, frozenset({1}), memoryview(b"\x01"), np.zeros((2, 2), dtype=np.int64)
-]  # fmt: skip
+    5,
+    "abc",
+    b"ab",
+    None,
+    3.0,
+    {1: 2},
+    {1},
+    frozenset({1}),
+    memoryview(b"\x01"),
+    np.zeros((2, 2), dtype=np.int64),
+]
 
 
 def shown(value: object) -> str:

@@ -136,9 +136,14 @@ class BlockArraysSuite(ConformanceSuite):
     @rule("ERR-520", "POOL-103", "POOL-118", "ERR-517")
     @pytest.mark.parametrize(
         ("entry", "slot", "kind", "rule_id"),
-        [(9, 0, BlockIdError, "POOL-103"), (-1, 0, BlockIdError, "POOL-103"), (0, 0, ReservedBlockError, "POOL-118"),
-         (1, 40, InvalidValueError, "ERR-517"), (1, -1, InvalidValueError, "ERR-517")],
-    )  # fmt: skip
+        [
+            (9, 0, BlockIdError, "POOL-103"),
+            (-1, 0, BlockIdError, "POOL-103"),
+            (0, 0, ReservedBlockError, "POOL-118"),
+            (1, 40, InvalidValueError, "ERR-517"),
+            (1, -1, InvalidValueError, "ERR-517"),
+        ],
+    )
     @pytest.mark.parametrize("op", ["free", "acquire"])
     def test_bad_entries_of_a_device_array_are_refused_on_the_device(
         self, impl: Target, op: str, entry: int, slot: int, kind: type[KVRefError], rule_id: str
@@ -336,8 +341,11 @@ class DeferredBlockTraffic(RuleBasedStateMachine):
             entries.insert(at, entries[data.draw(st.integers(0, len(entries) - 1))])
             rule_id = "ERR-518"
         elif bad in ("out of range", "reserved", "slot out of range"):
-            entry, rule_id = {"out of range": ((_BLOCKS + 3, 1), "POOL-103"), "reserved": ((0, 1), "POOL-118"),
-                              "slot out of range": ((in_use[0], -1), "ERR-517")}[bad]  # fmt: skip
+            entry, rule_id = {
+                "out of range": ((_BLOCKS + 3, 1), "POOL-103"),
+                "reserved": ((0, 1), "POOL-118"),
+                "slot out of range": ((in_use[0], -1), "ERR-517"),
+            }[bad]
             entries.insert(at, entry)
         if not entries:
             return

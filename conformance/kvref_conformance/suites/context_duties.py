@@ -57,8 +57,10 @@ class ContextMachine(RuleBasedStateMachine):
         self.engine = self.target.create_context(
             block_size=BLOCK, num_blocks=num_blocks, paused_blocks=paused, policy=self.policy
         )
-        note(f"engine = target.create_context(block_size={BLOCK}, num_blocks={num_blocks}, paused_blocks={paused}, "
-             f"policy={self.policy!r})")  # fmt: skip
+        note(
+            f"engine = target.create_context(block_size={BLOCK}, num_blocks={num_blocks}, paused_blocks={paused}, "
+            f"policy={self.policy!r})"
+        )
         self.queue: list[Any] = []
         self.generated: Counter[int] = Counter()
         self.serial = 0

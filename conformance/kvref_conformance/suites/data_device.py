@@ -29,9 +29,18 @@ def twins(impl: Target, layout: tuple[str, str, int]) -> tuple[Any, Any]:
 
     def make(checks: str) -> Any:
         return plane.kv_buffers(
-            16, 2, 2, 3, v_head_num=1, v_head_dim=6, dtype="float32", layout=name, row=row, block_size=block,
+            16,
+            2,
+            2,
+            3,
+            v_head_num=1,
+            v_head_dim=6,
+            dtype="float32",
+            layout=name,
+            row=row,
+            block_size=block,
             checks=checks,
-        )  # fmt: skip
+        )
 
     return make("device"), make("host")
 
@@ -110,9 +119,12 @@ class DataDeviceChecksSuite(ConformanceSuite):
     @rule("DATA-816", "DATA-804", "DATA-807")
     @pytest.mark.parametrize(
         ("bad", "kind", "rule_id"),
-        [("out of range", BlockIdError, "DATA-804"), ("negative", BlockIdError, "DATA-804"),
-         ("written twice", InvalidValueError, "DATA-807")],
-    )  # fmt: skip
+        [
+            ("out of range", BlockIdError, "DATA-804"),
+            ("negative", BlockIdError, "DATA-804"),
+            ("written twice", InvalidValueError, "DATA-807"),
+        ],
+    )
     @pytest.mark.parametrize("layout", LAYOUTS, ids=["token", "flat", "paged"])
     def test_a_refused_set_kv_writes_no_usable_slot_and_later_calls_take_effect(
         self, impl: Target, layout: Any, bad: str, kind: type[KVRefError], rule_id: str
@@ -154,9 +166,11 @@ class DataDeviceChecksSuite(ConformanceSuite):
         for kv in (mine, theirs):
             kv.set_kv(0, [p, p + 1], k, v)
         src, dst = {
-            "dst repeats": ([p, p + 1], [p + 8, p + 8]), "dst is a src": ([p, p + 1], [p + 1, p + 9]),
-            "src is padding": ([0, p + 1], [p + 8, p + 9]), "dst out of range": ([p, p + 1], [p + 8, mine.slots]),
-        }[bad]  # fmt: skip
+            "dst repeats": ([p, p + 1], [p + 8, p + 8]),
+            "dst is a src": ([p, p + 1], [p + 1, p + 9]),
+            "src is padding": ([0, p + 1], [p + 8, p + 9]),
+            "dst out of range": ([p, p + 1], [p + 8, mine.slots]),
+        }[bad]
         mine.copy_kv(device(mine, src), device(mine, dst))
         same_data(mine, theirs, f"a copy_kv whose {bad}", "DATA-816")
         kind = BlockIdError if bad == "dst out of range" else InvalidValueError

@@ -348,9 +348,28 @@ class ManagerSuite(ConformanceSuite):
 
     # ------------------------------------------------------------------ the scheduler machine
 
-    @rule("REQ-704", "REQ-708", "REQ-709", "REQ-710", "REQ-713", "REQ-714", "REQ-715", "REQ-716", "REQ-717",
-          "REQ-718", "REQ-721", "REQ-724", "REQ-730", "REQ-731", "REQ-732", "REQ-734", "REQ-757", "REQ-758",
-          "REQ-735", "REQ-759")  # fmt: skip
+    @rule(
+        "REQ-704",
+        "REQ-708",
+        "REQ-709",
+        "REQ-710",
+        "REQ-713",
+        "REQ-714",
+        "REQ-715",
+        "REQ-716",
+        "REQ-717",
+        "REQ-718",
+        "REQ-721",
+        "REQ-724",
+        "REQ-730",
+        "REQ-731",
+        "REQ-732",
+        "REQ-734",
+        "REQ-757",
+        "REQ-758",
+        "REQ-735",
+        "REQ-759",
+    )
     @pytest.mark.parametrize("mode", ["recompute", "share", "eagle", "hybrid", "mamba", "pools"])
     def test_scheduler_traffic_matches_the_oracle(self, impl: Target, mode: str) -> None:
         self.manager(impl)  # skips a target without a manager
@@ -363,8 +382,15 @@ class ManagerSuite(ConformanceSuite):
         if mode == "pools" and not impl.has("manager-pools"):
             pytest.skip(f"{impl.name} lacks 'manager-pools'")
         machine = type(
-            "SchedulerTraffic", (RequestSchedulerMachine,),
-            {"target": impl, "last_block": "share" if mode == "share" else "recompute", "use_eagle": mode == "eagle",
-             "hybrid": mode in ("hybrid", "pools"), "mamba": mode == "mamba", "pools": mode == "pools"},
-        )  # fmt: skip
+            "SchedulerTraffic",
+            (RequestSchedulerMachine,),
+            {
+                "target": impl,
+                "last_block": "share" if mode == "share" else "recompute",
+                "use_eagle": mode == "eagle",
+                "hybrid": mode in ("hybrid", "pools"),
+                "mamba": mode == "mamba",
+                "pools": mode == "pools",
+            },
+        )
         run_state_machine_as_test(machine)

@@ -177,9 +177,14 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         new = min(chunk, ri.num_tokens - computed)
         what = f"allocate_slots({rid}, {new}, {computed}, hits, num_lookahead_tokens={lookahead})"
         ok = self.allocate(
-            rid, what, hits, num_new_tokens=new, num_new_computed_tokens=computed, num_lookahead_tokens=lookahead,
+            rid,
+            what,
+            hits,
+            num_new_tokens=new,
+            num_new_computed_tokens=computed,
+            num_lookahead_tokens=lookahead,
             full_sequence_must_fit=True,
-        )  # fmt: skip
+        )
         note(f"admit({rid}, chunk={new}, lookahead={lookahead}) -> {'ok' if ok else 'None'}")
         if ok:
             self.admitted(rid, computed, computed + new, self.running)
@@ -213,8 +218,11 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             if victim == rid:
                 return
 
-    @rule(chunk=st.integers(1, 24), tokens=st.lists(st.integers(90, 92), min_size=8, max_size=8),
-          lookahead=st.integers(0, 3))  # fmt: skip
+    @rule(
+        chunk=st.integers(1, 24),
+        tokens=st.lists(st.integers(90, 92), min_size=8, max_size=8),
+        lookahead=st.integers(0, 3),
+    )
     def schedule(self, chunk: int, tokens: list[int], lookahead: int) -> None:
         """One scheduler step: every running request advances, then waiting ones are admitted in order
         until one does not fit (vLLM's scan stops there). It starts as vLLM's does, with
@@ -244,9 +252,14 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             return
         what = f"allocate_slots({rid}, 0, {computed}, hits, num_external_computed_tokens={external}, delayed)"
         ok = self.allocate(
-            rid, what, hits, num_new_tokens=0, num_new_computed_tokens=computed,
-            num_external_computed_tokens=external, delay_cache_blocks=True,
-        )  # fmt: skip
+            rid,
+            what,
+            hits,
+            num_new_tokens=0,
+            num_new_computed_tokens=computed,
+            num_external_computed_tokens=external,
+            delay_cache_blocks=True,
+        )
         note(f"{what} -> {'ok' if ok else 'None'}")
         if ok:
             self.admitted(rid, computed, computed + external, self.remote)

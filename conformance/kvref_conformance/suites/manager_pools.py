@@ -2,7 +2,7 @@
 
 For any target with ``request-manager`` and ``manager-pools``. The manager has full attention (0)
 in a small pool and a sliding window of 8 tokens (1) in a large one, blocks of 4 tokens; vLLM
-draws both from one pool, seed 001 and SGLang's hybrid allocator give each its own.
+draws both from one pool, a free-stack allocator per group and SGLang's hybrid allocator give each its own.
 """
 
 from __future__ import annotations

@@ -26,9 +26,13 @@ def admit(manager: Any, req: Request, *, lookahead: int = 0) -> KVCacheBlocks | 
     """Schedule a waiting request's whole prompt as vLLM's scheduler does: hit, allocate, count, mark computed."""
     hits, computed = manager.get_computed_blocks(req)
     new: KVCacheBlocks | None = manager.allocate_slots(
-        req, req.num_tokens - computed, computed, hits if computed else None, num_lookahead_tokens=lookahead,
+        req,
+        req.num_tokens - computed,
+        computed,
+        hits if computed else None,
+        num_lookahead_tokens=lookahead,
         full_sequence_must_fit=True,
-    )  # fmt: skip
+    )
     if new is not None:
         manager.record_prefix_cache_stats(req, computed)
         req.num_computed_tokens = req.num_tokens

@@ -265,12 +265,15 @@ class RadixCacheSuite(ConformanceSuite):
     def test_scheduler_traffic_keeps_slots_honest_and_conserved(self, impl: Target, page: int) -> None:
         radix(impl, page)  # skips a shape the target lacks
         machine = type(
-            "RadixTraffic", (RadixSchedulerMachine,),
+            "RadixTraffic",
+            (RadixSchedulerMachine,),
             {
-                "target": impl, "page": page, "checks_receipts": impl.has("radix-receipts"),
+                "target": impl,
+                "page": page,
+                "checks_receipts": impl.has("radix-receipts"),
                 "checks_events": impl.has("radix-events"),
             },
-        )  # fmt: skip
+        )
         run_state_machine_as_test(machine)
 
     @rule_ids("RADIX-624")

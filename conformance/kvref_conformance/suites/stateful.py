@@ -16,13 +16,39 @@ __all__ = ["StatefulSuite"]
 class StatefulSuite(ConformanceSuite):
     """Random interleavings of every operation, compared step by step with the oracle."""
 
-    @rule("STATE-001", "STATE-002", "STATE-003", "POOL-102", "POOL-104", "POOL-106", "POOL-107", "POOL-108",
-          "POOL-111", "POOL-113", "ERR-501")  # fmt: skip
+    @rule(
+        "STATE-001",
+        "STATE-002",
+        "STATE-003",
+        "POOL-102",
+        "POOL-104",
+        "POOL-106",
+        "POOL-107",
+        "POOL-108",
+        "POOL-111",
+        "POOL-113",
+        "ERR-501",
+    )
     def test_the_pool_behaves_like_the_oracle(self, impl: Target) -> None:
         run_state_machine_as_test(make_machine(impl, first_policy(impl), cache=False), settings=settings())
 
-    @rule("STATE-004", "STATE-006", "PFX-307", "PFX-312", "PFX-316", "PFX-317", "PFX-318", "PFX-321",
-          "EVICT-401", "EVICT-403", "EVICT-404", "EVICT-405", "EVICT-406", "EVICT-408", "EVICT-411")  # fmt: skip
+    @rule(
+        "STATE-004",
+        "STATE-006",
+        "PFX-307",
+        "PFX-312",
+        "PFX-316",
+        "PFX-317",
+        "PFX-318",
+        "PFX-321",
+        "EVICT-401",
+        "EVICT-403",
+        "EVICT-404",
+        "EVICT-405",
+        "EVICT-406",
+        "EVICT-408",
+        "EVICT-411",
+    )
     @requires("prefix-cache")
     @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "ref-zero", "fifo", "lru-leaf-access"])
     def test_the_prefix_cache_behaves_like_the_oracle(self, impl: Target, policy: str) -> None:

@@ -83,8 +83,12 @@ class Eviction(PoolState):
         gone, and it starts over only when a victim's parent may be a block it already passed.
         """
         evictable, hashes, copies, children, parents = (
-            self._evictable, self._hash, self._copies, self._children, self._parent
-        )  # fmt: skip
+            self._evictable,
+            self._hash,
+            self._copies,
+            self._children,
+            self._parent,
+        )
         victims: list[int] = []
         while len(victims) < k:
             want = k - len(victims)

@@ -44,8 +44,13 @@ class PrefixIndex(PoolState):
             block_ids, block_hashes, parent_hash, parent_resident=self._copies.__contains__
         )
         n, reserved, ref, hashes, parents, children = (
-            self._n, self._is_reserved, self._ref, self._hash, self._parent, self._children
-        )  # fmt: skip
+            self._n,
+            self._is_reserved,
+            self._ref,
+            self._hash,
+            self._parent,
+            self._children,
+        )
         prev = parent
         pending: dict[int, int | None] = {}  # hashes this call makes resident -> their parent
         for b, h in zip(ids, hs, strict=True):

@@ -33,9 +33,14 @@ class StatePool(DeviceChecked):
         checks: str | None = None,
     ) -> None:
         sizes = {
-            "max_reqs": max_reqs, "num_layers": num_layers, "num_v_heads": num_v_heads, "head_k_dim": head_k_dim,
-            "head_v_dim": head_v_dim, "conv_dim": conv_dim, "conv_kernel_size": conv_kernel_size,
-        }  # fmt: skip
+            "max_reqs": max_reqs,
+            "num_layers": num_layers,
+            "num_v_heads": num_v_heads,
+            "head_k_dim": head_k_dim,
+            "head_v_dim": head_v_dim,
+            "conv_dim": conv_dim,
+            "conv_kernel_size": conv_kernel_size,
+        }
         for name, value in sizes.items():
             if type(value) is not int or value < (2 if name == "conv_kernel_size" else 1):
                 raise ConfigError("DATA-820", f"StatePool: {name} must be a positive integer, got {value!r}")

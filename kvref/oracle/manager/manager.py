@@ -66,14 +66,19 @@ class RequestManager(ManagerViews):
             raise ConfigError("REQ-708", f"RequestManager: block_size {size} and max_model_len {limit} must be >= 1")
         if stats_at not in ("admission", "lookup"):
             raise ConfigError(
-                "REQ-716", "RequestManager: stats_at must be 'admission' (vLLM 0.32) or 'lookup' (seed 004)"
+                "REQ-716",
+                "RequestManager: stats_at must be 'admission' (vLLM 0.32) or 'lookup' (every get_computed_blocks)",
             )
         if last_block not in LAST_BLOCK_MODES:
             raise ConfigError("REQ-705", f"RequestManager: last_block must be one of {sorted(LAST_BLOCK_MODES)}")
         specs, pools = checked_setup(
-            pool, groups, enable_caching=enable_caching, enable_kv_cache_events=enable_kv_cache_events,
-            use_eagle=use_eagle, last_block=last_block,
-        )  # fmt: skip
+            pool,
+            groups,
+            enable_caching=enable_caching,
+            enable_kv_cache_events=enable_kv_cache_events,
+            use_eagle=use_eagle,
+            last_block=last_block,
+        )
         #: The pool of group 0; :attr:`pools` holds every distinct pool, in group order (REQ-735).
         self.pool = pools[0]
         self.pools = tuple({id(p): p for p in pools}.values())
@@ -230,9 +235,14 @@ class RequestManager(ManagerViews):
         groups = self.groups
         table = groups[0].tables.get(rid)  # every group adopts a request in the same call
         hits = checked_hits(
-            req, new_computed_blocks, new_computed, groups=groups, holds=bool(table),
-            bound=self._hit_bound(req.num_tokens), op=op,
-        )  # fmt: skip
+            req,
+            new_computed_blocks,
+            new_computed,
+            groups=groups,
+            holds=bool(table),
+            bound=self._hit_bound(req.num_tokens),
+            op=op,
+        )
         if table and external:
             raise InvalidValueError(
                 "REQ-712",

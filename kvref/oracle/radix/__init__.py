@@ -1,7 +1,7 @@
 """The oracle of chapter 06: a token-slot allocator with pages and a token radix cache over it.
 
 :class:`OracleSlotAllocator` hands out token slots in pages (SGLang's token and paged allocators,
-pymllm's, seed 003's versions); :class:`OracleRadixCache` is the radix tree whose nodes own
+pymllm's, a bitmask slot allocator's versions); :class:`OracleRadixCache` is the radix tree whose nodes own
 slots (SGLang's ``RadixCache``).
 """
 

@@ -8,7 +8,7 @@ its ``PagedTokenToKVPoolAllocator``.
 
 State: ``_free`` (pages ready to hand out, in order), ``_released`` (pages freed since the last
 merge, in order; only when ``sort`` is on), ``_allocated`` (a flag per page), ``_version`` (per
-slot, bumped by every allocation: seed 003's staleness check), and the open free group, if any
+slot, bumped by every allocation: a bitmask allocator's staleness check), and the open free group, if any
 (``_group``: pages freed in it, in order, not yet released).
 """
 

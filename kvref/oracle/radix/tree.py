@@ -50,7 +50,7 @@ class OracleRadixCache(TreeViews):
     ``OracleRadixCache(allocator, *, policy="lru", max_tokens=None)``: pages are
     ``allocator.page_size`` tokens; ``policy`` is one of ``lru``, ``lfu``, ``fifo``, ``mru``,
     ``priority`` (RADIX-628); ``max_tokens``, when given, is a capacity every insert enforces by
-    evicting (RADIX-633, seed 003's ``max_capacity`` counted in tokens); ``enable_events`` keeps a KV
+    evicting (RADIX-633, a node-counting ``max_capacity`` counted in tokens); ``enable_events`` keeps a KV
     event per page stored or evicted for :meth:`take_events` (RADIX-634).
     """
 
@@ -185,10 +185,17 @@ class OracleRadixCache(TreeViews):
         """Cut ``child`` after ``at`` tokens: a new node takes the first part and keeps its keys (RADIX-627)."""
         parent: Node = child.parent  # type: ignore[assignment]  # a split node is never a root
         head = Node(
-            next(self._ids), child.namespace, child.tokens[:at], child.slots[:at], parent,
-            locks=child.locks, access=child.access, created=child.created, hits=child.hits,
+            next(self._ids),
+            child.namespace,
+            child.tokens[:at],
+            child.slots[:at],
+            parent,
+            locks=child.locks,
+            access=child.access,
+            created=child.created,
+            hits=child.hits,
             priority=child.priority,
-        )  # fmt: skip
+        )
         self._nodes[head.ident] = head
         parent.children[head.tokens[: self._page]] = head
         child.tokens, child.slots, child.parent = child.tokens[at:], child.slots[at:], head
@@ -258,9 +265,15 @@ class OracleRadixCache(TreeViews):
                 self._leaves.offer(n)
         if have < len(key):
             leaf = Node(
-                next(self._ids), namespace, key[have:], vals[have:], node,
-                access=now, created=now, priority=prio,
-            )  # fmt: skip
+                next(self._ids),
+                namespace,
+                key[have:],
+                vals[have:],
+                node,
+                access=now,
+                created=now,
+                priority=prio,
+            )
             self._nodes[leaf.ident] = leaf
             node.children[leaf.tokens[: self._page]] = leaf
             for slot in leaf.slots:

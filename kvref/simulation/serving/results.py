@@ -108,11 +108,24 @@ class ServingResult:
     def counts(self) -> tuple[Any, ...]:
         """What two runs of the same replay must agree on (TRACE-1040, TRACE-1041): every count and time."""
         return (
-            self.requests, self.counted_requests, self.rejected, self.blocks, self.block_hits, self.tokens,
-            self.token_hits, self.prefill_tokens_computed, self.prefill_tokens_saved, self.preemptions,
-            self.evictions, self.ttft_ms, self.queue_ms, self.peak_blocks_in_use, self.mean_blocks_in_use,
-            self.makespan_ms, self.steps,
-        )  # fmt: skip
+            self.requests,
+            self.counted_requests,
+            self.rejected,
+            self.blocks,
+            self.block_hits,
+            self.tokens,
+            self.token_hits,
+            self.prefill_tokens_computed,
+            self.prefill_tokens_saved,
+            self.preemptions,
+            self.evictions,
+            self.ttft_ms,
+            self.queue_ms,
+            self.peak_blocks_in_use,
+            self.mean_blocks_in_use,
+            self.makespan_ms,
+            self.steps,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Every field and rate, for ``--json`` and sweep files."""

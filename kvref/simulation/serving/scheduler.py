@@ -35,9 +35,19 @@ class _Live:
     """A request the replay has seen arrive: its manager request and what the scheduler keeps of it."""
 
     __slots__ = (
-        "admitted_us", "appended", "arrival_us", "decoding", "first_token_us", "generated", "hit_blocks",
-        "hit_tokens", "index", "paused", "req", "spec",
-    )  # fmt: skip
+        "admitted_us",
+        "appended",
+        "arrival_us",
+        "decoding",
+        "first_token_us",
+        "generated",
+        "hit_blocks",
+        "hit_tokens",
+        "index",
+        "paused",
+        "req",
+        "spec",
+    )
 
     def __init__(self, index: int, spec: ServedRequest, req: Request) -> None:
         self.index = index
