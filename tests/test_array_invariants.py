@@ -36,7 +36,7 @@ def lived_in(policy: str = "lru") -> Any:
 
 def entry_of(p: Any, block_hash: int) -> int:
     """The index entry of ``block_hash``, found through the block that holds it."""
-    return int(p._bentry[int(np.flatnonzero(p._bhash == block_hash)[0])])
+    return int(p.blocks.entry[int(np.flatnonzero(p.blocks.hash == block_hash)[0])])
 
 
 def set_to(array_of: Callable[[Any], Any], at: Callable[[Any], int] | int, value: int) -> Callable[[Any], None]:
@@ -49,63 +49,76 @@ def set_to(array_of: Callable[[Any], Any], at: Callable[[Any], int] | int, value
 
 
 def a_shared_count_of_zero(p: Any) -> None:
-    p._shared.count0[int(np.flatnonzero(p._shared.hid0 >= 0)[0])] = 0
+    p.references.shared.count0[int(np.flatnonzero(p.references.shared.hid0 >= 0)[0])] = 0
 
 
 def a_holder_counted_zero_times_another_twice(p: Any) -> None:
     """Block 4's two holders (both counted inline): counts 0 and 2, which still add up to its reference count."""
-    b = int(np.flatnonzero((p._shared.hid0 >= 0) & (p._shared.hid1 >= 0))[0])
-    p._shared.count0[b], p._shared.count1[b] = 0, 2
+    b = int(np.flatnonzero((p.references.shared.hid0 >= 0) & (p.references.shared.hid1 >= 0))[0])
+    p.references.shared.count0[b], p.references.shared.count1[b] = 0, 2
 
 
 def a_pair_counted_inline_and_in_the_table(p: Any) -> None:
     """Block 4's first holder also counted in the table (the counts no longer add up either: the layout is named)."""
-    b = int(np.flatnonzero(p._shared.hid0 >= 0)[0])
-    p._shared.add(p.ops.asarray(np.array([b])), 7, 1)  # a third holder: to the table
-    p._shared.table.values[np.flatnonzero(p._shared.table.keys >= 0)[0]] = 1
-    p._shared.table.keys[np.flatnonzero(p._shared.table.keys >= 0)[0]] = b << 32 | int(p._shared.hid0[b])
+    b = int(np.flatnonzero(p.references.shared.hid0 >= 0)[0])
+    p.references.shared.add(p.ops.asarray(np.array([b])), 7, 1)  # a third holder: to the table
+    p.references.shared.table.values[np.flatnonzero(p.references.shared.table.keys >= 0)[0]] = 1
+    p.references.shared.table.keys[np.flatnonzero(p.references.shared.table.keys >= 0)[0]] = b << 32 | int(
+        p.references.shared.hid0[b]
+    )
 
 
-def one_count_off(name: str, by: int) -> Callable[[Any], None]:
-    return lambda p: setattr(p, name, getattr(p, name) + by)
+def one_count_off(part: str, name: str, by: int) -> Callable[[Any], None]:
+    """A corruption: the host counter ``name`` of the pool's ``part`` off by ``by``."""
+
+    def corrupt(p: Any) -> None:
+        counter = getattr(p, part)
+        setattr(counter, name, getattr(counter, name) + by)
+
+    return corrupt
 
 
 def an_orphan_under_lru_leaf(p: Any) -> None:
     """Hash 1 (the chain's root, cached in block 1) leaves by hand while 2 stays: block 1 free again."""
-    p._ecopies[entry_of(p, 1)] = 0
-    p._bentry[1], p._bhash[1], p._evstamp[1] = -1, -1, -1
-    p._stack[p._nfree] = 1
-    p._nfree += 1
-    p._ncached -= 1
+    p.index.copies[entry_of(p, 1)] = 0
+    p.blocks.entry[1], p.blocks.hash[1], p.blocks.released[1] = -1, -1, -1
+    p.blocks.stack[p.blocks.num_free] = 1
+    p.blocks.num_free += 1
+    p.orders.num_cached -= 1
 
 
 def cached_under_ref_zero(p: Any) -> None:
     """A hashed block "a" holds alone is let go by hand, and stays cached (ref-zero never caches)."""
-    b = int(np.flatnonzero((p._owner >= 0) & (p._bhash >= 0))[0])
-    p._ref[b], p._owner[b], p._evstamp[b] = 0, -1, 10
-    p._held["a"] -= 1
-    p._ncached += 1
+    b = int(np.flatnonzero((p.blocks.owner >= 0) & (p.blocks.hash >= 0))[0])
+    p.blocks.ref[b], p.blocks.owner[b], p.blocks.released[b] = 0, -1, 10
+    p.holder_ids.held["a"] -= 1
+    p.orders.num_cached += 1
 
 
 def a_dead_entry(p: Any) -> None:
     """Block 5 loses hash 5, but the index keeps 5's entry, with no copy and no child."""
-    p._ecopies[entry_of(p, 5)] = 0
-    p._bhash[5], p._bentry[5] = -1, -1
+    p.index.copies[entry_of(p, 5)] = 0
+    p.blocks.hash[5], p.blocks.entry[5] = -1, -1
 
 
-ref, owner, bhash, gen = (lambda p: p._ref), (lambda p: p._owner), (lambda p: p._bhash), (lambda p: p._gen)
-stack, bentry, evstamp = (lambda p: p._stack), (lambda p: p._bentry), (lambda p: p._evstamp)
+ref, owner, bhash, gen = (
+    (lambda p: p.blocks.ref),
+    (lambda p: p.blocks.owner),
+    (lambda p: p.blocks.hash),
+    (lambda p: p.blocks.gen),
+)
+stack, bentry, evstamp = (lambda p: p.blocks.stack), (lambda p: p.blocks.entry), (lambda p: p.blocks.released)
 
 
 def top_of_stack(p: Any) -> int:
-    return int(p._stack[0])
+    return int(p.blocks.stack[0])
 
 
 REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a block twice on the free stack",
         "lru",
-        lambda p: p._stack.__setitem__(1, p._stack[0]),
+        lambda p: p.blocks.stack.__setitem__(1, p.blocks.stack[0]),
         "STATE-005",
         "a block is on the free stack more than once: [11, 11, 9, 8, 7]",
     ),
@@ -202,14 +215,14 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "an unused inline slot with a count",
         "lru",
-        lambda p: p._shared.count1.__setitem__(3, 1),
+        lambda p: p.references.shared.count1.__setitem__(3, 1),
         "STATE-002",
         "per-holder counts of shared blocks: an unused inline slot holds a count",
     ),
     (
         "a block's spilled count off by one",
         "lru",
-        lambda p: p._shared.spilled.__setitem__(3, 1),
+        lambda p: p.references.shared.spilled.__setitem__(3, 1),
         "STATE-002",
         "per-holder counts of shared blocks: spilled counts disagree with the pairs in the table",
     ),
@@ -223,21 +236,21 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a holder's total off by one",
         "lru",
-        lambda p: p._held.__setitem__("a", 4),
+        lambda p: p.holder_ids.held.__setitem__("a", 4),
         "STATE-002",
         "per-holder totals {'a': 4, 'b': 1} != per-block holders {'a': 3, 'b': 1}",
     ),
     (
         "the free count off by one",
         "lru",
-        one_count_off("_nfree", -1),
+        one_count_off("blocks", "num_free", -1),
         "STATE-003",
         "free 4 + in use 3 + cached 3 != usable 11",
     ),
     (
         "the cached count off by one",
         "lru",
-        one_count_off("_ncached", 1),
+        one_count_off("orders", "num_cached", 1),
         "STATE-004",
         "3 cached blocks but the counter says 4",
     ),
@@ -272,14 +285,14 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "an index entry holding another hash",
         "lru",
-        lambda p: p._ehash.__setitem__(entry_of(p, 5), 77),
+        lambda p: p.index.hash_of.__setitem__(entry_of(p, 5), 77),
         "STATE-006",
         "the hash index points at entries holding other hashes",
     ),
     (
         "a block pointing at another hash's entry",
         "lru",
-        lambda p: p._bentry.__setitem__(5, entry_of(p, 4)),
+        lambda p: p.blocks.entry.__setitem__(5, entry_of(p, 4)),
         "STATE-006",
         "a hashed block's entry holds another hash",
     ),
@@ -293,14 +306,14 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a copy count off by one",
         "lru",
-        lambda p: p._ecopies.__setitem__(entry_of(p, 5), 2),
+        lambda p: p.index.copies.__setitem__(entry_of(p, 5), 2),
         "STATE-006",
         "5 hashed blocks disagree with the copy counts of the hash index",
     ),
     (
         "an oldest copy that is another hash's block",
         "lru",
-        lambda p: p._ehead.__setitem__(entry_of(p, 5), 4),
+        lambda p: p.index.head.__setitem__(entry_of(p, 5), 4),
         "STATE-006",
         "a resident hash's oldest copy is not one of its copies",
     ),
@@ -314,28 +327,28 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a child count off by one",
         "lru",
-        lambda p: p._echildren.__setitem__(entry_of(p, 5), 1),
+        lambda p: p.index.children.__setitem__(entry_of(p, 5), 1),
         "STATE-007",
         "child counts disagree with the parent links of resident hashes",
     ),
     (
         "a parent hash other than the parent entry's",
         "lru",
-        lambda p: p._eparent.__setitem__(entry_of(p, 5), 1),
+        lambda p: p.index.parent_hash.__setitem__(entry_of(p, 5), 1),
         "STATE-007",
         "a resident hash's parent entry holds another hash than its parent",
     ),
     (
         "a parent entry lost",
         "lru",
-        lambda p: p._epentry.__setitem__(entry_of(p, 5), -1),
+        lambda p: p.index.parent_entry.__setitem__(entry_of(p, 5), -1),
         "STATE-007",
         "child counts disagree with the parent links of resident hashes",
     ),
     (
         "a root given a parent hash",
         "lru",
-        lambda p: p._eparent.__setitem__(entry_of(p, 1), 3),
+        lambda p: p.index.parent_hash.__setitem__(entry_of(p, 1), 3),
         "STATE-007",
         "a resident hash has a parent hash but no parent entry, or the reverse",
     ),
@@ -349,7 +362,7 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a hashed block missing from the fifo order",
         "fifo",
-        lambda p: p._regstamp.__setitem__(4, -5),
+        lambda p: p.blocks.registered.__setitem__(4, -5),
         "EVICT-406",
         "5 hashed blocks but 4 in the fifo order",
     ),

@@ -88,15 +88,14 @@ def test_a_refused_acquire_does_not_grow_the_shared_counts_table() -> None:
     million ids leaves it as it was (8 million slots, 128 MiB, if room were made for every position)."""
     pool = ArrayBlockPool(64, ops=numpy_ops())
     pool.allocate(2, holder="a")
-    capacity = pool._shared.table.capacity
+    capacity = pool.references.shared.table.capacity
     before = pool.snapshot()
     with pytest.raises(KVRefError) as refused:
         pool.acquire([10**6] * 1_000_000, holder="b")
     assert getattr(refused.value, "rule", None) == "POOL-103", f"acquire of out-of-range ids raised {refused.value!r}"
     assert pool.snapshot() == before, "the refused acquire changed the pool (ERR-501)"
-    assert pool._shared.table.capacity == capacity, (
-        f"a refused acquire grew the shared counts' table from {capacity} to {pool._shared.table.capacity} slots"
-    )
+    grown = pool.references.shared.table.capacity
+    assert grown == capacity, f"a refused acquire grew the shared counts' table from {capacity} to {grown} slots"
 
 
 @rule("STATE-002")

@@ -1,29 +1,59 @@
 """The array core's batched calls for a scheduler step: allocate_many, free_many, match_many.
 
 Each does in one pass of array operations what the single calls would do in entry order
-(POOL-116, POOL-117, PFX-320).
+(POOL-116, POOL-117, PFX-320), over the pool's components; the pool's methods of the same names
+are these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from itertools import accumulate, chain, pairwise, repeat
 from operator import sub
+from typing import Any, NoReturn
 
 import numpy as np
 
-from kvref.contract.errors import InvalidValueError
+from kvref.contract.checks import explain_release
+from kvref.contract.errors import InvalidValueError, InvariantViolation
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
-from kvref_arraypool.host_flags import any_true
+from kvref_arraypool.holders import HolderIds
 from kvref_arraypool.inputs import hash_array, index_array, plain_ints
 from kvref_arraypool.ops import Array
-from kvref_arraypool.state import ArrayPoolState
+from kvref_arraypool.prefix_index import PrefixIndex
+from kvref_arraypool.references import ReferenceCounts
+from kvref_arraypool.supply import BlockSupply
 
 __all__ = ["BatchedCalls"]
 
 
-class BatchedCalls(ArrayPoolState):
-    """``allocate_many``, ``free_many`` and ``match_many`` over the array core."""
+class BatchedCalls:
+    """``allocate_many``, ``free_many`` and ``match_many`` (and their array forms) over a pool's components.
+
+    ``pool`` is the pool they belong to, for the explainers of a refused batch (its public queries);
+    ``refuse_if_paused(holder, count, op)`` is its check of paused holders (POOL-114).
+    """
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        supply: BlockSupply,
+        references: ReferenceCounts,
+        holders: HolderIds,
+        index: PrefixIndex,
+        paused: set[Hashable],
+        refuse_if_paused: Callable[[Hashable, int, str], None],
+    ) -> None:
+        self.pool = pool
+        self.ops = supply.ops
+        self.supply = supply
+        self.references = references
+        self.holders = holders
+        self.index = index
+        self.counters = supply.counters
+        self.paused = paused
+        self.refuse_if_paused = refuse_if_paused
 
     def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits, in order, in one pass (POOL-116).
@@ -56,25 +86,23 @@ class BatchedCalls(ArrayPoolState):
         else:
             cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(given)]
         hs = as_holder_list(holders, len(cs), op=op)
-        if self._paused:
+        if self.paused:
             for c, h in zip(cs, hs, strict=True):
-                self._refuse_if_paused(h, c, op)
+                self.refuse_if_paused(h, c, op)
         ends = list(accumulate(cs))
         total = ends[-1] if ends else 0
         admitted = len(cs)
-        if total > self._nfree:
-            room = self._nfree + self._reclaimable()
+        if total > self.supply.blocks.num_free:
+            room = self.supply.available()
             admitted = next((i for i, end in enumerate(ends) if end > room), len(cs))
             total = ends[admitted - 1] if admitted else 0
             cs, hs, ends = cs[:admitted], hs[:admitted], ends[:admitted]
         if total == 0:
             return self.ops.zeros(0), ends
-        ids = self._take(total, op)
-        self._hand_out(ids, self._holder_ids(cs, hs), cs)
-        held = self._held
+        ids = self.supply.take(total, op)
+        self.references.hand_out(ids, self.holders.per_position(self.ops, cs, hs), cs)
         for c, h in zip(cs, hs, strict=True):
-            if c:
-                held[h] = held.get(h, 0) + c
+            self.holders.add(h, c)
         return ids, ends
 
     def free_many(self, block_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> None:
@@ -96,7 +124,7 @@ class BatchedCalls(ArrayPoolState):
             if any(items is not None for _, items in arrays):  # values beyond int64 are -1 in ``host``
                 originals = list(chain.from_iterable(a.tolist() if i is None else i for a, i in arrays))
         hs = as_holder_list(holders, len(entries), op=op)
-        self._free_flat(host, originals, sizes, hs, op)
+        self.free_flat(host, originals, sizes, hs, op)
 
     def free_many_ids(self, block_ids: IntsLike, offsets: IntsLike, *, holders: Sequence[Hashable]) -> None:
         """``free_many`` (POOL-117) of entries laid end to end, as ``allocate_many_ids`` returns them.
@@ -122,9 +150,9 @@ class BatchedCalls(ArrayPoolState):
                 "ERR-504",
                 f"{op}: offsets[{at + 1}] = {bounds[at + 1]} is below offsets[{at}] = {bounds[at]}: a negative count",
             )
-        self._free_flat(host, items, sizes, hs, op)
+        self.free_flat(host, items, sizes, hs, op)
 
-    def _free_flat(
+    def free_flat(
         self, host: np.ndarray, originals: list[int] | None, sizes: list[int], hs: list[Hashable], op: str
     ) -> None:
         """Release entry after entry of ``host`` (``sizes[i]`` ids of ``hs[i]``), atomically (POOL-117).
@@ -133,36 +161,28 @@ class BatchedCalls(ArrayPoolState):
         """
         if len(host) == 0:
             return
-        hid_of = list(map(self._hids.get, hs, repeat(-1)))
+        hid_of = list(map(self.holders.ids.get, hs, repeat(-1)))
         per_block = np.repeat(np.array(hid_of, dtype=np.int64), sizes)
         known = -1 not in hid_of or all(hid >= 0 for hid, k in zip(hid_of, sizes, strict=True) if k)
         hids = self.ops.asarray(per_block)
 
-        def groups() -> list[tuple[Hashable, int, np.ndarray, list[int] | None]]:
-            """Each holder with its ids in order, for naming the first bad entry (only a refused batch asks)."""
-            given = originals if originals is not None else host.tolist()
-            by_holder: dict[Hashable, tuple[list[np.ndarray], list[int]]] = {}
-            for h, start, end in zip(hs, [0, *accumulate(sizes)], accumulate(sizes), strict=False):
-                chunks, values = by_holder.setdefault(h, ([], []))
-                chunks.append(host[start:end])
-                values.extend(given[start:end])
-            return [(h, self._hids.get(h, -1), np.concatenate(c), o) for h, (c, o) in by_holder.items()]
+        checked = self.references.check_release(host, hids, known=known)
+        if checked is None:
+            self._explain_refused(host, originals, sizes, hs, op)
+        self.supply.settle(*self.references.release(checked, hids))
+        self.holders.drop_many(hs, sizes)
 
-        ids, distinct, sole, flags = self._check_release(host, None, hids, groups, None, op, known=known)
-        self._release(ids, hids, distinct, sole=sole, flags=flags)
-        self._drop_held_many(hs, sizes)
-
-    def _drop_held_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:
-        """``_drop_held(holders[i], counts[i])`` for each ``i``, inlined for a batch."""
-        held, known, spare = self._held, self._hids, self._spare_hids
-        for h, k in zip(holders, counts, strict=True):
-            if k:
-                left = held[h] - k
-                if left:
-                    held[h] = left
-                else:
-                    del held[h]
-                    spare.append(known.pop(h))
+    def _explain_refused(
+        self, host: np.ndarray, originals: list[int] | None, sizes: list[int], hs: list[Hashable], op: str
+    ) -> NoReturn:
+        """Name the first bad entry of a refused batch, holder by holder with its ids in order (ERR-509)."""
+        given = originals if originals is not None else host.tolist()
+        by_holder: dict[Hashable, list[int]] = {}
+        for h, start, end in zip(hs, [0, *accumulate(sizes)], accumulate(sizes), strict=False):
+            by_holder.setdefault(h, []).extend(given[start:end])
+        for holder, ids in by_holder.items():
+            explain_release(self.pool, ids, holder, op)
+        raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
 
     def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> list[list[int]]:
         """``match(hash_lists[i], holder=holders[i])`` for each ``i`` in order (PFX-320).
@@ -175,77 +195,19 @@ class BatchedCalls(ArrayPoolState):
         lists = [hash_array(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
         hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
-            self._refuse_if_paused(h, len(hl), op)
-        ids, sizes = self._lookup_many(lists)
+            self.refuse_if_paused(h, len(hl), op)
+        ids, sizes = self.index.lookup_many(lists)
         if sum(sizes):
-            self._pin(ids, self._holder_ids(sizes, hs), sizes)
+            self.references.pin(ids, self.holders.per_position(self.ops, sizes, hs), sizes)
             for k, h in zip(sizes, hs, strict=True):
-                self._add_held(h, k)
-        self._requests += len(lists)
-        self._queries += sum(len(hl) for hl in lists)
-        self._hits += sum(sizes)
+                self.holders.add(h, k)
+        counters = self.counters
+        counters.requests += len(lists)
+        counters.queries += sum(len(hl) for hl in lists)
+        counters.hits += sum(sizes)
         flat = self.ops.tolist(ids)
         ends = list(accumulate(sizes))
         return [flat[end - k : end] for k, end in zip(sizes, ends, strict=True)]
-
-    def _holder_ids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> Array:
-        """Holder id of each of ``counts[i]`` positions of entry ``i``, as one device array (one copy in).
-
-        Ids are given to the holders of non-empty entries in entry order, as single calls would.
-        """
-        hids = np.array(self._entry_hids(counts, holders), dtype=np.int64)
-        return self.ops.asarray(np.repeat(hids, np.asarray(counts, dtype=np.int64)))
-
-    def _entry_hids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> list[int]:
-        """Holder id of each entry (-1 for an empty one), given to holders in entry order, as single calls would."""
-        known, spare, holder_of = self._hids, self._spare_hids, self._holder_of
-        out = []
-        for c, h in zip(counts, holders, strict=True):
-            hid = known.get(h) if c else -1
-            if hid is None:
-                if spare:  # ``_hid`` inlined for a batch of new holders
-                    hid = known[h] = spare.pop()
-                    holder_of[hid] = h
-                else:
-                    hid = self._hid(h)
-            out.append(hid)
-        return out
-
-    def _lookup_many(self, lists: Sequence[np.ndarray]) -> tuple[Array, list[int]]:
-        """The hits of every chain from the root, in one pass: their blocks (concatenated) and lengths.
-
-        All chains are looked up together on the state before the batch, as ``match_many`` promises
-        (PFX-320): one probe of the index for every hash, one segmented minimum for the first miss
-        of each chain, one gather of the oldest copies. One host read, of the lengths (two where a
-        hash sat far from its home slot: :meth:`HashTable.find_near`).
-        """
-        ops = self.ops
-        lengths = np.array([len(hl) for hl in lists], dtype=np.int64)
-        total = int(lengths.sum())
-        if total == 0:
-            return ops.zeros(0), [0] * len(lists)
-        flat = np.concatenate(lists)
-        starts = np.cumsum(lengths) - lengths
-        segment = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
-        position = np.arange(total, dtype=np.int64) - starts[segment]
-        prev = np.concatenate([np.array([-1], dtype=np.int64), flat[:-1]])
-        prev[position == 0] = -1  # every chain starts at the root
-        hashes = ops.asarray(flat)
-        entries, far = self._index.find_near(hashes)
-        seg, pos, parents = ops.asarray(segment), ops.asarray(position), ops.asarray(prev)
-        k = len(lists)
-        while True:
-            safe, ok = self._chained(entries, parents)
-            hit_length = ops.asarray(lengths.copy())
-            ops.scatter_min(hit_length, seg, ops.where(ok, total, pos))
-            read = ops.to_host(ops.concat([hit_length, ops.cast(far, "int64")]) if far is not None else hit_length)
-            if far is None or not any_true(read[k:] != 0):
-                break
-            entries, far = self._entries_of(hashes), None  # a hash far from home: the exact probe
-        hits = read[:k]
-        first = np.repeat(starts - (np.cumsum(hits) - hits), hits)  # each hit's position in ``flat``
-        at = first + np.arange(int(hits.sum()), dtype=np.int64)
-        return self._ehead[safe[ops.asarray(at)]], hits.tolist()
 
 
 def _flat_ints(entries: list[object]) -> tuple[np.ndarray, list[int]] | None:

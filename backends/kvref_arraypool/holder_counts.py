@@ -1,7 +1,7 @@
 """Per-holder reference counts of shared blocks: two pairs of a block inline, any more in a hash table (STATE-002).
 
 A block one holder holds keeps its holder in ``owner`` and its count in ``ref`` (see
-:mod:`kvref_arraypool.state`); a block that gains a second holder becomes shared, and the count of
+:mod:`kvref_arraypool.blocks`); a block that gains a second holder becomes shared, and the count of
 each (block, holder) pair then lives here. Most shared blocks have two holders (a request, and
 another reading its prefix), so a block's first two pairs sit in per-block arrays, ``hid0`` and
 ``count0``, ``hid1`` and ``count1``: reading or changing them is a gather or a scatter, with no

@@ -1,183 +1,112 @@
-"""The array core's reference counting: allocate, free and their checks over device arrays (chapter 01).
+"""The array core's reference counting: hand out, check, release and pin references over device arrays (chapter 01).
 
-Bad input is *detected* with array operations over the whole call; only then do the explainers
-of :mod:`kvref.contract.checks` walk the call on the host to name the first offending entry, in
-the order of checks every implementation shares (ERR-502, ERR-509). On success each call is a
-constant number of array operations over its batch.
+:class:`ReferenceCounts` keeps each block's references and owner (the blocks' ``ref`` and
+``owner``) and the per-holder counts of shared blocks (:class:`HolderCounts`). Bad input is
+*detected* with array operations over the whole call (:meth:`~ReferenceCounts.check_release`
+answers None); the pool then has the explainers of :mod:`kvref.contract.checks` name the first
+offending entry, in the order of checks every implementation shares (ERR-502, ERR-509). On
+success each call is a constant number of array operations over its batch, reading the host once
+where the call allows it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import SupportsIndex
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from kvref.contract.checks import explain_release, stale_reference
-from kvref.contract.errors import InvalidValueError, InvariantViolation, OutOfBlocksError
-from kvref.contract.policies import EvictionPolicy
-from kvref.contract.validate import IntsLike, as_count, as_holder
-from kvref_arraypool.host_flags import all_true, any_true, count_true, positions
-from kvref_arraypool.inputs import index_array
+from kvref.contract.checks import stale_reference
+from kvref_arraypool.blocks import NOBODY, SHARED, BlockArrays
+from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
+from kvref_arraypool.host_flags import all_true, any_true, positions
 from kvref_arraypool.ops import Array
-from kvref_arraypool.state import HID_BITS, HID_MASK, NOBODY, SHARED, ArrayPoolState
+from kvref_arraypool.orders import CacheOrders
 
-__all__ = ["ReferenceCounting"]
+__all__ = ["ReferenceCounts"]
 
-_REF_ZERO = EvictionPolicy.REF_ZERO
+#: What a checked release knows: the ids on the device, whether they are distinct, whether each is
+#: held by its entry's holder alone, and (for such a release) per position whether it reaches zero
+#: and whether it is hashed, as read with the verdict.
+CheckedRelease = tuple[Array, bool, bool, tuple[np.ndarray, np.ndarray] | None]
 
 
-class ReferenceCounting(ArrayPoolState):
-    """``allocate`` and ``free`` (and their device-array forms) over the array core (POOL-104..POOL-112)."""
+class ReferenceCounts:
+    """References per block and per (block, holder) pair; the holder ids are the pool's (STATE-002)."""
 
-    def allocate(self, count: SupportsIndex, *, holder: Hashable = None) -> list[int]:
-        """Take ``count`` unhashed blocks with one reference each for ``holder``, or none (POOL-104..106).
+    def __init__(self, blocks: BlockArrays, orders: CacheOrders) -> None:
+        self.ops = blocks.ops
+        self.blocks = blocks
+        self.orders = orders
+        self.shared = HolderCounts(blocks.ops, blocks.n)
 
-        Free blocks are taken first (top of the stack first); cached blocks are evicted only for
-        the shortfall (EVICT-408) and come back without their hash (PFX-312).
-        """
-        return self.ops.tolist(self._allocate(count, holder))
+    def holders_of(self, b: int, holder_of: Sequence[Hashable]) -> dict[Hashable, int]:
+        """``{holder: references}`` on block ``b`` (STATE-002); ``holder_of`` names the holder ids."""
+        owner = int(self.blocks.owner[b])
+        if owner == NOBODY:
+            return {}
+        if owner >= 0:
+            return {holder_of[owner]: int(self.blocks.ref[b])}
+        return {holder_of[h]: c for h, c in self.shared.holders_of(b)}
 
-    def allocate_ids(self, count: SupportsIndex, *, holder: Hashable = None) -> Array:
-        """``allocate``, returning the ids as a fresh device array (int64) instead of a list.
+    # ------------------------------------------------------------------ hand out
 
-        The form an engine uses to write block tables without a round trip through Python ints.
-        """
-        return self.ops.export(self._allocate(count, holder))
+    def hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
+        """One reference each on fresh ``ids`` for ``hids`` (one id, or one per position), an access
+        of each (EVICT-411; ``sizes`` splits a batched call into its calls); a new generation each."""
+        blocks = self.blocks
+        self.ops.fill_at(blocks.ref, ids, 1)
+        blocks.gen[ids] += 1
+        self.ops.put(blocks.owner, ids, hids)
+        self.orders.stamp_access(ids, sizes)
 
-    def _allocate(self, count: SupportsIndex, holder: Hashable) -> Array:
-        n = as_count(count, op="allocate")
-        holder = as_holder(holder, op="allocate")
-        self._refuse_if_paused(holder, n, "allocate")
-        if n == 0:
-            return self.ops.zeros(0)
-        ids = self._take(n, "allocate")
-        self._hand_out(ids, self._hid(holder))
-        self._add_held(holder, n)
-        return ids
+    # ------------------------------------------------------------------ release
 
-    def _hand_out(self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None) -> None:
-        self.ops.fill_at(self._ref, ids, 1)
-        self._gen[ids] += 1
-        self.ops.put(self._owner, ids, hids)
-        self._stamp_access(ids, sizes)
-
-    def _take(self, n: int, op: str) -> Array:
-        """Pop ``n`` blocks: the free stack top-down, then eviction victims (POOL-105, EVICT-408)."""
-        nf = self._nfree
-        if n <= nf:
-            ids = self.ops.copy(self.ops.flip(self._stack[nf - n : nf]))
-            self._nfree = nf - n
-            return ids
-        short = n - nf
-        victims, reclaimable = self._select_victims(short)
-        if len(victims) < short:
-            raise OutOfBlocksError(
-                "POOL-105",
-                f"{op}: asked for {n} blocks, {nf + reclaimable} available "
-                f"({nf} free + {reclaimable} evictable) of {self.num_usable} usable; nothing was taken",
-            )
-        ids = self.ops.concat([self.ops.flip(self._stack[:nf]), victims])
-        self._nfree = 0
-        self._unregister(victims)
-        self._evictions += short
-        return ids
-
-    def free(
-        self,
-        block_ids: IntsLike,
-        *,
-        holder: Hashable = None,
-        generations: IntsLike | None = None,
-    ) -> None:
-        """Drop one of ``holder``'s references per occurrence in ``block_ids``, in list order.
-
-        A block whose last reference goes becomes free, or cached if hashed (PFX-311), or is
-        dropped under ``ref-zero`` (EVICT-405); earlier positions count as released earlier
-        (EVICT-401). All-or-nothing (POOL-107..POOL-109, POOL-112).
-        """
-        op = "free"
-        host, items = index_array(block_ids, op=op)
-        holder = as_holder(holder, op=op)
-        gens = None if generations is None else self._gen_array(generations, len(host), op)
-        if len(host) == 0:
-            return
-        hid = self._hids.get(holder, -1)
-        ids, distinct, sole, flags = self._check_release(
-            host, items, hid, lambda: [(holder, hid, host, items)], gens, op, known=hid >= 0
-        )
-        self._release(ids, hid, distinct, sole=sole, flags=flags)
-        self._drop_held(holder, len(host))
-
-    def _gen_array(self, generations: object, expected: int, op: str) -> np.ndarray:
-        gens, _ = index_array(generations, op=op, arg="generations")
-        if len(gens) != expected:
-            raise InvalidValueError(
-                "ERR-506", f"{op}: {len(gens)} generations for {expected} block ids; they must pair up"
-            )
-        return gens
-
-    def _check_generations(self, host: np.ndarray, gens: np.ndarray, op: str) -> None:
+    def check_generations(self, host: np.ndarray, gens: np.ndarray, op: str) -> None:
         """POOL-112: every in-range, unreserved block's generation matches the caller's."""
-        ok = (host >= 0) & (host < self._n)
+        blocks = self.blocks
+        ok = (host >= 0) & (host < blocks.n)
         safe = np.where(ok, host, 0)
-        ok &= ~self._host_reserved[safe]
-        current = self.ops.to_host(self._gen[self.ops.asarray(safe)])
+        ok &= ~blocks.host_reserved[safe]
+        current = self.ops.to_host(blocks.gen[self.ops.asarray(safe)])
         stale = np.flatnonzero(ok & (current != gens))
         if len(stale):
             i = int(stale[0])
             raise stale_reference(op, int(host[i]), int(gens[i]), int(current[i]))
 
-    def _check_release(
-        self,
-        host: np.ndarray,
-        items: list[int] | None,
-        hids: Array | int,
-        groups: Callable[[], Sequence[tuple[Hashable, int, np.ndarray, list[int] | None]]],
-        gens: np.ndarray | None,
-        op: str,
-        *,
-        known: bool,
-    ) -> tuple[Array, bool, bool, tuple[np.ndarray, np.ndarray] | None]:
-        """POOL-108/109/112 over a whole batch; returns the ids on the device when all is well.
+    def check_release(self, host: np.ndarray, hids: Array | int, *, known: bool) -> CheckedRelease | None:
+        """POOL-108/109 over a whole batch: what the release needs when all is well, else None.
 
-        Also whether they are pairwise distinct, whether each is held by its entry's holder
-        alone (``sole``: the release then needs no look at shared counts), and for such a release
-        the host flags of :meth:`_reaching_zero` (read with the verdict), else None. ``known``: every holder
-        of a non-empty entry holds something. ``groups()`` lists each holder with its ids in order,
-        for naming the first bad entry (asked only when the batch is refused).
+        ``hids``: the holder id of every position (or one for all); ``known``: every holder of a
+        non-empty entry holds something. The common release (distinct blocks, each held by its
+        entry's holder alone) is decided in one host read, with the flags :meth:`release` needs.
         """
-        if gens is not None:
-            self._check_generations(host, gens, op)
-        if known and self._in_range(host):
-            ids = self.ops.asarray(host)
-            owner = self._owner[ids]
-            m = len(ids)
-            if m <= self._n:  # distinct and solely held, in one host read (the common release)
-                other = owner != hids
-                bad, twice = other, None
-                if m > 1:
-                    pos = self._positions[:m]
-                    self._mark[ids] = pos
-                    twice = self._mark[ids] != pos
-                    bad = other | twice
-                # With the verdict, which blocks the release leaves at zero and which are hashed: one read.
-                flags = self.ops.to_host(self.ops.concat([bad, self._ref[ids] == 1, self._bhash[ids] >= 0]))
-                if not any_true(flags[:m]):
-                    return ids, True, True, (flags[m : 2 * m], flags[2 * m :])
-                # Distinct, and each held by its entry's holder alone or shared: one more read.
-                joined = owner == SHARED
-                if not self.ops.any(other & ~joined if twice is None else (other & ~joined) | twice):
-                    at = self.ops.nonzero(joined)
-                    have = self._shared.get(ids[at], hids if isinstance(hids, int) else hids[at])
-                    if not self.ops.any(have < 1):
-                        return ids, True, False, None
-            distinct = self._distinct(ids)
-            if not self.ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
-                return ids, distinct, False, None
-        for holder, _, g_host, g_items in groups():
-            explain_release(self, g_items if g_items is not None else g_host.tolist(), holder, op)
-        raise InvariantViolation("ERR-508", f"{op}: the batch was refused but no entry is at fault")  # pragma: no cover
+        ops, blocks = self.ops, self.blocks
+        if not known or not blocks.in_range(host):
+            return None
+        ids = ops.asarray(host)
+        owner = blocks.owner[ids]
+        m = len(ids)
+        if m <= blocks.n:  # distinct and solely held, in one host read (the common release)
+            other = owner != hids
+            bad, twice = other, None
+            if m > 1:
+                twice = blocks.repeats(ids)
+                bad = other | twice
+            # With the verdict, which blocks the release leaves at zero and which are hashed: one read.
+            flags = ops.to_host(ops.concat([bad, blocks.ref[ids] == 1, blocks.hash[ids] >= 0]))
+            if not any_true(flags[:m]):
+                return ids, True, True, (flags[m : 2 * m], flags[2 * m :])
+            # Distinct, and each held by its entry's holder alone or shared: one more read.
+            joined = owner == SHARED
+            if not ops.any(other & ~joined if twice is None else (other & ~joined) | twice):
+                at = ops.nonzero(joined)
+                have = self.shared.get(ids[at], hids if isinstance(hids, int) else hids[at])
+                if not ops.any(have < 1):
+                    return ids, True, False, None
+        distinct = blocks.distinct(ids)
+        if not ops.any((owner != hids) & (owner != SHARED)) and self._counts_cover(ids, hids):
+            return ids, distinct, False, None
+        return None
 
     def _pair_counts(self, ids: Array, hids: Array | int) -> tuple[Array, Array, Array]:
         """Distinct (block, holder) pairs as keys, blocks and occurrence counts."""
@@ -187,67 +116,53 @@ class ReferenceCounting(ArrayPoolState):
 
     def _counts_cover(self, ids: Array, hids: Array | int) -> bool:
         """Each (block, holder) occurs no more often than the holder's references to the block."""
-        if isinstance(hids, int) and self._distinct(ids):
+        if isinstance(hids, int) and self.blocks.distinct(ids):
             return not self.ops.any(self._have((ids << HID_BITS) | hids, ids) < 1)
         uk, ub, cnt = self._pair_counts(ids, hids)
-        have = self._have(uk, ub)
-        return not self.ops.any(have < cnt)
+        return not self.ops.any(self._have(uk, ub) < cnt)
 
     def _have(self, uk: Array, ub: Array) -> Array:
         """References each distinct (block, holder) pair holds."""
-        owner = self._owner[ub]
+        blocks = self.blocks
+        owner = blocks.owner[ub]
         sole = owner == (uk & HID_MASK)
-        have = self.ops.where(sole, self._ref[ub], 0)
+        have = self.ops.where(sole, blocks.ref[ub], 0)
         shared = self.ops.nonzero(owner == SHARED)
         if len(shared):
-            have[shared] = self._shared.get(ub[shared], uk[shared] & HID_MASK)
+            have[shared] = self.shared.get(ub[shared], uk[shared] & HID_MASK)
         return have
 
-    def _release(
-        self,
-        ids: Array,
-        hids: Array | int,
-        distinct: bool,
-        *,
-        sole: bool = False,
-        flags: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> None:
-        """Drop one reference per position (validated); blocks reaching zero leave in list order.
-
-        ``distinct``: the ids are known to be pairwise distinct; ``sole``: each is held by its
-        entry's holder alone (both save a check); ``flags``: which reach zero and which are hashed,
-        when the check read them (:meth:`_check_release`).
-        """
-        ops = self.ops
+    def release(self, checked: CheckedRelease, hids: Array | int) -> tuple[Array, np.ndarray | None]:
+        """Drop one reference per position of a checked release; return the blocks reaching zero in
+        release order (each block's last position) and, where read, whether each is hashed."""
+        ids, distinct, sole, flags = checked
+        ops, blocks = self.ops, self.blocks
         m = len(ids)
         if distinct:  # one reference each, from the shared counts too where the block is shared
             if not sole:
-                joined = ops.nonzero(self._owner[ids] == SHARED)
+                joined = ops.nonzero(blocks.owner[ids] == SHARED)
                 if len(joined):
-                    self._shared.sub(ids[joined], hids if isinstance(hids, int) else hids[joined], 1)
-            left = self._ref[ids] - 1
-            self._ref[ids] = left
+                    self.shared.sub(ids[joined], hids if isinstance(hids, int) else hids[joined], 1)
+            left = blocks.ref[ids] - 1
+            blocks.ref[ids] = left
             zeroed, hashed = self._reaching_zero(ids, left, flags)
-            ops.fill_at(self._owner, zeroed, NOBODY)
-            self._settle(zeroed, hashed)
-            return
-        else:
-            uk, ub, cnt = self._pair_counts(ids, hids)
-            shared = self._owner[ub] == SHARED
-            if ops.any(shared):
-                self._shared.sub(ub[shared], uk[shared] & HID_MASK, cnt[shared])
-            ops.scatter_add(self._ref, ub, -cnt)
-            blocks = ops.unique(ub)[0]
-            zb = blocks[self._ref[blocks] == 0]
-            ops.fill_at(self._owner, zb, NOBODY)
-            # Zero order: the position of each block's last occurrence.
-            ops.fill_at(self._mark, zb, -1)
-            ops.scatter_max(self._mark, ids, ops.arange(m))
-            zeroed = zb[ops.argsort(self._mark[zb])]
-        self._settle(zeroed)
+            ops.fill_at(blocks.owner, zeroed, NOBODY)
+            return zeroed, hashed
+        uk, ub, cnt = self._pair_counts(ids, hids)
+        shared = blocks.owner[ub] == SHARED
+        if ops.any(shared):
+            self.shared.sub(ub[shared], uk[shared] & HID_MASK, cnt[shared])
+        ops.scatter_add(blocks.ref, ub, -cnt)
+        unique_blocks = ops.unique(ub)[0]
+        zb = unique_blocks[blocks.ref[unique_blocks] == 0]
+        ops.fill_at(blocks.owner, zb, NOBODY)
+        # Zero order: the position of each block's last occurrence.
+        ops.fill_at(blocks.mark, zb, -1)
+        ops.scatter_max(blocks.mark, ids, ops.arange(m))
+        return zb[ops.argsort(blocks.mark[zb])], None
 
     def _reaching_zero(
-        self, ids: Array, left: Array, flags: tuple[np.ndarray, np.ndarray] | None = None
+        self, ids: Array, left: Array, flags: tuple[np.ndarray, np.ndarray] | None
     ) -> tuple[Array, np.ndarray]:
         """The distinct ``ids`` whose count ``left`` is zero, in order, and whether each is hashed.
 
@@ -259,38 +174,101 @@ class ReferenceCounting(ArrayPoolState):
             zero, hashed = flags
         else:
             m = len(ids)
-            read = ops.to_host(ops.concat([left == 0, self._bhash[ids] >= 0]))
+            read = ops.to_host(ops.concat([left == 0, self.blocks.hash[ids] >= 0]))
             zero, hashed = read[:m], read[m:]
         if all_true(zero):
             return ids, hashed
         at = positions(zero)
         return (ids[ops.asarray(at)] if len(at) else ops.zeros(0)), hashed[at]
 
-    def _settle(self, zeroed: Array, hashed: np.ndarray | None = None) -> None:
-        """Blocks whose last reference just went, in release order: free, cached or dropped.
+    # ------------------------------------------------------------------ pin
 
-        ``hashed``: whether each is hashed, where the caller read it already (else one read here).
+    def pin(
+        self, ids: Array, hids: Array | int, sizes: Sequence[int] | None = None, *, refuse: Array | None = None
+    ) -> bool:
+        """Add one reference per position (every block in use or cached), an access of each
+        (EVICT-411; ``sizes`` splits a batched call into its calls); True.
+
+        ``refuse``: a flag per position; if any is set nothing changes and the answer is False
+        (read with the pin's own flags: one host read for the check and the pin). A block gaining
+        a second holder becomes shared: its per-holder counts move to ``shared``.
         """
-        if len(zeroed) == 0:
-            return
-        if hashed is None:
-            hashed = self.ops.to_host(self._bhash[zeroed] >= 0)
-        k = count_true(hashed)
-        if k == 0:  # the common release of unhashed blocks: all free, in order
-            self._push_free(zeroed)
-            return
-        if self._policy is _REF_ZERO:
-            dropped = self._part(zeroed, hashed)
-            if len(dropped):
-                self._unregister(dropped)
-                self._evictions += len(dropped)
-            self._push_free(zeroed)
-            return
-        if k < len(zeroed):
-            self._push_free(self._part(zeroed, ~hashed))
-        cached = self._part(zeroed, hashed)
-        if k:
-            stamps = self._stamps(k)
-            self._evstamp[cached] = stamps
-            self._lru_order.push(cached, stamps)
-            self._ncached += k
+        ops, blocks = self.ops, self.blocks
+        m = len(ids)
+        if m == 0:
+            return True
+        if m > blocks.n:  # too many for the marks of one read: some block comes twice
+            if refuse is not None and ops.any(refuse):
+                return False
+            self.orders.stamp_access(ids, sizes)
+        else:  # distinct? which are cached, held by another holder alone, shared; refused? One host read.
+            owner = blocks.owner[ids]
+            parts = [owner == NOBODY, (owner >= 0) & (owner != hids), owner == SHARED]
+            if refuse is not None:
+                parts.append(refuse)
+            if m > 1:
+                parts.append(blocks.repeats(ids))
+            flags = ops.to_host(ops.concat(parts))
+            if refuse is not None and any_true(flags[3 * m : 4 * m]):
+                return False
+            self.orders.stamp_access(ids, sizes)
+            if not any_true(flags[(3 if refuse is None else 4) * m :]):
+                self.pin_distinct(ids, hids, flags[:m], flags[m : 2 * m], flags[2 * m : 3 * m])
+                return True
+        if isinstance(hids, int):
+            hids = ops.full(len(ids), hids)
+        uk, ub, cnt = self._pair_counts(ids, hids)  # sorted by block, then holder
+        uh = uk & HID_MASK
+        k = len(ub)
+        change = ub[1:] != ub[:-1]
+        first, last = ops.concat([ops.full(1, 1) > 0, change]), ops.concat([change, ops.full(1, 1) > 0])
+        current = blocks.owner[ub]
+        # Per pair, in one host read: it stays its block's sole holder; its block (first pair) leaves a
+        # sole holder for the shared counts; its block (first pair) is cached.
+        alone = first & last & ((current == NOBODY) | (current == uh))
+        flags = ops.to_host(ops.concat([alone, first & (current >= 0), first & (blocks.ref[ub] == 0)]))
+        sole = flags[:k]
+        convert = blocks.part(ub, flags[k : 2 * k] & ~sole)
+        self.orders.uncache(blocks.part(ub, flags[2 * k :]))
+        if len(convert):  # a sole holder's count moves to the shared counts
+            self.shared.add(convert, blocks.owner[convert], blocks.ref[convert], distinct=True)
+        if not all_true(sole):
+            at = ops.asarray(positions(~sole))
+            ops.fill_at(blocks.owner, ub[at], SHARED)
+            self.shared.add(ub[at], uh[at], cnt[at])
+        if any_true(sole):
+            at = ops.asarray(positions(sole))
+            ops.put(blocks.owner, ub[at], uh[at])
+        ops.scatter_add(blocks.ref, ub, cnt)
+        return True
+
+    def pin_distinct(
+        self, ids: Array, hids: Array | int, unheld: np.ndarray, other: np.ndarray, joined: np.ndarray
+    ) -> None:
+        """:meth:`pin` of pairwise distinct blocks, given (host flags, per position) which are cached,
+        which another holder holds alone (they become shared) and which are shared already."""
+        ops, blocks = self.ops, self.blocks
+        self.orders.uncache(blocks.part(ids, unheld))
+        to_shared = other | joined
+        if any_true(to_shared):
+            every = blocks.positions[: len(ids)]
+            if any_true(other):  # the sole holder's count and the new one go to the shared counts, no read
+                at = blocks.part(every, other)
+                convert = ids[at]
+                self.shared.share(
+                    convert, blocks.owner[convert], blocks.ref[convert], hids if isinstance(hids, int) else hids[at], 1
+                )
+                ops.fill_at(blocks.owner, convert, SHARED)
+            if any_true(joined):
+                at = blocks.part(every, joined)
+                self.shared.add(ids[at], hids if isinstance(hids, int) else hids[at], 1, distinct=True)
+            if not all_true(to_shared):
+                at = blocks.part(every, ~to_shared)
+                ops.put(blocks.owner, ids[at], hids if isinstance(hids, int) else hids[at])
+        else:
+            ops.put(blocks.owner, ids, hids)
+        blocks.ref[ids] += 1
+
+    def clear(self) -> None:
+        """No shared block (the blocks' references are cleared with the blocks)."""
+        self.shared.clear()
