@@ -157,8 +157,7 @@ class ArrayOps(ABC):
 
     def export(self, a: Array) -> Array:
         """``a`` as the caller's library holds it: what the core hands out (``allocate_ids``,
-        ``match_ids``, ``graph_arrays``). ``a`` itself, but for torch on the CPU, whose core runs on
-        NumPy arrays (:class:`kvref_torch.host_ops.TorchHostOps`): a tensor of the same memory."""
+        ``match_ids``, ``graph_arrays``): ``a`` itself, an array of the library the core runs on."""
         return a
 
     def tolist(self, a: Array) -> list[int]:

@@ -2,7 +2,7 @@
 
 The error codes a ``free`` of :class:`kvref_arraypool.slot_arrays.DeviceSlotAllocator` writes into
 its record (ERR-511), with their rules, shared by the array path and by fused kernels
-(:class:`SlotKernels`: ``kvref_torch.slot_kernels``, ``kvref_cuda``, the host kernels), and the
+(:class:`SlotKernels`: ``kvref_cuda``'s CUDA C, or a test's stand-in), and the
 two-call form of a step's ``free_then_alloc`` for kernels that do not fuse it (RADIX-616).
 """
 

@@ -131,9 +131,8 @@ class CountLaunches(TorchDispatchMode):  # type: ignore[misc]  # torch is not ty
 def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str, dict[int, CallCost]]:
     """The cost of one call of every scenario at every batch size, each on a fresh lru pool.
 
-    Token-slot allocators and block array surfaces are built as CUDA builds them, on the array
-    path: on ``cpu`` the backend gives them host kernels (NumPy over the tensors' memory), which
-    launch nothing a GPU would.
+    Every target runs torch's own operations, as on CUDA; the array surfaces' CUDA C kernels are
+    counted with a stand-in for the driver (their launches counted, not made).
     """
     from kvref_arraypool.block_arrays import DeviceBlockPool
     from kvref_arraypool.block_tables import DeviceBlockTables
@@ -163,13 +162,13 @@ def measure(device: str = "cpu", batches: tuple[int, ...] = BATCHES) -> dict[str
             elif op in TABLE_SCENARIOS:
                 pool = DeviceBlockPool(2 * n + 16, ops=TorchOps(where))
                 target = DeviceBlockTables(pool, block_size=1, max_blocks=64)
-            elif op in BLOCK_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
+            elif op in BLOCK_SCENARIOS:  # the array path, as KVREF_CUDA_KERNELS=0 runs it on CUDA
                 target = DeviceBlockPool(size, ops=TorchOps(where))
-            elif op in ARRAY_SCENARIOS:  # as on CUDA: the array path, not the CPU's host kernels
+            elif op in ARRAY_SCENARIOS:  # the array path, as KVREF_CUDA_KERNELS=0 runs it on CUDA
                 target = DeviceSlotAllocator(size, ops=TorchOps(where))
             elif op in SLOT_SCENARIOS:
                 target = ArraySlotAllocator(size, ops=TorchOps(where))
-            else:  # as on CUDA: torch's own ops, not the CPU's NumPy views (kvref_torch.host_ops)
+            else:  # the list-protocol pool
                 target = ArrayBlockPool(size, ops=TorchOps(where), policy="lru")
             call = scenario(target, n)
             made = kernels.launches if kernels is not None else 0
