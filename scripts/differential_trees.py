@@ -78,6 +78,8 @@ def materialize(arg: Any) -> Any:
 
     if isinstance(arg, dict) and "np" in arg:
         return np.array(arg["np"], dtype=np.int64)
+    if isinstance(arg, dict) and "np32" in arg:
+        return np.array(arg["np32"], dtype=np.int32)
     return arg
 
 
@@ -99,12 +101,19 @@ class PoolCalls:
         self.held: dict[Any, list[int]] = {}
         self.chains: list[list[int]] = []
         self.next_hash = 1
+        self.gen = [0] * num_blocks  # each block's generation, as the answers tell it
 
     def note(self, call: dict[str, Any], result: dict[str, Any]) -> None:
         """What an answered call tells about the pool's holders and chains."""
         if "error" in result:
             return
         op, kw, value = call["op"], call.get("kwargs", {}), result["value"]
+        if op in ("allocate", "allocate_ids"):
+            self.renewed(value)
+        elif op == "allocate_many":
+            self.renewed([b for ids in value for b in ids])
+        elif op == "allocate_many_ids":
+            self.renewed(value[0])
         if op in ("allocate", "match", "allocate_ids", "match_request"):
             self.held.setdefault(kw.get("holder"), []).extend(value)
         elif op == "acquire":
@@ -130,9 +139,20 @@ class PoolCalls:
                 self.held.clear()
             self.chains.clear()
 
+    def renewed(self, ids: list[int]) -> None:
+        for b in ids:
+            self.gen[b] += 1
+
+    def generations(self, ids: list[int], bad: bool) -> list[int]:
+        """The current generation of each id (one off somewhere when ``bad``)."""
+        gens = [self.gen[b] if 0 <= b < self.n else 0 for b in ids]
+        if bad and gens:
+            gens[self.rng.randrange(len(gens))] += self.rng.choice([-1, 1])
+        return gens
+
     def drop(self, holder: Any, ids: Any) -> None:
         mine = self.held.get(holder, [])
-        for b in ids["np"] if isinstance(ids, dict) else ids:
+        for b in next(iter(ids.values())) if isinstance(ids, dict) else ids:
             if b in mine:
                 mine.remove(b)
 
@@ -175,17 +195,21 @@ class PoolCalls:
                 ids = [*ids, r.choice([*ids, self.bad_id()]) if ids else self.bad_id()]
             r.shuffle(ids)
             kwargs: dict[str, Any] = {"holder": h}
-            if r.random() < 0.1:
-                kwargs["generations"] = [0 if bad else -7 for _ in ids] if bad else None
-                if kwargs["generations"] is None:
-                    del kwargs["generations"]
-            return {"op": "free", "args": [ids], "kwargs": kwargs}
+            if r.random() < 0.15:
+                kwargs["generations"] = self.generations(ids, bad)
+            given: Any = ids
+            if r.random() < 0.1 and all(0 <= b < 2**31 for b in ids):
+                given = {"np32": ids}
+            return {"op": "free", "args": [given], "kwargs": kwargs}
         if pick < 0.42:
             other = r.choice(HOLDERS)
             ids = self.some_held(other)
             if bad or not ids:
                 ids = [*ids, self.bad_id()]
-            return {"op": "acquire", "args": [ids], "kwargs": {"holder": h}}
+            kwargs = {"holder": h}
+            if r.random() < 0.15:
+                kwargs["generations"] = self.generations(ids, bad and r.random() < 0.5)
+            return {"op": "acquire", "args": [ids], "kwargs": kwargs}
         if pick < 0.56:
             mine = self.held.get(h, [])
             if not mine:
@@ -210,8 +234,12 @@ class PoolCalls:
             if bad:
                 chain = [*chain, -3]
             op = r.choice(["match", "match", "lookup", "match_request"])
+            after: dict[str, Any] = {}
+            if op != "match_request" and len(chain) > 1 and r.random() < 0.25:  # a chain after a parent
+                cut = r.randrange(1, len(chain))
+                after, chain = {"parent_hash": chain[cut - 1]}, chain[cut:]
             if op == "lookup":
-                return {"op": op, "args": [chain], "kwargs": {}}
+                return {"op": op, "args": [chain], "kwargs": after}
             if op == "match_request":
                 size = 4
                 return {
@@ -219,7 +247,7 @@ class PoolCalls:
                     "args": [chain],
                     "kwargs": {"num_tokens": len(chain) * size + r.randint(0, 3), "block_size": size, "holder": h},
                 }
-            return {"op": op, "args": [chain], "kwargs": {"holder": h}}
+            return {"op": op, "args": [chain], "kwargs": {"holder": h, **after}}
         if pick < 0.80:
             holders = r.sample(["a", "b", "c", "d"], r.randint(1, 3))
             form = r.choice(["allocate_many", "allocate_many_ids", "free_many", "free_many_ids", "match_many"])

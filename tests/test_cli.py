@@ -40,10 +40,10 @@ def test_replay_of_the_built_in_workload_reports_hits_for_every_policy(capsys: p
     assert all(r["block_hit_rate"] <= r["infinite_block_hit_rate"] for r in results.values())
 
 
-@rule("TRACE-1001")
+@rule("CONF-912")
 def test_replay_of_a_missing_trace_exits_with_the_reason(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
     assert main(["replay", "/nonexistent/trace.jsonl"]) == 2
-    assert "[TRACE-1001]" in capsys.readouterr().err
+    assert "[CONF-912] /nonexistent/trace.jsonl does not exist" in capsys.readouterr().err
 
 
 @rule("CONF-904")
@@ -107,12 +107,12 @@ def test_replay_tables_piped_to_a_file_cut_no_number() -> None:
     assert rows and all(line.rstrip().endswith("│") for line in rows), f"table rows were cut:\n{out}"
 
 
-@pytest.mark.rule("ERR-504")
+@pytest.mark.rule("TRACE-1030")
 @pytest.mark.parametrize("capacity", ["-5", "0"])
 def test_a_bad_capacity_is_refused_in_the_users_own_numbers(capacity: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--capacity", capacity]) == 2
     said = capsys.readouterr().err
-    assert f"got {capacity}" in said and "ERR-504" in said, f"replay --capacity {capacity} said {said!r}"
+    assert f"got {capacity}" in said and "TRACE-1030" in said, f"replay --capacity {capacity} said {said!r}"
 
 
 def test_plain_tables_keep_every_number_whole_at_any_width(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
 The error codes a ``free`` or ``acquire`` of :class:`kvref_arraypool.block_arrays.DeviceBlockPool`
 writes into its record, with their rules, shared by the array path and by fused kernels
-(:class:`BlockKernels`; :mod:`kvref_torch.block_kernels` writes the same numbers).
+(:class:`BlockKernels`: ``kvref_cuda``'s CUDA C writes the same numbers).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ BLOCK_ERRORS = {
 
 
 class BlockKernels(Protocol):
-    """Fused one-slot calls for one array library and device (``kvref_torch.block_kernels``).
+    """Fused one-slot calls for one array library and device (:class:`kvref_cuda.CudaBlockKernels`).
 
     Each does in one launch what the array path of :class:`DeviceBlockPool` does for a call
     whose entries all belong to one request slot, over the same arrays and record, with the same

@@ -135,8 +135,8 @@ class BlockArrays:
         return blocks[self.ops.asarray(positions(which))]
 
     def clear(self) -> None:
-        """No reference, owner or registration on any block; every usable block free (generations stay)."""
-        for array, empty in ((self.ref, 0), (self.owner, NOBODY), (self.hash, -1), (self.entry, -1)):
-            array[:] = empty
-        self.registered[:] = -1
+        """No reference or owner on any block and every usable block free, in a new pool's order; the
+        generations stay (POOL-111). The caller has dropped every registration and cache order first."""
+        self.ref[:] = 0
+        self.owner[:] = NOBODY
         self.refill_stack()

@@ -38,7 +38,7 @@ def check_pool_invariants(
     """
     ops = blocks.ops
     host = ops.to_host
-    shared, policy = references.shared, orders.policy
+    counts, policy = references.shared, orders.policy
     n = blocks.n
     ref, owner, bhash, bentry = host(blocks.ref), host(blocks.owner), host(blocks.hash), host(blocks.entry)
     gen, evstamp = host(blocks.gen), host(blocks.released)
@@ -66,10 +66,10 @@ def check_pool_invariants(
     if unowned.any():
         b = int(np.flatnonzero(unowned)[0])
         raise _fail("STATE-002", f"block {b} has reference count {ref[b]} but owner code {owner[b]}")
-    layout = shared.fault()
+    layout = counts.fault()
     if layout is not None:
         raise _fail("STATE-002", f"per-holder counts of shared blocks: {layout}")
-    keys, values = (host(a) for a in shared.items())  # every counted pair, inline or in the table
+    keys, values = (host(a) for a in counts.items())  # every counted pair, inline or in the table
     per_block = np.zeros(n, dtype=np.int64)
     np.add.at(per_block, keys >> 32, values)
     shared = owner == -2

@@ -260,7 +260,9 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         checked = self.references.check_release(host, hid, known=hid >= 0)
         if checked is None:
             explain_release(self, items if items is not None else host.tolist(), holder, op)
-            raise InvariantViolation("ERR-508", f"{op}: refused, but no entry is at fault")  # pragma: no cover
+            raise InvariantViolation(
+                "ERR-508", f"{op}: the batch was refused but no entry is at fault"
+            )  # pragma: no cover
         self.supply.settle(*self.references.release(checked, hid))
         self.holder_ids.drop(holder, len(host))
 

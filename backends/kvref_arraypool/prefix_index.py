@@ -79,7 +79,7 @@ class PrefixIndex:
         return HashEntry(int(self.copies[e]) > 0, None if p < 0 else p, int(self.children[e]) > 0)
 
     def resident_hashes(self) -> frozenset[int]:
-        """Hashes with at least one cached copy (PFX-305)."""
+        """Hashes with at least one copy, in use or evictable (PFX-305)."""
         keys, entries = self.index.items()
         return frozenset(self.ops.tolist(keys[self.copies[entries] > 0]))
 

@@ -36,18 +36,13 @@ class StampQueue:
         self.head = 0
         self.tail = 0
 
-    def make_room(self, m: int) -> None:
-        """Compact if ``m`` more entries would not fit past the tail (a kernel appending by itself
-        writes ``blocks`` and ``stamps`` from ``tail`` on, then sets ``tail``)."""
-        if self.tail + m > self.capacity:
-            self.compact(m)
-
     def push(self, blocks: Array, stamps: Array) -> None:
         """Append blocks (with their new stamps) at the young end, in order."""
         m = len(blocks)
         if m == 0:
             return
-        self.make_room(m)
+        if self.tail + m > self.capacity:
+            self.compact(m)
         self.blocks[self.tail : self.tail + m] = blocks
         self.stamps[self.tail : self.tail + m] = stamps
         self.tail += m

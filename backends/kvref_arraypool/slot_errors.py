@@ -2,19 +2,18 @@
 
 The error codes a ``free`` of :class:`kvref_arraypool.slot_arrays.DeviceSlotAllocator` writes into
 its record (ERR-511), with their rules, shared by the array path and by fused kernels
-(:class:`SlotKernels`: ``kvref_cuda``'s CUDA C, or a test's stand-in), and the
-two-call form of a step's ``free_then_alloc`` for kernels that do not fuse it (RADIX-616).
+(:class:`SlotKernels`: ``kvref_cuda``'s CUDA C, or a test's stand-in).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from kvref.contract.errors import BlockIdError, NotHeldError, ReservedBlockError
 from kvref_arraypool.deferred import ErrorKind
 from kvref_arraypool.ops import Array
 
-__all__ = ["SLOT_ERRORS", "SlotKernels", "free_then_alloc_in_two"]
+__all__ = ["SLOT_ERRORS", "SlotKernels"]
 
 #: The errors a device-checked ``free`` records (ERR-511), by code; RADIX-606 and RADIX-602.
 SLOT_ERRORS = {
@@ -29,7 +28,7 @@ SLOT_ERRORS = {
 
 
 class SlotKernels(Protocol):
-    """Fused ``alloc`` and ``free`` for one array library and device (``kvref_torch.slot_kernels``).
+    """Fused ``alloc`` and ``free`` for one array library and device (:class:`kvref_cuda.CudaSlotKernels`).
 
     Each does in one launch what the array path of :class:`DeviceSlotAllocator` does, over the
     same arrays and record, with the same result; ``free`` handles up to ``max_free`` entries and,
@@ -90,31 +89,3 @@ class SlotKernels(Protocol):
     ) -> Array:
         """``free`` of ``slots`` (no group open) then ``alloc`` of ``want`` pages at ``head``, as the two
         calls would (RADIX-616): in one launch where the kernels fuse them."""
-
-
-def free_then_alloc_in_two(kernels: Any, **call: Any) -> Array:
-    """:meth:`SlotKernels.free_then_alloc` as the two calls it stands for: for kernels that do not fuse it."""
-    kernels.free(
-        slots=call["slots"],
-        state=call["state"],
-        first=call["first"],
-        ring=call["ring"],
-        released=call["released"],
-        record=call["record"],
-        head=call["head"],
-        num_pages=call["num_pages"],
-        page_size=call["page_size"],
-        sort=call["sort"],
-        group=False,
-    )
-    return kernels.alloc(
-        ring=call["ring"],
-        state=call["state"],
-        version=call["version"],
-        record=call["record"],
-        head=call["head"],
-        want=call["want"],
-        num_pages=call["num_pages"],
-        page_size=call["page_size"],
-        dtype=call["dtype"],
-    )

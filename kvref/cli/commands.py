@@ -68,7 +68,7 @@ def run_conformance(args: argparse.Namespace) -> int:
         ("--kvref-deviations", args.deviations),
     ):
         if value is not None:
-            argv += [flag, value]
+            argv += [flag, str(value)]
     if args.no_shrink:
         argv.append("--kvref-no-shrink")
     return int(pytest.main(argv + list(args.pytest_args)))

@@ -9,7 +9,8 @@
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
 
 ``--backend`` and the other settings follow the precedence of :mod:`kvref.config.settings` (CONF-903).
-Errors print as one line naming the rule and exit with status 2.
+Every argument is checked before any work starts (:mod:`kvref.cli.arguments`, CONF-912); errors
+print as one line naming the rule and exit with status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from kvref.cli import arguments as arg
 from kvref.cli.commands import run_backends, run_conformance, run_spec
 from kvref.cli.replay import run_replay
 from kvref.cli.report import run_report
@@ -30,29 +32,56 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     from kvref.simulation.workloads import WORKLOADS
 
-    parser = argparse.ArgumentParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = arg.CommandParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print kvref's version and exit")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=arg.CommandParser)
 
     backends = sub.add_parser("backends", help="list registered backends and whether they run here")
     backends.add_argument("--json", action="store_true", help="machine-readable output")
     backends.set_defaults(func=run_backends)
 
     rep = sub.add_parser("replay", help="replay a trace (or the built-in workload) through a prefix cache")
-    rep.add_argument("trace", nargs="?", help="JSON Lines trace (Mooncake format); default: the built-in workload")
+    rep.add_argument(
+        "trace",
+        nargs="?",
+        type=arg.trace_argument,
+        help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list); "
+        "default: the built-in workload",
+    )
     rep.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
     rep.add_argument("--device", help="device for device backends")
     rep.add_argument(
-        "--policy", action="append", help="eviction policy; repeat for several (default: every policy of the cache)"
+        "--policy",
+        action="append",
+        type=arg.policy_name,
+        help="eviction policy, as the tables name it (lru, lru-leaf, radix-lfu, ...); repeat for several "
+        "(default: every policy of the cache)",
     )
-    rep.add_argument("--capacity", type=int, action="append", help="cache capacity in blocks; repeat for several")
+    rep.add_argument(
+        "--capacity", type=arg.capacity, action="append", help="cache capacity in blocks; repeat for several"
+    )
     rep.add_argument(
         "--sweep", action="store_true", help="several capacities (x1/8 .. x2 of one given) and the offline optimum"
     )
-    rep.add_argument("--block-size", type=int, help="tokens per block (default 512 for a trace file, 16 built in)")
-    rep.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
+    rep.add_argument(
+        "--block-size",
+        type=arg.block_size,
+        help="tokens per block (default 512 for a JSON Lines trace, 16 for Azure and built-in workloads)",
+    )
+    rep.add_argument(
+        "--warmup", type=arg.warmup_fraction, default=0.0, help="fraction of requests that only warm the cache"
+    )
     rep.add_argument("--hash", help="hash function for token-level traces")
-    rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload")
+    rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload or of the Azure prefixes")
+    rep.add_argument(
+        "--azure-shared",
+        type=arg.shared_fraction,
+        default=0.5,
+        help="Azure: fraction opening with a shared prefix",
+    )
+    rep.add_argument(
+        "--azure-prefixes", type=arg.positive_count("TRACE-1045", "a number of shared prefixes"), default=8
+    )
     rep.add_argument(
         "--workload",
         default="chat",
@@ -74,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--format", choices=["table", "plain"], default="table", help="plain: tables as plain columns, every cell whole"
     )
-    rep.add_argument("--out", help="directory for replay.json, replay.md and hit-rate.png")
+    rep.add_argument("--out", type=arg.output_directory, help="directory for replay.json, replay.md and hit-rate.png")
     rep.add_argument(
         "--backends",
         action="store_true",
@@ -88,8 +117,10 @@ def _parser() -> argparse.ArgumentParser:
     conf.add_argument("--backend", help="backend name or module:Class (default: KVREF_BACKEND, config, oracle)")
     conf.add_argument("--device", help="device for the backend")
     conf.add_argument("--profile", choices=["ci", "dev", "deep"], help="Hypothesis profile")
-    conf.add_argument("--results", help="directory for the results file (default results/conformance)")
-    conf.add_argument("--deviations", help="extra known-deviations TOML file")
+    conf.add_argument(
+        "--results", type=arg.output_directory, help="directory for the results file (default results/conformance)"
+    )
+    conf.add_argument("--deviations", type=arg.existing_path, help="extra known-deviations TOML file")
     conf.add_argument("--no-shrink", action="store_true", help="detection only: skip Hypothesis's shrink phase")
     conf.add_argument("pytest_args", nargs="*", help="after --: arguments passed on to pytest")
     conf.set_defaults(func=run_conformance)
@@ -98,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "paths", nargs="*", default=["results/conformance", "results"], help="results files or directories"
     )
-    report.add_argument("--out", help="write the Markdown here instead of printing it")
+    report.add_argument("--out", type=arg.output_file, help="write the Markdown here instead of printing it")
     report.set_defaults(func=run_report)
 
     spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")
@@ -118,7 +149,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvref`` console script."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a refused command line (status 2, said in one line) or --help (status 0)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.version:
         from kvref import __version__
 

@@ -44,16 +44,10 @@ def run_replay(args: argparse.Namespace) -> int:
     from kvref.config.registry import create_pool
     from kvref.config.settings import load_settings
     from kvref.simulation.replay import replay
-    from kvref.simulation.traces import load_trace
 
     settings = load_settings({"backend": args.backend, "hash": args.hash})
-    if args.trace:
-        trace = load_trace(args.trace, block_size=args.block_size or 512, algorithm=settings.hash)
-    else:
-        from kvref.simulation.workloads import workload_trace
-
-        trace = workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=settings.hash)
     runs = planned_runs(args, settings)
+    trace = replay_trace(args, settings.hash)
     results = []
     with progress(enabled=not args.json and len(runs) > 1) as advance:
         for capacity, policy in runs:
@@ -107,23 +101,51 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def replay_trace(args: argparse.Namespace, algorithm: str) -> Any:
+    """The trace ``args`` name: a JSON Lines or Azure CSV file, a catalog name, or the built-in workload.
+
+    The same forms ``serve-replay`` takes; an Azure trace gets its seeded synthetic prefixes
+    (TRACE-1045), with blocks of 16 tokens unless ``--block-size`` says otherwise.
+    """
+    if args.trace is None:
+        from kvref.simulation.workloads import workload_trace
+
+        return workload_trace(args.workload, seed=args.seed, block_size=args.block_size or 16, algorithm=algorithm)
+    from kvref.simulation.catalog import resolve_trace
+
+    path, entry = resolve_trace(args.trace)
+    if (entry.format == "azure-csv") if entry else path.suffix.lower() == ".csv":
+        from kvref.simulation.serving.azure import AzurePrefixes, load_azure_trace
+
+        prefixes = AzurePrefixes(shared=args.azure_shared, count=args.azure_prefixes, seed=args.seed)
+        workload = load_azure_trace(path, block_size=args.block_size or 16, prefixes=prefixes, algorithm=algorithm)
+        return workload.block_trace()
+    from kvref.simulation.traces import load_trace
+
+    return load_trace(path, block_size=args.block_size or 512, algorithm=algorithm)
+
+
 def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str]]:
     """(capacity, policy) of every replay asked for: hash-cache policies, ``radix-*`` ones (TRACE-1022), Belady."""
     from kvref.contract.errors import InvalidValueError
     from kvref.contract.policies import EvictionPolicy
     from kvref.simulation.radix_replay import RADIX_POLICIES
 
-    caches = {"hash": ["hash"], "radix": ["radix"], "both": ["hash", "radix"]}[args.cache]
+    cache = args.cache
     named = args.policy or ([settings.policy] if settings.sources["policy"] != "default" else None)
+    if named and cache == "hash" and any(p.startswith("radix-") for p in named):
+        # radix-lfu, as the tables print it, names the radix cache: both caches when hash names come too
+        cache = "radix" if all(p.startswith("radix-") for p in named) else "both"
     policies: list[str] = []
     hash_policies = [p.value for p in EvictionPolicy]
-    if args.cache == "hash":  # a bad name is refused by the pool, naming the hash cache's policies
+    if cache == "hash":  # a bad name is refused by the pool, naming the hash cache's policies
         policies += named or hash_policies
-    elif "hash" in caches:
+    elif cache == "both":
         policies += [p for p in named if p in hash_policies] if named else hash_policies
-    if "radix" in caches:
-        wanted = [p for p in named if p in RADIX_POLICIES] if named else list(RADIX_POLICIES)
-        if named and args.cache == "radix" and not wanted:
+    if cache in ("radix", "both"):
+        radix_named = (q for p in named or () if (q := p.removeprefix("radix-")) in RADIX_POLICIES)
+        wanted = list(dict.fromkeys(radix_named)) if named else list(RADIX_POLICIES)
+        if named and cache == "radix" and not wanted:
             raise InvalidValueError(
                 "TRACE-1021", f"replay --cache radix: none of {named} is a radix policy {RADIX_POLICIES}"
             )
@@ -134,10 +156,7 @@ def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str
             f"replay --cache both: none of {named} is a policy of either cache "
             f"(hash: {hash_policies}; radix: {list(RADIX_POLICIES)})",
         )
-    capacities = sorted(set(args.capacity or [10_000]))
-    bad = [c for c in capacities if c < 1]
-    if bad:  # refused here, in the user's numbers (the pool would see capacity + 1 for its reserved block)
-        raise InvalidValueError("ERR-504", f"replay: --capacity must be at least 1 block, got {bad[0]}")
+    capacities = sorted(set(args.capacity or [10_000]))  # each at least 1 (the argument's parser)
     if args.sweep and len(capacities) == 1:
         base = capacities[0]
         capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})

@@ -24,44 +24,90 @@ __all__ = ["add_serving_commands", "run_serve_replay", "run_traces"]
 
 def add_serving_commands(sub: Any) -> None:
     """Add ``serve-replay`` and ``traces`` to the ``kvref`` command's subparsers."""
-    from kvref.contract.policies import EvictionPolicy
+    from kvref.cli import arguments as arg
     from kvref.simulation.serving import PREEMPTION_MODES, SERVING_WORKLOADS, StepModel
 
     defaults = StepModel()
+    whole = arg.positive_count
     serve = sub.add_parser("serve-replay", help="replay requests overlapping in time through the request manager")
     serve.add_argument(
-        "trace", nargs="?", help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list)"
+        "trace",
+        nargs="?",
+        type=arg.trace_argument,
+        help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list)",
     )
     serve.add_argument("--workload", default="chat", choices=list(SERVING_WORKLOADS), help="built-in workload")
     serve.add_argument("--seed", type=int, default=0, help="seed of the built-in workload or of the Azure prefixes")
-    serve.add_argument("--capacity", type=int, action="append", help="cache capacity in blocks; repeat for several")
     serve.add_argument(
-        "--policy", action="append", choices=[p.value for p in EvictionPolicy], help="eviction policy; repeat"
+        "--capacity", type=arg.capacity, action="append", help="cache capacity in blocks; repeat for several"
     )
-    serve.add_argument("--block-size", type=int, action="append", help="tokens per block; repeat (built-in, Azure)")
-    serve.add_argument("--warmup", type=float, default=0.0, help="fraction of requests that only warm the cache")
+    serve.add_argument(
+        "--policy", action="append", type=arg.hash_policy_name, help="eviction policy (lru, lru-leaf, ...); repeat"
+    )
+    serve.add_argument(
+        "--block-size", type=arg.block_size, action="append", help="tokens per block; repeat (built-in, Azure)"
+    )
+    serve.add_argument(
+        "--warmup", type=arg.warmup_fraction, default=0.0, help="fraction of requests that only warm the cache"
+    )
     serve.add_argument("--preemption", default=defaults.preemption, choices=list(PREEMPTION_MODES))
-    serve.add_argument("--budget", type=int, default=defaults.max_num_batched_tokens, help="tokens a step")
-    serve.add_argument("--max-seqs", type=int, default=defaults.max_num_seqs, help="requests running at once")
-    serve.add_argument("--max-model-len", type=int, default=defaults.max_model_len, help="tokens a request may have")
-    serve.add_argument("--step-ms", type=float, default=defaults.step_ms, help="fixed cost of a step")
-    serve.add_argument("--prefill-ms-per-token", type=float, default=defaults.prefill_ms_per_token)
-    serve.add_argument("--decode-ms-per-token", type=float, default=defaults.decode_ms_per_token)
-    serve.add_argument("--azure-shared", type=float, default=0.5, help="Azure: fraction opening with a shared prefix")
-    serve.add_argument("--azure-prefixes", type=int, default=8, help="Azure: how many shared prefixes")
+    serve.add_argument(
+        "--budget",
+        type=whole("TRACE-1032", "a token budget"),
+        default=defaults.max_num_batched_tokens,
+        help="tokens a step",
+    )
+    serve.add_argument(
+        "--max-seqs",
+        type=whole("TRACE-1032", "a number of running requests"),
+        default=defaults.max_num_seqs,
+        help="requests running at once",
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=whole("TRACE-1032", "a model length (tokens)"),
+        default=defaults.max_model_len,
+        help="tokens a request may have",
+    )
+    serve.add_argument(
+        "--step-ms", type=arg.nonnegative_milliseconds, default=defaults.step_ms, help="fixed cost of a step"
+    )
+    serve.add_argument(
+        "--prefill-ms-per-token", type=arg.nonnegative_milliseconds, default=defaults.prefill_ms_per_token
+    )
+    serve.add_argument("--decode-ms-per-token", type=arg.nonnegative_milliseconds, default=defaults.decode_ms_per_token)
+    serve.add_argument(
+        "--azure-shared", type=arg.shared_fraction, default=0.5, help="Azure: fraction opening with a shared prefix"
+    )
+    serve.add_argument(
+        "--azure-prefixes",
+        type=whole("TRACE-1045", "a number of shared prefixes"),
+        default=8,
+        help="Azure: how many shared prefixes",
+    )
     serve.add_argument("--hash", default="sha256", help="hash function of token-level workloads")
     serve.add_argument("--backend", default="oracle", help="backend of the prefix cache under the manager")
     serve.add_argument("--no-belady", action="store_true", help="skip Belady's offline reference")
     target = serve.add_mutually_exclusive_group()
-    target.add_argument("--target-hit-rate", type=float, help="find the smallest capacity with this token hit rate")
-    target.add_argument("--target-ttft-p90", type=float, help="find the smallest capacity with this p90 TTFT (ms)")
-    serve.add_argument(
-        "--range", help="LOW:HIGH capacities the search covers (default: fits every request .. never evicts)"
+    target.add_argument(
+        "--target-hit-rate", type=arg.hit_rate_target, help="find the smallest capacity with this token hit rate"
     )
-    serve.add_argument("--workers", type=int, help="processes of the sweep (default: every core; 1: this process)")
+    target.add_argument(
+        "--target-ttft-p90", type=arg.milliseconds, help="find the smallest capacity with this p90 TTFT (ms)"
+    )
+    serve.add_argument(
+        "--range",
+        type=arg.capacity_range,
+        help="LOW:HIGH capacities the search covers (default: fits every request .. never evicts)",
+    )
+    serve.add_argument(
+        "--workers", type=arg.worker_count, help="processes of the sweep (default: every core; 1: this process)"
+    )
     serve.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:8786): run the sweep there")
-    serve.add_argument("--results", help="JSON Lines file of finished points; a rerun skips those written")
-    serve.add_argument("--out", help="directory for serving.json, serving.md and the plots")
+    serve.add_argument(
+        "--results", type=arg.output_file, help="JSON Lines file of finished points; a rerun skips those written"
+    )
+    serve.add_argument("--out", type=arg.output_directory, help="directory for serving.json, serving.md and the plots")
     serve.add_argument("--json", action="store_true", help="machine-readable output")
     serve.add_argument(
         "--format", choices=["table", "plain"], default="table", help="plain: tables as plain columns, every cell whole"
@@ -72,7 +118,11 @@ def add_serving_commands(sub: Any) -> None:
     traces.add_argument("action", choices=["list", "fetch"])
     traces.add_argument("name", nargs="?", help="the trace to fetch")
     traces.add_argument("--url", help="fetch from this URL instead (a mirror, or a file:// URL)")
-    traces.add_argument("--dir", help="cache directory (default: $KVREF_TRACE_CACHE or ~/.cache/kvref/traces)")
+    traces.add_argument(
+        "--dir",
+        type=arg.output_directory,
+        help="cache directory (default: $KVREF_TRACE_CACHE or ~/.cache/kvref/traces)",
+    )
     traces.set_defaults(func=run_traces)
 
 
@@ -138,7 +188,6 @@ def _model(args: argparse.Namespace) -> Any:
 
 def run_serve_replay(args: argparse.Namespace) -> int:
     """Replay, print the table (or JSON), write the report; the sizing answer when a target is given."""
-    from kvref.contract.errors import InvalidValueError
     from kvref.contract.policies import EvictionPolicy
     from kvref.simulation.replay import check_warmup
     from kvref.simulation.serving.runner import load_workload
@@ -151,8 +200,6 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     policies = args.policy or [p.value for p in EvictionPolicy]
     bounds = [_default_capacities(load_workload(spec)) for spec in specs]
     fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
-    if args.capacity and min(args.capacity) < 1:
-        raise InvalidValueError("TRACE-1030", f"--capacity must be >= 1, got {min(args.capacity)}")
     capacities = sorted(set(args.capacity or [fits << k for k in range(6) if (fits << k) <= 2 * never]))
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     points = grid(specs, policies, capacities, **common)
@@ -201,16 +248,10 @@ def _size(
     args: argparse.Namespace, spec: Any, policy: str, common: dict[str, Any], fits: int, never: int, interactive: bool
 ) -> Any:
     """Bisect for the smallest capacity meeting the target (TRACE-1042, TRACE-1048)."""
-    from kvref.contract.errors import InvalidValueError
     from kvref.simulation.serving.runner import ServingPoint, run_point
     from kvref.simulation.serving.sizing import size_cache
 
-    low, high = fits, never
-    if args.range:
-        try:
-            low, high = (int(x) for x in args.range.split(":"))
-        except ValueError:
-            raise InvalidValueError("TRACE-1042", f"--range must be LOW:HIGH in blocks, got {args.range!r}") from None
+    low, high = args.range or (fits, never)
     measure, target = (
         ("token hit rate", args.target_hit_rate)
         if args.target_hit_rate is not None

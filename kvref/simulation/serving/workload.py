@@ -133,6 +133,19 @@ class ServingWorkload:
         """Prompt tokens over all requests."""
         return sum(r.prompt_length for r in self.requests)
 
+    def block_trace(self) -> Trace:
+        """The prompts as a trace of their block ids, for ``kvref replay`` (TRACE-1011): a workload that
+        names its blocks (a Mooncake or Azure trace, TRACE-1038), arrivals in whole milliseconds."""
+        from kvref.simulation.traces import TraceRequest
+
+        named = [r for r in self.requests if r.block_ids is not None]
+        if len(named) != len(self.requests):
+            raise InvalidValueError("TRACE-1038", f"{self.source}: its prompts are tokens, not named blocks")
+        requests = tuple(
+            TraceRequest(r.arrival_us // 1000, r.prompt_length, r.output_length, r.block_ids or ()) for r in named
+        )
+        return Trace(requests, self.block_size, self.source)
+
     def prompt_trace(self) -> Trace:
         """The prompts as a trace of block ids, for Belady's offline reference (TRACE-1039).
 

@@ -1,0 +1,236 @@
+"""One argument model for every ``kvref`` command: each option is parsed and checked here, once (CONF-912).
+
+An option two commands share (capacities, block sizes, policies, fractions, targets, worker
+counts, ranges, the paths read and written) is one of the parsers below, so it is refused with the
+same rule and the same words in every command, and before any work starts: argparse calls these
+while it reads the command line, and prints a refusal as one line, ``kvref replay: error: argument
+--block-size: [TRACE-1002] ...``, with exit status 2. Paths to write are created and checked
+writable then too, so a run never does its work only to fail at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = [
+    "CommandParser",
+    "block_size",
+    "capacity",
+    "capacity_range",
+    "existing_path",
+    "hash_policy_name",
+    "hit_rate_target",
+    "milliseconds",
+    "nonnegative_milliseconds",
+    "output_directory",
+    "output_file",
+    "policy_name",
+    "positive_count",
+    "shared_fraction",
+    "trace_argument",
+    "warmup_fraction",
+    "worker_count",
+]
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, refusing a command line in one line: ``kvref replay: error: argument
+    --block-size: [TRACE-1002] ...`` and where the options are listed, with exit status 2."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's parse, refusing ``--option=--`` first: argparse reads that value as none at all,
+        so the option would silently keep its default."""
+        for token in sys.argv[1:] if args is None else args:
+            name, equals, value = token.partition("=")
+            if token.startswith("--") and equals and value == "--":
+                self.error(f"argument {name}: [CONF-912] '--' is not a value (it ends the options)")
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line, saying where the options are listed, and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def _refuse(rule: str, message: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"[{rule}] {message}")
+
+
+def _whole(text: str, rule: str, what: str) -> int:
+    try:
+        return int(text.strip(), 10)
+    except ValueError:
+        raise _refuse(rule, f"{what} must be a whole number, got {text!r}") from None
+
+
+def positive_count(rule: str, what: str) -> Callable[[str], int]:
+    """A parser of whole numbers >= 1 that refuses anything else under ``rule``, naming ``what``."""
+
+    def parse(text: str) -> int:
+        value = _whole(text, rule, what)
+        if value < 1:
+            raise _refuse(rule, f"{what} must be at least 1, got {value}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+#: Tokens per block (TRACE-1002): ``replay`` and ``serve-replay`` alike.
+block_size = positive_count("TRACE-1002", "a block size (tokens per block)")
+#: A cache capacity in blocks (TRACE-1030): ``replay`` and ``serve-replay`` alike.
+capacity = positive_count("TRACE-1030", "a capacity (blocks)")
+#: Processes of a sweep.
+worker_count = positive_count("CONF-912", "a worker count")
+
+
+def _number(text: str, rule: str, what: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise _refuse(rule, f"{what} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise _refuse(rule, f"{what} must be a finite number, got {text!r}")
+    return value
+
+
+def warmup_fraction(text: str) -> float:
+    """The share of requests that only warm the cache: a fraction in [0, 1) (TRACE-1013)."""
+    value = _number(text, "TRACE-1013", "the warm-up fraction")
+    if not 0.0 <= value < 1.0:
+        raise _refuse("TRACE-1013", f"the warm-up fraction must be in [0, 1), got {text!r}")
+    return value
+
+
+def shared_fraction(text: str) -> float:
+    """The share of Azure requests opening with a shared prefix: a fraction in [0, 1] (TRACE-1045)."""
+    value = _number(text, "TRACE-1045", "the shared fraction")
+    if not 0.0 <= value <= 1.0:
+        raise _refuse("TRACE-1045", f"the shared fraction must be in [0, 1], got {text!r}")
+    return value
+
+
+def hit_rate_target(text: str) -> float:
+    """A token hit rate to reach: a fraction in (0, 1] (TRACE-1042)."""
+    value = _number(text, "TRACE-1042", "the target hit rate")
+    if not 0.0 < value <= 1.0:
+        raise _refuse("TRACE-1042", f"the target hit rate must be a fraction in (0, 1], got {text!r}")
+    return value
+
+
+def milliseconds(text: str) -> float:
+    """A time to reach, in milliseconds: a finite number > 0 (TRACE-1042)."""
+    value = _number(text, "TRACE-1042", "the target time (ms)")
+    if value <= 0:
+        raise _refuse("TRACE-1042", f"the target time (ms) must be above 0, got {text!r}")
+    return value
+
+
+def nonnegative_milliseconds(text: str) -> float:
+    """A cost of the step model, in milliseconds: a finite number >= 0 (TRACE-1033)."""
+    value = _number(text, "TRACE-1033", "a step cost (ms)")
+    if value < 0:
+        raise _refuse("TRACE-1033", f"a step cost (ms) must be at least 0, got {text!r}")
+    return value
+
+
+def capacity_range(text: str) -> tuple[int, int]:
+    """``LOW:HIGH``, the capacities a search covers: whole numbers with 1 <= LOW <= HIGH (TRACE-1042)."""
+    low_text, colon, high_text = text.partition(":")
+    if not colon:
+        raise _refuse("TRACE-1042", f"a range must be LOW:HIGH in blocks, got {text!r}")
+    low = _whole(low_text, "TRACE-1042", "a range's LOW")
+    high = _whole(high_text, "TRACE-1042", "a range's HIGH")
+    if not 1 <= low <= high:
+        raise _refuse("TRACE-1042", f"a range must have 1 <= LOW <= HIGH, got {text!r}")
+    return low, high
+
+
+def existing_path(text: str) -> Path:
+    """A file or directory to read: it must exist (CONF-912)."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise _refuse("CONF-912", f"{text} does not exist")
+    return path
+
+
+def output_directory(text: str) -> Path:
+    """A directory to write into: created now if missing, and it must be writable (CONF-912)."""
+    path = Path(text).expanduser()
+    _writable(path, text)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file to write: its directory is created now if missing and must be writable, and the file,
+    if it exists, must be a writable file (CONF-912)."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise _refuse("CONF-912", f"{text} is a directory; name a file")
+    _writable(path.parent if str(path.parent) else Path("."), text)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise _refuse("CONF-912", f"{text} cannot be written")
+    return path
+
+
+def _writable(directory: Path, shown: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse("CONF-912", f"{shown}: cannot create {directory}: {exc.strerror or exc}") from None
+    if not directory.is_dir():
+        raise _refuse("CONF-912", f"{shown}: {directory} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise _refuse("CONF-912", f"{shown}: {directory} cannot be written")
+
+
+def policy_name(text: str) -> str:
+    """An eviction policy as the tables print it: a hash cache's (``lru``, ``lru-leaf``, ...; EVICT-407)
+    or a radix cache's, with or without its ``radix-`` prefix (``radix-lfu``, or ``lfu`` with
+    ``--cache radix``; RADIX-628). ``replay`` and ``serve-replay`` take the same names."""
+    from kvref.contract.policies import EvictionPolicy
+    from kvref.oracle.radix.nodes import RADIX_POLICIES
+
+    name = text.strip()
+    hash_names = [p.value for p in EvictionPolicy]
+    if name in hash_names or name in RADIX_POLICIES or name.removeprefix("radix-") in RADIX_POLICIES:
+        return name
+    radix_names = [f"radix-{p}" for p in RADIX_POLICIES]
+    raise _refuse("EVICT-407", f"unknown eviction policy {text!r}; known: {', '.join(hash_names + radix_names)}")
+
+
+def hash_policy_name(text: str) -> str:
+    """A hash-block cache's eviction policy (EVICT-407): what ``serve-replay``'s request manager runs."""
+    from kvref.contract.policies import EvictionPolicy
+
+    name = text.strip()
+    names = [p.value for p in EvictionPolicy]
+    if name not in names:
+        hint = " (the serving replay runs the hash-block cache)" if name.startswith("radix-") else ""
+        raise _refuse("EVICT-407", f"unknown eviction policy {text!r}; known: {', '.join(names)}{hint}")
+    return name
+
+
+def trace_argument(text: str) -> str:
+    """A trace to read: a file that exists, or a catalog name whose copy is fetched and checks out
+    (TRACE-1044); the text as given, for the command to load (CONF-912)."""
+    from kvref.contract.errors import KVRefError
+    from kvref.simulation.catalog import catalog_trace, resolve_trace
+
+    if catalog_trace(text) is not None:
+        try:
+            resolve_trace(text)
+        except KVRefError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    existing_path(text)
+    if Path(text).expanduser().is_dir():
+        raise _refuse("CONF-912", f"{text} is a directory; name a trace file")
+    return text
