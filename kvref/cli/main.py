@@ -170,3 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KVRefError as exc:
         print(f"kvref {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: stopped at once, workers ended, finished points kept (TRACE-1043)
+        print(f"kvref {args.command}: interrupted; what finished is kept where it was written", file=sys.stderr)
+        return 130

@@ -202,28 +202,29 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
     capacities = sorted(set(args.capacity or [fits << k for k in range(6) if (fits << k) <= 2 * never]))
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
-    points = grid(specs, policies, capacities, **common)
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
     interactive = not args.json
-    if args.target_hit_rate is not None or args.target_ttft_p90 is not None:
+    results_file = Path(args.results) if args.results else None
+    searching = args.target_hit_rate is not None or args.target_ttft_p90 is not None
+    if searching:  # the search replays what it needs; the grid only where capacities are asked for too
         sizing = _size(args, specs[0], policies[0], common, fits, never, interactive)
         notes.append(sizing.sentence())
+    points = grid(specs, policies, capacities, **common) if args.capacity or not searching else []
     in_process = not args.scheduler and (args.workers == 1 or len(points) == 1)
-    if in_process:  # a bar over the trace's requests, point after point
+    if not points:
+        results = list(sizing.tried) if sizing is not None else []
+    elif in_process:  # a bar over the trace's requests, point after point
         total = len(points) * len(first.requests)
         with _progress(total, f"replaying {len(first.requests):,} requests", enabled=interactive) as advance:
             results = run_sweep(
-                points,
-                results_file=Path(args.results) if args.results else None,
-                workers=1,
-                request_progress=lambda done, _total: advance(done),
+                points, results_file=results_file, workers=1, request_progress=lambda done, _total: advance(done)
             )
     else:
         with _progress(len(points), "replaying", enabled=interactive) as advance_point:
             results = run_sweep(
                 points,
-                results_file=Path(args.results) if args.results else None,
+                results_file=results_file,
                 workers=args.workers,
                 scheduler=args.scheduler,
                 progress=lambda p: advance_point(1),
@@ -239,8 +240,16 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         if sizing is not None:
             payload["sizing"] = {"capacity": sizing.capacity, "sentence": sizing.sentence()}
         print(json.dumps(payload, indent=1))
-        return 0
+        return _sizing_status(sizing)
     _print_results(results, title, notes, sizing)
+    return _sizing_status(sizing)
+
+
+def _sizing_status(sizing: Any) -> int:
+    """0, or 1 when a search found no capacity in its range meeting the target (TRACE-1048)."""
+    if sizing is not None and sizing.capacity is None:
+        print(f"kvref serve-replay: {sizing.sentence()}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -248,8 +257,9 @@ def _size(
     args: argparse.Namespace, spec: Any, policy: str, common: dict[str, Any], fits: int, never: int, interactive: bool
 ) -> Any:
     """Bisect for the smallest capacity meeting the target (TRACE-1042, TRACE-1048)."""
-    from kvref.simulation.serving.runner import ServingPoint, run_point
-    from kvref.simulation.serving.sizing import size_cache
+    from kvref.simulation.serving.runner import ServingPoint
+    from kvref.simulation.serving.sizing import SizingAnswer, size_cache
+    from kvref.simulation.serving.sweep import run_sweep
 
     low, high = args.range or (fits, never)
     measure, target = (
@@ -257,11 +267,19 @@ def _size(
         if args.target_hit_rate is not None
         else ("p90 TTFT (ms)", args.target_ttft_p90)
     )
+    results_file = Path(args.results) if args.results else None
+    probe = SizingAnswer(measure, target, low, high, None, ())
     with _progress(max(1, (high - low).bit_length() + 2), "sizing", enabled=interactive) as advance:
 
         def replay_at(capacity: int) -> Any:
-            result = run_point(ServingPoint(spec, capacity, policy, **common))
+            point = ServingPoint(spec, capacity, policy, **common)
+            [result] = run_sweep([point], results_file=results_file, workers=1)  # a rerun reads it back
             advance(1)
+            if interactive and console().is_terminal:  # progress, on a terminal only
+                said = "meets" if probe.meets(result) else "misses"
+                print(
+                    f"sizing: {capacity:,} blocks: {measure} {probe.shown(result)}, {said} the target", file=sys.stderr
+                )
             return result
 
         return size_cache(replay_at, measure=measure, target=target, low=low, high=high)

@@ -12,7 +12,10 @@ the rest (TRACE-1049).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -85,11 +88,25 @@ def _sequential(points: Sequence[ServingPoint], requests: Callable[[int, int], N
             yield point, exc
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C: the parent stops the sweep and ends its workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _pooled(points: Sequence[ServingPoint], workers: int) -> Iterator[Outcome]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_leave_interrupts_to_the_parent)
+    try:
         futures = {pool.submit(run_point, p): p for p in points}
         for future in as_completed(futures):
             yield futures[future], _outcome(future)
+    except BaseException:  # Ctrl-C, or the caller stopped: no point waits, no worker is left running
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in multiprocessing.active_children():
+            child.terminate()
+        for child in multiprocessing.active_children():
+            child.join(timeout=5)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _dask(points: Sequence[ServingPoint], address: str) -> Iterator[Outcome]:
@@ -145,10 +162,10 @@ def run_sweep(
     else:
         count = min(workers or os.cpu_count() or 1, len(todo))
         outcomes = _sequential(todo, request_progress) if count <= 1 else _pooled(todo, count)
-    failed: list[str] = []
+    failed: list[tuple[str, str]] = []
     for point, outcome in outcomes:
         if isinstance(outcome, BaseException):
-            failed.append(f"{point.describe()}: {type(outcome).__name__}: {outcome}")
+            failed.append((point.describe(), f"{type(outcome).__name__}: {outcome}"))
         else:
             done[point.key()] = outcome
             if results_file:
@@ -156,5 +173,16 @@ def run_sweep(
         if progress:
             progress(point)
     if failed:
-        raise SweepError("TRACE-1043", f"{len(failed)} of {len(todo)} points failed: " + "; ".join(failed))
+        raise SweepError("TRACE-1043", _failures(failed, len(todo)))
     return [done[p.key()] for p in points]
+
+
+def _failures(failed: list[tuple[str, str]], tried: int) -> str:
+    """Each distinct error once, with the points it stopped (the first few named)."""
+    by_error = Counter(error for _, error in failed)
+    parts = []
+    for error, times in by_error.most_common():
+        points = [point for point, e in failed if e == error]
+        named = ", ".join(points[:3]) + (f" and {times - 3} more" if times > 3 else "")
+        parts.append(f"{error} ({named})")
+    return f"{len(failed)} of {tried} points failed: " + "; ".join(parts)
