@@ -133,7 +133,7 @@ class Driver:
 
     def deep_check(self) -> None:
         self.impl.check_invariants()
-        got_order, want_order = self.impl.eviction_order(), list(self.oracle._evictable)
+        got_order, want_order = self.impl.eviction_order(), list(self.oracle.orders.evictable)
         assert got_order == want_order, f"step {self.step_no}: eviction order {got_order} != the oracle's {want_order}"
         for b in range(self.oracle.num_blocks):
             got = (self.impl.ref_count(b), self.impl.holders(b), self.impl.generation(b), self.impl.block_hash(b))
@@ -185,7 +185,7 @@ def test_lru_leaf_evicts_a_long_chain_leaf_first_even_when_parents_were_released
             pool.register(ids, list(range(start, start + 150)))
             pool.free(ids)  # head first
         pool.allocate(200)
-    assert impl.eviction_order() == list(oracle._evictable)
+    assert impl.eviction_order() == list(oracle.orders.evictable)
     assert impl.resident_hashes() == oracle.resident_hashes(), "the evicted blocks must be the oracle's"
     impl.check_invariants()
 

@@ -147,7 +147,7 @@ def test_replay_requests_agrees_beside_blocks_other_holders_hold(policy: str, pr
 def test_a_replay_from_an_empty_cache_keeps_it_an_lru_stack(policy: str) -> None:
     pool = OracleBlockPool(41, policy=policy)
     pool.replay_requests(workload_lists("agent"))
-    assert pool.lru_stack_holds(), (
+    assert pool.fused_replay.lru_stack_holds(), (
         f"[TRACE-1019] after a replay under {policy}, the cache should be an LRU stack (one copy per hash, "
         "parents released after children), so the next replay may take the fast form"
     )
@@ -168,7 +168,7 @@ def test_the_lru_stack_form_is_not_taken_where_it_would_be_wrong(why: str, prepa
     pool = OracleBlockPool(12, policy="fifo" if why == "fifo order" else "lru", enable_events=why == "events to emit")
     if prepare is not None:
         prepare(pool)
-    assert not pool.lru_stack_holds(), f"[TRACE-1019] the LRU-stack form was found to hold with {why}"
+    assert not pool.fused_replay.lru_stack_holds(), f"[TRACE-1019] the LRU-stack form was found to hold with {why}"
 
 
 def _two_copies(pool: OracleBlockPool) -> None:

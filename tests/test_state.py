@@ -49,81 +49,81 @@ def test_check_invariants_returns_none_on_a_sound_state() -> None:
 
 
 def _dup_free(p: OracleBlockPool) -> None:
-    p._free.append(p._free[-1])
+    p.blocks.free.append(p.blocks.free[-1])
 
 
 def _ref_without_holder(p: OracleBlockPool) -> None:
     b = next(b for b in range(1, 12) if p.block_state(b) is BlockState.IN_USE)
-    p._ref[b] += 1
+    p.blocks.ref[b] += 1
 
 
 def _lost_block(p: OracleBlockPool) -> None:
-    p._free.pop()
+    p.blocks.free.pop()
 
 
 def _cached_not_evictable(p: OracleBlockPool) -> None:
-    p._evictable.popitem()
+    p.orders.evictable.popitem()
 
 
 def _hash_index_disagrees(p: OracleBlockPool) -> None:
     b = p.lookup([1])[0]
-    p._hash[b] = 99
+    p.blocks.hash[b] = 99
 
 
 def _child_count_off(p: OracleBlockPool) -> None:
-    p._children[1] += 1
+    p.index.children[1] += 1
 
 
 def _holder_total_off(p: OracleBlockPool) -> None:
-    p._held["a"] += 1
+    p.blocks.held["a"] += 1
 
 
 def _reserved_handed_out(p: OracleBlockPool) -> None:
-    p._free.append(0)
+    p.blocks.free.append(0)
 
 
 def _orphan_under_lru_leaf(p: OracleBlockPool) -> None:
     # Evict hash 1 behind the policy's back: its child 2 stays resident.
     b = p.lookup([1])[0]
-    p._unregister([b])
-    p._free.append(b)
+    p.index.unregister([b])
+    p.blocks.free.append(b)
 
 
 def _out_of_range_free(p: OracleBlockPool) -> None:
-    p._free.append(p.num_blocks)
+    p.blocks.free.append(p.num_blocks)
 
 
 def _free_block_with_a_hash(p: OracleBlockPool) -> None:
-    p._hash[p._free[-1]] = 77
+    p.blocks.hash[p.blocks.free[-1]] = 77
 
 
 def _free_block_with_a_reference(p: OracleBlockPool) -> None:
-    p._ref[p._free[-1]] = 1
+    p.blocks.ref[p.blocks.free[-1]] = 1
 
 
 def _negative_generation(p: OracleBlockPool) -> None:
-    p._gen[p._free[-1]] = -1
+    p.blocks.gen[p.blocks.free[-1]] = -1
 
 
 def _hashed_in_use_untracked(p: OracleBlockPool) -> None:
-    p._hashed_in_use.clear()
+    p.orders.hashed_in_use.clear()
 
 
 def _in_use_in_eviction_order(p: OracleBlockPool) -> None:
     b = next(b for b in range(1, 12) if p.block_state(b) is BlockState.IN_USE)
-    p._evictable[b] = None
+    p.orders.evictable[b] = None
 
 
 def _a_copy_listed_twice(p: OracleBlockPool) -> None:
-    p._copies[1].append(p._copies[1][0])
+    p.index.copies[1].append(p.index.copies[1][0])
 
 
 def _a_parent_link_of_no_resident_hash(p: OracleBlockPool) -> None:
-    p._parent[999] = None
+    p.index.parent[999] = None
 
 
 def _a_resident_hash_without_parent(p: OracleBlockPool) -> None:
-    del p._parent[1]
+    del p.index.parent[1]
 
 
 CORRUPTIONS: list[tuple[str, Callable[[OracleBlockPool], None], str]] = [

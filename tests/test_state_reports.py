@@ -27,64 +27,64 @@ def block_in(p: Any, state: BlockState, *, hashed: bool | None = None) -> int:
     return next(
         b
         for b in range(1, p.num_blocks)
-        if p.block_state(b) is state and (hashed is None or (p._hash[b] is not None) == hashed)
+        if p.block_state(b) is state and (hashed is None or (p.blocks.hash[b] is not None) == hashed)
     )
 
 
 def cached_behind_the_policys_back(p: Any, *, in_order: bool) -> None:
     """Under ref-zero: a free block becomes a cached block of its own hash, in the eviction order or not."""
-    b = p._free.pop()
-    p._hash[b], p._copies[77], p._parent[77] = 77, [b], None
+    b = p.blocks.free.pop()
+    p.blocks.hash[b], p.index.copies[77], p.index.parent[77] = 77, [b], None
     if in_order:
-        p._evictable[b] = None
+        p.orders.evictable[b] = None
 
 
 def unindexed_hash_on_a_block_in_use(p: Any) -> None:
     b = block_in(p, BlockState.IN_USE, hashed=False)
-    p._hash[b] = 31337
-    p._hashed_in_use.add(b)
+    p.blocks.hash[b] = 31337
+    p.orders.hashed_in_use.add(b)
 
 
 REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a reference on the reserved block",
         "lru",
-        lambda p: p._ref.__setitem__(0, 1),
+        lambda p: p.blocks.ref.__setitem__(0, 1),
         "POOL-102",
         "reserved block 0 is held or hashed",
     ),
     (
         "a holder on the reserved block",
         "lru",
-        lambda p: p._holders.__setitem__(0, {"x": 1}),
+        lambda p: p.blocks.holders.__setitem__(0, {"x": 1}),
         "POOL-102",
         "reserved block 0 is held or hashed",
     ),
     (
         "a hash on the reserved block",
         "lru",
-        lambda p: p._hash.__setitem__(0, 5),
+        lambda p: p.blocks.hash.__setitem__(0, 5),
         "POOL-102",
         "reserved block 0 is held or hashed",
     ),
     (
         "a negative count on a cached block",
         "lru",
-        lambda p: p._ref.__setitem__(block_in(p, BlockState.CACHED), -1),
+        lambda p: p.blocks.ref.__setitem__(block_in(p, BlockState.CACHED), -1),
         "STATE-002",
         "block 1 has negative reference count -1",
     ),
     (
         "a holder on a cached block",
         "lru",
-        lambda p: p._holders.__setitem__(block_in(p, BlockState.CACHED), {"x": 1}),
+        lambda p: p.blocks.holders.__setitem__(block_in(p, BlockState.CACHED), {"x": 1}),
         "STATE-002",
         "block 1 has no reference but holders {'x': 1}",
     ),
     (
         "a holder counted zero times",
         "lru",
-        lambda p: p._holders[block_in(p, BlockState.IN_USE)].__setitem__("z", 0),
+        lambda p: p.blocks.holders[block_in(p, BlockState.IN_USE)].__setitem__("z", 0),
         "STATE-002",
         "block 4 has reference count 2 but holders {'a': 1, 'b': 1, 'z': 0}; the count must equal the "
         "references the holders hold",
@@ -92,7 +92,7 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a free block in the eviction order",
         "lru",
-        lambda p: p._evictable.__setitem__(p._free[-1], None),
+        lambda p: p.orders.evictable.__setitem__(p.blocks.free[-1], None),
         "STATE-004",
         "3 cached blocks but 4 in the eviction order",
     ),
@@ -113,7 +113,7 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a hash with no copies",
         "lru",
-        lambda p: p._copies.__setitem__(4242, []),
+        lambda p: p.index.copies.__setitem__(4242, []),
         "STATE-006",
         "hash 0x1092 lists copies []",
     ),
@@ -141,7 +141,7 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "a hashed block missing from the fifo order",
         "fifo",
-        lambda p: p._registered.popitem(),
+        lambda p: p.orders.registered.popitem(),
         "EVICT-406",
         "5 hashed blocks but 4 in the fifo order",
     ),
@@ -162,5 +162,5 @@ def test_each_branch_of_the_self_check_reports_what_it_saw(
 @rule("POOL-102", "ERR-508")
 def test_a_pool_whose_block_0_is_usable_checks_clean_with_block_0_free() -> None:
     pool = OracleBlockPool(4, reserved_ids=())
-    assert 0 in pool._free, "with nothing reserved, block 0 is a free block like any other"
+    assert 0 in pool.blocks.free, "with nothing reserved, block 0 is a free block like any other"
     pool.check_invariants()

@@ -42,7 +42,7 @@ from kvref.contract.errors import (
     InvalidValueError,
     InvariantViolation,
 )
-from kvref.contract.events import KVEvent, PrefixCacheStats
+from kvref.contract.events import CacheCounters, KVEvent, PrefixCacheStats
 from kvref.contract.pausing import PausedHolders
 from kvref.contract.policies import EvictionPolicy, as_policy
 from kvref.contract.protocol import STANDARD_CAPABILITIES, BlockState
@@ -66,7 +66,7 @@ from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.orders import CacheOrders
 from kvref_arraypool.prefix_index import PrefixIndex
 from kvref_arraypool.references import ReferenceCounts
-from kvref_arraypool.supply import BlockSupply, Counters
+from kvref_arraypool.supply import BlockSupply
 
 __all__ = ["ArrayBlockPool"]
 
@@ -107,7 +107,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         self.orders = CacheOrders(self.blocks, as_policy(policy))
         self.index = PrefixIndex(self.blocks, self.orders, enable_events=enable_events)
         self.eviction = Eviction(self.blocks, self.orders, self.index)
-        self.counters = Counters()
+        self.counters = CacheCounters()
         self.supply = BlockSupply(self.blocks, self.eviction, self.counters)
         self.references = ReferenceCounts(self.blocks, self.orders)
         self.holder_ids = HolderIds(name)
@@ -369,10 +369,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
             if len(hit):
                 self.references.pin(hit, holders.give(holder))
                 holders.add(holder, len(hit))
-        counters = self.counters
-        counters.requests += 1
-        counters.queries += len(hs)
-        counters.hits += len(hit)
+        self.counters.count_match(len(hs), len(hit))
         return hit
 
     def match_request(

@@ -2,48 +2,30 @@
 
 :class:`BlockSupply` takes blocks for an allocation (the free stack top-down, then the policy's
 victims for the shortfall, which leave the cache) and settles the blocks whose last reference
-just went (free, cached in release order, or dropped under ``ref-zero``). :class:`Counters` are
-the prefix cache's cumulative statistics (PFX-318, PFX-319).
+just went (free, cached in release order, or dropped under ``ref-zero``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kvref.contract.errors import OutOfBlocksError
-from kvref.contract.events import PrefixCacheStats
+from kvref.contract.events import CacheCounters
 from kvref.contract.policies import EvictionPolicy
 from kvref_arraypool.blocks import BlockArrays
 from kvref_arraypool.eviction import Eviction
 from kvref_arraypool.host_flags import count_true
 from kvref_arraypool.ops import Array
 
-__all__ = ["BlockSupply", "Counters"]
+__all__ = ["BlockSupply"]
 
 _REF_ZERO = EvictionPolicy.REF_ZERO
-
-
-@dataclass
-class Counters:
-    """Cumulative matches, hashes queried, hits, evictions and resets (PFX-318, PFX-319)."""
-
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-    evictions: int = 0
-    resets: int = 0
-
-    def stats(self) -> PrefixCacheStats:
-        """The counts as the protocol reports them."""
-        return PrefixCacheStats(self.requests, self.queries, self.hits, self.evictions, self.resets)
 
 
 class BlockSupply:
     """Takes blocks for allocations and settles released ones, over the free stack and the cache."""
 
-    def __init__(self, blocks: BlockArrays, eviction: Eviction, counters: Counters) -> None:
+    def __init__(self, blocks: BlockArrays, eviction: Eviction, counters: CacheCounters) -> None:
         self.ops = blocks.ops
         self.blocks = blocks
         self.eviction = eviction

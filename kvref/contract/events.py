@@ -15,6 +15,7 @@ __all__ = [
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",
+    "CacheCounters",
     "KVEvent",
     "PrefixCacheStats",
     "apply_events",
@@ -76,3 +77,24 @@ class PrefixCacheStats:
     def hit_rate(self) -> float:
         """``hits / queries``, 0.0 before the first query."""
         return self.hits / self.queries if self.queries else 0.0
+
+
+@dataclass(slots=True)
+class CacheCounters:
+    """The running counts behind :class:`PrefixCacheStats` (PFX-318, PFX-319), kept by a pool's parts."""
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    evictions: int = 0
+    resets: int = 0
+
+    def count_match(self, queried: int, hits: int) -> None:
+        """One ``match`` of ``queried`` hashes that hit ``hits`` blocks."""
+        self.requests += 1
+        self.queries += queried
+        self.hits += hits
+
+    def stats(self) -> PrefixCacheStats:
+        """The counts as the protocol reports them."""
+        return PrefixCacheStats(self.requests, self.queries, self.hits, self.evictions, self.resets)

@@ -17,6 +17,10 @@ from typing import Any
 from kvref.contract.events import BlockRemoved
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.backend import OracleBackend
+from kvref.oracle.blockpool.eviction import Eviction
+from kvref.oracle.blockpool.pool import PoolParts
+from kvref.oracle.blockpool.prefix import PrefixIndex
+from kvref.oracle.blockpool.references import ReferenceCounts
 
 __all__ = ["EXPECTED"]
 
@@ -37,71 +41,88 @@ class DoubleFreeAccepted(_Buggy):
 
     def free(self, block_ids: Any, *, holder: Hashable = None, generations: Any = None) -> None:
         ids = list(block_ids)
-        stray = [b for b in ids if 0 < b < self._n and self._ref[b] == 0 and self._hash[b] is None]
-        self._free.extend(stray)
+        blocks = self.blocks
+        stray = [b for b in ids if 0 < b < blocks.n and blocks.ref[b] == 0 and blocks.hash[b] is None]
+        blocks.free.extend(stray)
         super().free([b for b in ids if b not in stray], holder=holder)
+
+
+class _ScatterRelease(ReferenceCounts):
+    def release(self, ids: list[int], holder: Hashable) -> None:
+        super().release(list(dict.fromkeys(ids)), holder)
 
 
 class ScatterFree(_Buggy):
     """A batched release as a tensor scatter, ``ref[ids] -= 1``: a block listed twice in one call
     loses one reference only (Megatron-Core's ``release_memory_blocks`` before ``torch.unique``)."""
 
-    def _release(self, ids: list[int], holder: Hashable) -> None:
-        super()._release(list(dict.fromkeys(ids)), holder)
+    parts = PoolParts(references=_ScatterRelease)
+
+
+class _OldestFirst(Eviction):
+    def victims(self, k: int, *, keep_tree: bool = True) -> list[int]:
+        victims = list(islice(self.orders.evictable, k))
+        self.index.unregister(victims, keep_tree=keep_tree)
+        self.counters.evictions += k
+        return victims
+
+    def reclaimable(self) -> int:
+        return len(self.orders.evictable)
 
 
 class LeafIgnored(_Buggy):
     """lru-leaf evicts the least recently released block whatever its children: a parent leaves
     before its child (Megatron-Core before "only evict child blocks")."""
 
-    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
-        victims = list(islice(self._evictable, k))
-        self._unregister(victims, keep_tree=keep_tree)
-        self._evictions += k
-        return victims
+    parts = PoolParts(eviction=_OldestFirst)
 
-    def _reclaimable(self) -> int:
-        return len(self._evictable)
+
+class _AnyHolderReleases(ReferenceCounts):
+    def check_release(self, ids: list[int], holder: Hashable, gens: Any, op: str) -> None:
+        for b in ids:
+            if not 0 <= b < self.blocks.n or self.blocks.ref[b] == 0:
+                super().check_release(ids, holder, gens, op)
+
+    def release(self, ids: list[int], holder: Hashable) -> None:
+        for b in ids:
+            held = self.blocks.holders[b]
+            owner = holder if held and holder in held else next(iter(held))  # type: ignore[arg-type]
+            super().release([b], owner)
 
 
 class LockCountGoesNegative(_Buggy):
     """Releases are not checked against the holder: a release by someone who holds nothing takes
     a reference from whoever holds one, so a held block can be evicted (SGLang ``dec_lock_ref``)."""
 
-    def _check_release(self, ids: list[int], holder: Hashable, gens: Any, op: str) -> None:
-        for b in ids:
-            if not 0 <= b < self._n or self._ref[b] == 0:
-                super()._check_release(ids, holder, gens, op)
+    parts = PoolParts(references=_AnyHolderReleases)
 
-    def _release(self, ids: list[int], holder: Hashable) -> None:
-        for b in ids:
-            held = self._holders[b]
-            owner = holder if held and holder in held else next(iter(held))  # type: ignore[arg-type]
-            super()._release([b], owner)
+
+class _IndexKeptOnEviction(Eviction):
+    def victims(self, k: int, *, keep_tree: bool = True) -> list[int]:
+        victims = list(self.orders.evictable)[:k]
+        for b in victims:
+            self.blocks.hash[b] = None
+            del self.orders.evictable[b]
+        self.counters.evictions += k
+        return victims
+
+    def reclaimable(self) -> int:
+        return len(self.orders.evictable)
 
 
 class StaleHashAfterEviction(_Buggy):
     """Eviction clears the block but not the hash index, so a later lookup serves the block's new
     content as the old prefix: a stale hit with another request's KV."""
 
-    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
-        victims = list(self._evictable)[:k]
-        for b in victims:
-            self._hash[b] = None
-            del self._evictable[b]
-        self._evictions += k
-        return victims
-
-    def _reclaimable(self) -> int:
-        return len(self._evictable)
+    parts = PoolParts(eviction=_IndexKeptOnEviction)
 
 
 class PartialAllocation(_Buggy):
     """When short, allocate takes the free blocks it found before raising: they leak."""
 
     def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
-        if isinstance(count, int) and count > self.num_available and self._free:
-            super().allocate(len(self._free), holder=holder)
+        if isinstance(count, int) and count > self.num_available and self.blocks.free:
+            super().allocate(len(self.blocks.free), holder=holder)
         return super().allocate(count, holder=holder)
 
 
@@ -111,8 +132,8 @@ class LookupTouches(_Buggy):
     def lookup(self, block_hashes: Any, **kwargs: Any) -> list[int]:
         found = super().lookup(block_hashes, **kwargs)
         for b in found:
-            if b in self._evictable:
-                self._evictable.move_to_end(b)
+            if b in self.orders.evictable:
+                self.orders.evictable.move_to_end(b)
         return found
 
 
@@ -121,9 +142,9 @@ class ResetWhileInUse(_Buggy):
     requests still hold included, and reports success."""
 
     def reset(self) -> None:
-        for b in self._hashed_in_use:
-            self._hash[b] = None
-        self._hashed_in_use.clear()
+        for b in self.orders.hashed_in_use:
+            self.blocks.hash[b] = None
+        self.orders.hashed_in_use.clear()
         self._drop_cache()
 
 
@@ -132,8 +153,8 @@ class ReservedHandedOut(_Buggy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._free.append(self._reserved[0])
-        self._is_reserved[self._reserved[0]] = 0
+        self.blocks.free.append(self._reserved[0])
+        self.blocks.is_reserved[self._reserved[0]] = 0
 
 
 class UntaggedExtraKeys(_Buggy):
@@ -170,21 +191,25 @@ class GenerationNotBumped(_Buggy):
     def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
         ids = super().allocate(count, holder=holder)
         for b in ids:
-            self._gen[b] = 1
+            self.blocks.gen[b] = 1
         return ids
+
+
+class _RemovedPerCopy(PrefixIndex):
+    def unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
+        for b in list(blocks):
+            h = self.blocks.hash[b]
+            last = h is not None and len(self.copies.get(h, ())) == 1
+            super().unregister((b,), keep_tree=keep_tree)
+            if not last and self.events_on:
+                self.events.append(BlockRemoved(h))  # type: ignore[arg-type]
 
 
 class RemovedForEveryCopy(_Buggy):
     """``BlockRemoved`` is emitted whenever a copy is evicted, though another copy of the hash is
     still cached: a router then believes the prefix is gone (vLLM, before PR #55092)."""
 
-    def _unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
-        for b in list(blocks):
-            h = self._hash[b]
-            last = h is not None and len(self._copies.get(h, ())) == 1
-            super()._unregister((b,), keep_tree=keep_tree)
-            if not last and self._events_on:
-                self._events.append(BlockRemoved(h))  # type: ignore[arg-type]
+    parts = PoolParts(index=_RemovedPerCopy)
 
 
 class EagerEviction(_Buggy):
@@ -195,32 +220,40 @@ class EagerEviction(_Buggy):
         if (
             isinstance(count, int)
             and 0 < count <= self.num_available
-            and self._evictable
+            and self.orders.evictable
             and holder not in self._paused
         ):
-            victims = self._evict(min(count, len(self._evictable)))
-            self._free.extend(reversed(victims))
+            victims = self.eviction.victims(min(count, len(self.orders.evictable)))
+            self.blocks.free.extend(reversed(victims))
         return super().allocate(count, holder=holder)
+
+
+class _PinRefreshesFifo(ReferenceCounts):
+    def pin(self, ids: list[int], holder: Hashable) -> None:
+        for b in ids:
+            if b in self.orders.registered:
+                self.orders.registered.move_to_end(b)
+        super().pin(ids, holder)
 
 
 class FifoRefreshedByHits(_Buggy):
     """Under fifo, a hit moves the block to the back of the queue: fifo silently becomes lru."""
 
-    def _pin(self, ids: list[int], holder: Hashable) -> None:
-        for b in ids:
-            if b in self._registered:
-                self._registered.move_to_end(b)
-        super()._pin(ids, holder)
+    parts = PoolParts(references=_PinRefreshesFifo)
+
+
+class _GenerationsLast(ReferenceCounts):
+    def check_release(self, ids: list[int], holder: Hashable, gens: list[int] | None, op: str) -> None:
+        super().check_release(ids, holder, None, op)
+        if gens is not None:
+            self.check_generations(ids, gens, op)
 
 
 class StaleCheckedLast(_Buggy):
     """``free`` checks the blocks before the generations: a stale reference naming a block out of
     range is reported as out of range, not as stale (the order of checks, ERR-509)."""
 
-    def _check_release(self, ids: list[int], holder: Hashable, gens: list[int] | None, op: str) -> None:
-        super()._check_release(ids, holder, None, op)
-        if gens is not None:
-            self._check_generations(ids, gens, op)
+    parts = PoolParts(references=_GenerationsLast)
 
 
 class AllocateHandsOutAView(_Buggy):
@@ -247,7 +280,7 @@ class ScatterPinInMatchMany(_Buggy):
             lost = [b for b in hits if b in seen]
             seen.update(hits)
             if lost:
-                self._release(lost, holder)
+                self.references.release(lost, holder)
         return got
 
 
@@ -295,30 +328,38 @@ class PausedCountMissedByFreeMany(_Buggy):
         return max(0, self.paused_used - self.paused_limit)
 
 
+class _ReleaseQueue(ReferenceCounts):
+    """References that also keep the blocks whose last reference went, in release order."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.queue: dict[int, None] = {}
+
+    def release(self, ids: list[int], holder: Hashable) -> None:
+        super().release(ids, holder)
+        for b in ids:
+            if self.blocks.ref[b] == 0:
+                self.queue.pop(b, None)
+                self.queue[b] = None
+
+
 class OneQueueInReleaseOrder(_Buggy):
     """Free and cached blocks wait in one queue in release order and ``allocate`` takes its head:
     cached blocks released before a never-hashed block are evicted while that block is still free
     (one free queue for both kinds of block; vLLM's keeps them at its two ends instead)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._queue: dict[int, None] = {}  # blocks whose last reference went, in release order
-
-    def _release(self, ids: list[int], holder: Hashable) -> None:
-        super()._release(ids, holder)
-        for b in ids:
-            if self._ref[b] == 0:
-                self._queue.pop(b, None)
-                self._queue[b] = None
+    parts = PoolParts(references=_ReleaseQueue)
 
     def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
         n = count if type(count) is int and isinstance(holder, str | None) else 0
         if 0 < n <= self.num_available and holder not in self._paused:
-            idle = [b for b in self._queue if self._ref[b] == 0 and (b in self._evictable or b in self._free)]
-            head = ([b for b in self._free if b not in self._queue] + idle)[:n]
-            extra = sum(b in self._evictable for b in head) - max(0, n - len(self._free))
+            queue: dict[int, None] = self.references.queue  # type: ignore[attr-defined]
+            free, evictable, ref = self.blocks.free, self.orders.evictable, self.blocks.ref
+            idle = [b for b in queue if ref[b] == 0 and (b in evictable or b in free)]
+            head = ([b for b in free if b not in queue] + idle)[:n]
+            extra = sum(b in evictable for b in head) - max(0, n - len(free))
             if extra > 0:
-                self._free.extend(reversed(self._evict(min(extra, self._reclaimable()))))
+                free.extend(reversed(self.eviction.victims(min(extra, self.eviction.reclaimable()))))
         return super().allocate(count, holder=holder)
 
 
@@ -366,6 +407,16 @@ for _name in EXPECTED:
     globals()[_name] = _backend(globals()[_name])
 
 
+class _FreedToTheBottom(ReferenceCounts):
+    def release(self, ids: list[int], holder: Hashable) -> None:
+        free = self.blocks.free
+        before = len(free)
+        super().release(ids, holder)
+        freed = free[before:]
+        del free[before:]
+        free[:0] = freed[::-1]  # to the bottom of the stack: reused last
+
+
 class QueueOrderPool(OracleBlockPool):
     """Not a bug: freed blocks are reused last (a queue) instead of first (a stack), so ids differ
     from the oracle's while behaviour is the same. Passes under the renaming profile; fails under
@@ -373,13 +424,7 @@ class QueueOrderPool(OracleBlockPool):
 
     check_invariants = None  # type: ignore[assignment]
     snapshot = None  # type: ignore[assignment]
-
-    def _release(self, ids: list[int], holder: Hashable) -> None:
-        before = len(self._free)
-        super()._release(ids, holder)
-        freed = self._free[before:]
-        del self._free[before:]
-        self._free[:0] = freed[::-1]  # to the bottom of the stack: reused last
+    parts = PoolParts(references=_FreedToTheBottom)
 
     def capabilities(self) -> frozenset[str]:
         return super().capabilities() - {"invariants", "snapshot"}

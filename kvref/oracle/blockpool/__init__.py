@@ -1,7 +1,7 @@
 """The oracle of chapters 00-05: block pool, reference counts, hash prefix cache, eviction.
 
-:class:`~kvref.oracle.blockpool.pool.OracleBlockPool` is composed of one mixin per concern over
-the state declared in :mod:`~kvref.oracle.blockpool.state`.
+:class:`~kvref.oracle.blockpool.pool.OracleBlockPool` composes its parts, one object per concern:
+blocks, cache orders, prefix index, eviction, references, batched calls and the fused replay.
 """
 
 from kvref.oracle.blockpool.pool import OracleBlockPool

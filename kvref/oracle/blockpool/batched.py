@@ -1,22 +1,39 @@
 """The oracle's batched calls for a scheduler step: allocate_many, free_many, match_many (POOL-116, POOL-117, PFX-320).
 
 Each is defined as the single calls in entry order; the whole batch is checked before anything
-changes.
+changes. The pool's methods of the same names are these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from kvref.contract.errors import OutOfBlocksError, PausedHolderError
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count, as_hash_list, as_holder_list, as_list
-from kvref.oracle.blockpool.state import PoolState
+from kvref.oracle.blockpool.references import ReferenceCounts
 
 __all__ = ["BatchedCalls"]
 
 
-class BatchedCalls(PoolState):
-    """``allocate_many``, ``free_many`` and ``match_many`` over the single calls' state changes."""
+class BatchedCalls:
+    """``allocate_many``, ``free_many`` and ``match_many`` over the single calls' state changes.
+
+    ``allocate`` is the pool's single ``allocate``; ``match`` its checked match (hashes, parent,
+    holder); ``paused`` its paused holders.
+    """
+
+    def __init__(
+        self,
+        references: ReferenceCounts,
+        *,
+        allocate: Callable[..., list[int]],
+        match: Callable[[list[int], int | None, Hashable], list[int]],
+        paused: set[Hashable],
+    ) -> None:
+        self.references = references
+        self.allocate = allocate
+        self.match = match
+        self.paused = paused
 
     def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits, in order (POOL-116).
@@ -31,7 +48,7 @@ class BatchedCalls(PoolState):
         ]
         hs = as_holder_list(holders, len(cs), op=op)
         for c, h in zip(cs, hs, strict=True):
-            if c and h in self._paused:
+            if c and h in self.paused:
                 raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
         out: list[list[int]] = []
         for c, h in zip(cs, hs, strict=True):
@@ -55,9 +72,9 @@ class BatchedCalls(PoolState):
         for ids, h in zip(lists, hs, strict=True):
             by_holder.setdefault(h, []).extend(ids)
         for h, ids in by_holder.items():
-            self._check_release(ids, h, None, op)
+            self.references.check_release(ids, h, None, op)
         for ids, h in zip(lists, hs, strict=True):
-            self._release(ids, h)
+            self.references.release(ids, h)
 
     def match_many(self, hash_lists: Sequence[IntsLike], *, holders: Sequence[Hashable]) -> list[list[int]]:
         """``match(hash_lists[i], holder=holders[i])`` for each ``i`` in order (PFX-320)."""
@@ -66,6 +83,6 @@ class BatchedCalls(PoolState):
         lists = [as_hash_list(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
         hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
-            if h in self._paused and hl:
+            if h in self.paused and hl:
                 raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
-        return [self._match(hl, None, h) for hl, h in zip(lists, hs, strict=True)]
+        return [self.match(hl, None, h) for hl, h in zip(lists, hs, strict=True)]

@@ -1,74 +1,83 @@
-"""The oracle's eviction orders: which cached blocks go, and how many can (chapter 04).
+"""The oracle's eviction: which cached blocks go, and how many can (chapter 04).
 
-``lru`` and ``ref-zero`` read the release order (``_evictable``), ``fifo`` the registration order
-(``_registered``), ``lru-leaf`` the release order restricted to leaves of the resident tree, and
-``lru-leaf-access`` the order of last access (``_access``) restricted likewise.
+``lru`` and ``ref-zero`` read the release order (``evictable``), ``fifo`` the registration order
+(``registered``), ``lru-leaf`` the release order restricted to leaves of the resident tree, and
+``lru-leaf-access`` the order of last access restricted likewise (:mod:`.orders`).
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from typing import SupportsIndex
 
+from kvref.contract.errors import InvariantViolation
+from kvref.contract.events import CacheCounters
 from kvref.contract.policies import EvictionPolicy
-from kvref.contract.validate import as_count
-from kvref.oracle.blockpool.state import PoolState
+from kvref.oracle.blockpool.blocks import BlockLists
+from kvref.oracle.blockpool.orders import CacheOrders
+from kvref.oracle.blockpool.prefix import PrefixIndex
 
 __all__ = ["Eviction"]
 
 _FIFO = EvictionPolicy.FIFO
 
 
-class Eviction(PoolState):
-    """The reclaimable count (POOL-106) and the victims of each policy (EVICT-401..EVICT-408)."""
+class Eviction:
+    """The reclaimable count (POOL-106) and the victims of the policy (EVICT-401..EVICT-408)."""
 
-    def evict(self, count: SupportsIndex) -> bool:
-        """Evict the ``count`` cached blocks an allocation lacking ``count`` free blocks would (EVICT-412).
+    def __init__(self, blocks: BlockLists, orders: CacheOrders, index: PrefixIndex, counters: CacheCounters) -> None:
+        self.blocks = blocks
+        self.orders = orders
+        self.index = index
+        self.counters = counters
+        self.policy = orders.policy
+
+    def evict(self, n: int) -> bool:
+        """Evict the ``n`` cached blocks an allocation lacking ``n`` free blocks would (EVICT-412).
 
         They leave the cache as that allocation's victims would (in the policy's order, counted as
         evictions, with ``BlockRemoved`` for each last copy) and become free. When fewer than
-        ``count`` can be evicted (POOL-106), nothing is evicted and the answer is False:
+        ``n`` can be evicted (POOL-106), nothing is evicted and the answer is False:
         Megatron-Core's ``evict_lru_blocks``.
         """
-        n = as_count(count, op="evict")
-        if n > self._reclaimable():
+        if n > self.reclaimable():
             return False
         if n:
-            self._free.extend(reversed(self._evict(n)))  # the first victim on top: handed out first
+            self.blocks.free.extend(reversed(self.victims(n)))  # the first victim on top: handed out first
         return True
 
-    def _reclaimable(self) -> int:
+    def reclaimable(self) -> int:
         """How many cached blocks eviction could free now, under the policy (POOL-106)."""
-        if not self._policy.prefix_closed:
-            return len(self._evictable)
+        evictable = self.orders.evictable
+        if not self.policy.prefix_closed:
+            return len(evictable)
         # A hash with an in-use copy below it must keep one copy: mark the ancestors of every
         # in-use hashed block; each marked hash with no in-use copy of its own keeps one.
-        hashes, parents = self._hash, self._parent
-        own_use = {hashes[b] for b in self._hashed_in_use}
+        hashes, parents = self.blocks.hash, self.index.parent
+        own_use = {hashes[b] for b in self.orders.hashed_in_use}
         busy_below: set[int] = set()
         for h in own_use:
             p = parents[h]  # type: ignore[index]
             while p is not None and p not in busy_below:
                 busy_below.add(p)
                 p = parents[p]
-        return len(self._evictable) - len(busy_below - own_use)
+        return len(evictable) - len(busy_below - own_use)
 
-    def _evict(self, k: int, *, keep_tree: bool = True) -> list[int]:
+    def victims(self, k: int, *, keep_tree: bool = True) -> list[int]:
         """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list.
 
         The caller has checked that ``k`` blocks are reclaimable (POOL-106). ``keep_tree`` is as
-        for :meth:`_unregister`; lru-leaf always keeps the tree, which it reads.
+        for :meth:`PrefixIndex.unregister`; lru-leaf always keeps the tree, which it reads.
         """
-        if self._policy.prefix_closed:
+        if self.policy.prefix_closed:
             victims = self._evict_leaves(k)
         else:
-            if self._policy is _FIFO:
-                ref = self._ref
-                victims = list(islice((b for b in self._registered if ref[b] == 0), k))
+            if self.policy is _FIFO:
+                ref = self.blocks.ref
+                victims = list(islice((b for b in self.orders.registered if ref[b] == 0), k))
             else:
-                victims = list(islice(self._evictable, k))
-            self._unregister(victims, keep_tree=keep_tree)
-        self._evictions += k
+                victims = list(islice(self.orders.evictable, k))
+            self.index.unregister(victims, keep_tree=keep_tree)
+        self.counters.evictions += k
         return victims
 
     def _evict_leaves(self, k: int) -> list[int]:
@@ -82,13 +91,8 @@ class Eviction(PoolState):
         children its victims take away, so each block is judged as if the victims before it were
         gone, and it starts over only when a victim's parent may be a block it already passed.
         """
-        evictable, hashes, copies, children, parents = (
-            self._evictable,
-            self._hash,
-            self._copies,
-            self._children,
-            self._parent,
-        )
+        evictable, hashes = self.orders.evictable, self.blocks.hash
+        copies, children, parents = self.index.copies, self.index.children, self.index.parent
         victims: list[int] = []
         while len(victims) < k:
             want = k - len(victims)
@@ -96,7 +100,7 @@ class Eviction(PoolState):
             lost: dict[int, int] = {}  # hash -> resident children this pass removes
             batch: list[int] = []
             passed = False
-            order = sorted(evictable, key=self._access.__getitem__) if self._policy.by_access else evictable
+            order = self.orders.by_access() if self.policy.by_access else evictable
             for b in order:
                 h: int = hashes[b]  # type: ignore[assignment]
                 copies_of_h = len(copies[h])
@@ -116,7 +120,9 @@ class Eviction(PoolState):
                         if passed:
                             break  # the parent may be a block passed over: start again
             if not batch:
-                raise self._violation("POOL-106", f"no evictable leaf left after {len(victims)} of {k} victims")
-            self._unregister(batch)
+                raise InvariantViolation(
+                    "POOL-106", f"check_invariants: no evictable leaf left after {len(victims)} of {k} victims"
+                )
+            self.index.unregister(batch)
             victims.extend(batch)
         return victims

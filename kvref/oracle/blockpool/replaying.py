@@ -25,12 +25,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from kvref.contract.errors import HashConflictError, InvalidTypeError
-from kvref.contract.events import BlockStored
+from kvref.contract.events import BlockStored, CacheCounters
 from kvref.contract.policies import EvictionPolicy
 from kvref.contract.protocol import ReplayedBatch
 from kvref.contract.validate import IntsLike, as_hash_list, as_list, prefix_tree_violation
-from kvref.oracle.blockpool.references import take_free
-from kvref.oracle.blockpool.state import PoolState
+from kvref.oracle.blockpool.blocks import take_free
+from kvref.oracle.blockpool.eviction import Eviction
 
 __all__ = ["FusedReplay", "checked_replay_batch"]
 
@@ -59,8 +59,16 @@ def checked_replay_batch(
     return lists, parent_of
 
 
-class FusedReplay(PoolState):
-    """``replay_requests``: a batch of trace requests replayed in one call (TRACE-1019, TRACE-1020)."""
+class FusedReplay:
+    """``replay_requests``: a batch of trace requests replayed in one call (TRACE-1019, TRACE-1020),
+    over the pool's parts (its blocks, orders and index, reached through its eviction)."""
+
+    def __init__(self, eviction: Eviction, counters: CacheCounters) -> None:
+        self.eviction = eviction
+        self.blocks = eviction.blocks
+        self.orders = eviction.orders
+        self.index = eviction.index
+        self.counters = counters
 
     def replay_requests(self, block_lists: Sequence[IntsLike]) -> ReplayedBatch:
         """Replay a batch of requests as :func:`kvref.simulation.replay.replay` does, in one call (TRACE-1019).
@@ -72,13 +80,13 @@ class FusedReplay(PoolState):
         of them one prefix tree (TRACE-1006) agreeing with the resident parents (PFX-306);
         otherwise HashConflictError and nothing changes (ERR-501).
         """
-        lists, parent_of = checked_replay_batch(block_lists, self._parent)
+        lists, parent_of = checked_replay_batch(block_lists, self.index.parent)
         # Rebuilding the parents and children at the end costs a pass over the resident hashes:
         # worth it when the batch has at least as many block references.
-        rebuild = sum(map(len, lists)) >= len(self._copies)
+        rebuild = sum(map(len, lists)) >= len(self.index.copies)
         if rebuild and self.lru_stack_holds():
             return self._replay_lru_stack(lists, parent_of)
-        leaf_policy = self._policy.prefix_closed  # its eviction reads the tree
+        leaf_policy = self.orders.policy.prefix_closed  # its eviction reads the tree
         return self._replay_general(lists, parent_of if rebuild and not leaf_policy else None)
 
     def _rebuild_tree(self, parent_of: dict[int, int | None]) -> None:
@@ -89,12 +97,12 @@ class FusedReplay(PoolState):
         parent. ``_children[p]`` counts the resident hashes whose parent is ``p``, as register and
         unregister keep it step by step.
         """
-        old = self._parent
-        parents = {h: parent_of[h] if h in parent_of else old[h] for h in self._copies}
+        old = self.index.parent
+        parents = {h: parent_of[h] if h in parent_of else old[h] for h in self.index.copies}
         old.clear()
         old.update(parents)
-        self._children.clear()
-        self._children.update(Counter(p for p in parents.values() if p is not None))
+        self.index.children.clear()
+        self.index.children.update(Counter(p for p in parents.values() if p is not None))
 
     def lru_stack_holds(self) -> bool:
         """Whether the cache is an LRU stack of one copy per hash, parents released after children.
@@ -107,9 +115,13 @@ class FusedReplay(PoolState):
         so a request's blocks after its first miss are never cached and no hash gets a second copy.
         Checking costs one pass over the cached blocks.
         """
-        if self._policy not in (EvictionPolicy.LRU, EvictionPolicy.LRU_LEAF) or self._events_on or self._hashed_in_use:
+        if (
+            self.orders.policy not in (EvictionPolicy.LRU, EvictionPolicy.LRU_LEAF)
+            or self.index.events_on
+            or self.orders.hashed_in_use
+        ):
             return False
-        copies, parents, evictable = self._copies, self._parent, self._evictable
+        copies, parents, evictable = self.index.copies, self.index.parent, self.orders.evictable
         if len(copies) != len(evictable):  # nothing cached is in use, so some hash has two copies
             return False
         position = {b: i for i, b in enumerate(evictable)}
@@ -129,11 +141,11 @@ class FusedReplay(PoolState):
         the end instead of being kept step by step. The pool's blocks, free stack, generations,
         hashes and release order change exactly as in the general replay.
         """
-        gen, hashes, free, evictable = self._gen, self._hash, self._free, self._evictable
-        block_of = {h: found[0] for h, found in self._copies.items()}
+        gen, hashes, free, evictable = self.blocks.gen, self.blocks.hash, self.blocks.free, self.orders.evictable
+        block_of = {h: found[0] for h, found in self.index.copies.items()}
         cached_block = block_of.get
         take_oldest = evictable.popitem
-        usable = self.num_usable
+        usable = self.blocks.num_usable
         hits: list[int] = []
         peak = queries = evicted = 0
         for ids in lists:
@@ -168,13 +180,13 @@ class FusedReplay(PoolState):
             for b in reversed(hit):
                 evictable[b] = None
             hits.append(n_hit)
-        self._copies.clear()
-        self._copies.update({h: [b] for h, b in block_of.items()})
+        self.index.copies.clear()
+        self.index.copies.update({h: [b] for h, b in block_of.items()})
         self._rebuild_tree(parent_of)
-        self._evictions += evicted
-        self._requests += len(lists)
-        self._queries += queries
-        self._hits += sum(hits)
+        self.counters.evictions += evicted
+        self.counters.requests += len(lists)
+        self.counters.queries += queries
+        self.counters.hits += sum(hits)
         return ReplayedBatch(hits, peak)
 
     def _replay_general(self, lists: list[list[int]], rebuild_from: dict[int, int | None] | None) -> ReplayedBatch:
@@ -185,16 +197,16 @@ class FusedReplay(PoolState):
         them in between.
         """
         keep_tree = rebuild_from is None
-        policy = self._policy
+        policy = self.orders.policy
         fifo = policy is EvictionPolicy.FIFO
         ref_zero = policy is EvictionPolicy.REF_ZERO
         leaf_policy = policy.prefix_closed
         by_access = policy.by_access
-        ref, gen, hashes, free = self._ref, self._gen, self._hash, self._free
-        copies, parents, children = self._copies, self._parent, self._children
-        evictable, registered, pinned = self._evictable, self._registered, self._hashed_in_use
-        events = self._events if self._events_on else None
-        usable = self.num_usable
+        ref, gen, hashes, free = self.blocks.ref, self.blocks.gen, self.blocks.hash, self.blocks.free
+        copies, parents, children = self.index.copies, self.index.parent, self.index.children
+        evictable, registered, pinned = self.orders.evictable, self.orders.registered, self.orders.hashed_in_use
+        events = self.index.events if self.index.events_on else None
+        usable = self.blocks.num_usable
         cached_copies = copies.get
         hits: list[int] = []
         peak = queries = 0
@@ -218,7 +230,7 @@ class FusedReplay(PoolState):
                 hit.append(b)
             n_hit = len(hit)
             if by_access:  # the match's access, then the allocation's (EVICT-411)
-                self._stamp_access(hit)
+                self.orders.stamp_access(hit)
             # Allocate the misses, free blocks first, evicting only the shortfall (EVICT-408); beyond
             # what is available the rest are not cached (TRACE-1015).
             need = len(ids) - n_hit
@@ -229,12 +241,12 @@ class FusedReplay(PoolState):
                 # POOL-106. When the hit is all that is in use, every cached block is reclaimable,
                 # under lru-leaf too: the hit is a chain from the root, so it keeps its own ancestors.
                 alone = leaf_policy and len(pinned) == newly_pinned
-                room = min(need, n_free + (len(evictable) if alone else self._reclaimable()))
+                room = min(need, n_free + (len(evictable) if alone else self.eviction.reclaimable()))
             fresh = take_free(free, min(room, n_free))
             if room > n_free:
-                fresh.extend(self._evict(room - n_free, keep_tree=keep_tree))
+                fresh.extend(self.eviction.victims(room - n_free, keep_tree=keep_tree))
             if by_access:
-                self._stamp_access(fresh)
+                self.orders.stamp_access(fresh)
             # Register them chained after the hit (PFX-301); a hash gaining its first copy is stored.
             prev = ids[n_hit - 1] if n_hit else None
             for b, h in zip(fresh, ids[n_hit : n_hit + len(fresh)], strict=True):
@@ -267,15 +279,15 @@ class FusedReplay(PoolState):
                     released.append(b)
             if ref_zero:  # EVICT-405: the hashes go with the last reference
                 free.extend(released)
-                self._unregister(released, keep_tree=keep_tree)
-                self._evictions += len(released)
+                self.index.unregister(released, keep_tree=keep_tree)
+                self.counters.evictions += len(released)
             else:
                 for b in released:
                     evictable[b] = None
             hits.append(n_hit)
         if rebuild_from is not None:
             self._rebuild_tree(rebuild_from)
-        self._requests += len(lists)
-        self._queries += queries
-        self._hits += sum(hits)
+        self.counters.requests += len(lists)
+        self.counters.queries += queries
+        self.counters.hits += sum(hits)
         return ReplayedBatch(hits, peak)
