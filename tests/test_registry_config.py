@@ -76,6 +76,23 @@ def test_a_module_path_names_an_unregistered_implementation() -> None:
     assert backend.name == "oracle"
 
 
+@rule("CONF-901", "CONF-912")
+def test_a_module_path_resolves_from_the_current_directory_as_pytest_does(tmp_path: Path) -> None:
+    """``kvref conformance --backend mypool:MyBackend``, run by the console script from the directory
+    of ``mypool.py``: the module is found there (the script's own directory comes first on its path)."""
+    (tmp_path / "kvref_adopter_pool.py").write_text(
+        "from kvref.oracle.backend import OracleBackend\n\n\nclass MyBackend(OracleBackend):\n    name = 'mine'\n"
+    )
+    script = (
+        "import os, sys\n"
+        "sys.path = [p for p in sys.path if p not in ('', os.getcwd())]\n"
+        "from kvref.config.registry import load_backend\n"
+        "print(load_backend('kvref_adopter_pool:MyBackend').name)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and run.stdout.strip() == "mine", run.stderr
+
+
 @rule("CONF-903")
 def test_settings_take_argument_then_environment_then_files_then_default(tmp_path: Path) -> None:
     assert load_settings(environ={}, cwd=tmp_path).backend == "oracle"

@@ -10,6 +10,8 @@ implementation that is not registered (a class is instantiated without arguments
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -65,6 +67,19 @@ def _instantiate(obj: Any, name: str) -> Backend:
     return obj
 
 
+def _import_from_here(module_name: str) -> Any:
+    """``module_name`` imported, looking in the current directory too, as pytest does for a test's
+    own modules: ``kvref conformance --backend mypool:MyBackend`` from the directory of ``mypool.py``."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.partition(".")[0] or here in sys.path:
+            raise
+        sys.path.insert(0, here)
+        return importlib.import_module(module_name)
+
+
 def load_backend(name: str) -> Backend:
     """The backend called ``name`` (or at ``module:attribute``), imported now (CONF-901, CONF-902)."""
     if not isinstance(name, str) or not name:
@@ -72,7 +87,7 @@ def load_backend(name: str) -> Backend:
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_from_here(module_name)
             obj = getattr(module, attr)
         except Exception as exc:  # any import-time failure means "cannot load"
             raise BackendUnavailableError(
