@@ -81,3 +81,19 @@ def test_the_readme_batched_step_example_grows_and_releases_every_row(capsys: py
     assert "(256, 64) [1, 2, 3]" in printed, f"the example printed {printed!r}"
     tables: Any = scope["tables"]
     assert tables.pool.available_blocks() == 4999 and tables.blocks(0) == [], "the release gave every block back"
+
+
+def test_every_python_block_of_the_readme_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user copies a block and runs it: each must run on a CPU as it stands, no name undefined."""
+    pytest.importorskip("torch")
+    blocks = python_blocks("")
+    assert blocks, "the README has no python blocks"
+    for number, block in enumerate(blocks, 1):
+        on_cpu = block
+        if "create_slot_arrays" in block:  # the array surface on the CPU, as the test above runs it
+            on_cpu = block.replace("4096, page_size=16)", "4096, page_size=16, device='cpu')")
+        try:
+            exec(compile(on_cpu, f"README.md (python block {number})", "exec"), {"__name__": f"readme_block_{number}"})
+        except Exception as exc:
+            pytest.fail(f"README python block {number} fails as written: {type(exc).__name__}: {exc}\n{block}")
+    capsys.readouterr()
