@@ -72,3 +72,24 @@ class TestFreeStackErrors(ErrorSuite):
 
 class TestFreeStackStateful(StatefulSuite):
     target = FREE_STACK
+
+
+def test_a_target_from_factories_takes_every_part_an_implementation_has() -> None:
+    """An adopter with a radix cache, token slots and a data plane of its own hands each factory to
+    ``Target.from_factory``; the suites then reach each part through the target (CONF-901)."""
+    from kvref.oracle import OracleBlockPool
+    from kvref.oracle.backend import OracleBackend
+
+    own = OracleBackend()
+    target = Target.from_factory(
+        "adopter",
+        lambda num_blocks, **kw: OracleBlockPool(num_blocks, **kw),
+        capabilities={"prefix-cache", "token-slots", "radix-cache", "data-plane"},
+        slots_factory=own.create_slots,
+        radix_factory=own.create_radix,
+        plane_factory=own.data_plane,
+    )
+    slots, tree = target.create_radix(16)
+    assert slots.available_size() == 16 and tree.total_size() == 0, "the radix factory was not the one given"
+    assert target.create_slots(8).available_size() == 8, "the slots factory was not the one given"
+    assert target.data_plane() is not None, "the data plane factory was not the one given"

@@ -247,3 +247,19 @@ def test_replay_takes_an_azure_trace_as_serve_replay_does(capsys: pytest.Capture
     assert cli_main.main(["replay", str(trace), "--capacity", "64", "--policy", "lru", "--json"]) == 0
     out: Any = capsys.readouterr().out
     assert '"policy": "lru"' in out and '"capacity": 64' in out, out
+
+
+@rule("CONF-912", "TRACE-1016")
+def test_a_capacity_no_trace_could_fill_is_replayed_at_the_trace_size_with_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--capacity 10**12`` once built a pool of 10**12 blocks (MemoryError); a cache holding every
+    block the trace names never evicts, so the replay runs at that size, and says so."""
+    import json
+
+    assert cli_main.main(["replay", "--capacity", str(10**12), "--policy", "lru", "--json"]) == 0
+    out, err = capsys.readouterr()
+    [row] = json.loads(out)
+    assert row["capacity"] < 10**12 and row["evictions"] == 0, row
+    assert f"capacity {10**12:,} is more than the trace's {row['capacity']:,} distinct blocks" in err, err
+    assert row["token_hit_rate"] == row["infinite_token_hit_rate"], "a cache that never evicts hits as an infinite one"

@@ -258,9 +258,32 @@ class Target:
         device: str = "host",
         profile: str = "renaming",
         slots_factory: Callable[..., Any] | None = None,
+        slot_arrays_factory: Callable[..., Any] | None = None,
+        radix_factory: Callable[..., Any] | None = None,
+        manager_factory: Callable[..., Any] | None = None,
+        context_factory: Callable[..., Any] | None = None,
+        plane_factory: Callable[..., Any] | None = None,
+        block_arrays_factory: Callable[..., Any] | None = None,
+        block_tables_factory: Callable[..., Any] | None = None,
     ) -> Target:
-        """A target from any callable with the factory signature above (and, optionally, a slots factory)."""
-        return cls(name, factory, frozenset(capabilities), version, device, profile, slots_factory)
+        """A target from any callable with the factory signature above and, where the implementation
+        has them, the factories of its other parts (each as the field of the same name describes)."""
+        return cls(
+            name,
+            factory,
+            frozenset(capabilities),
+            version,
+            device,
+            profile,
+            slots_factory,
+            slot_arrays_factory,
+            radix_factory,
+            manager_factory,
+            context_factory,
+            plane_factory,
+            block_arrays_factory,
+            block_tables_factory,
+        )
 
     @classmethod
     def from_backend(cls, name: str, *, device: str | None = None) -> Target:

@@ -48,6 +48,7 @@ def run_replay(args: argparse.Namespace) -> int:
     settings = load_settings({"backend": args.backend, "hash": args.hash})
     runs = planned_runs(args, settings)
     trace = replay_trace(args, settings.hash)
+    runs = within_the_trace(runs, trace)
     results = []
     with progress(enabled=not args.json and len(runs) > 1) as advance:
         for capacity, policy in runs:
@@ -161,6 +162,23 @@ def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str
         base = capacities[0]
         capacities = sorted({max(1, base // 8), max(1, base // 4), max(1, base // 2), base, base * 2})
     return [(c, p) for c in capacities for p in [*policies, *(["belady"] if args.sweep else [])]]
+
+
+def within_the_trace(runs: list[tuple[int, str]], trace: Any) -> list[tuple[int, str]]:
+    """The runs with every capacity above the trace's distinct blocks replayed at that count, said once:
+    a cache that holds every block the trace names never evicts, so any larger one counts the same
+    (and one the machine could not hold is never built)."""
+    distinct = len({b for r in trace.requests for b in r.block_ids})
+    above = sorted({c for c, _ in runs if c > distinct})
+    if not above:
+        return runs
+    shown = ", ".join(f"{c:,}" for c in above)
+    print(
+        f"kvref replay: capacity {shown} is more than the trace's {distinct:,} distinct blocks can fill; "
+        f"replayed at {distinct:,} blocks, which counts the same",
+        file=sys.stderr,
+    )
+    return list(dict.fromkeys((min(c, distinct), p) for c, p in runs))
 
 
 def compare_backends(trace: Any, results: list[Any], args: argparse.Namespace) -> list[Any]:

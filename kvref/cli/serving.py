@@ -200,7 +200,15 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     policies = args.policy or [p.value for p in EvictionPolicy]
     bounds = [_default_capacities(load_workload(spec)) for spec in specs]
     fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
-    capacities = sorted(set(args.capacity or [fits << k for k in range(6) if (fits << k) <= 2 * never]))
+    asked = sorted(set(args.capacity or []))
+    if asked and asked[-1] > never:  # a cache that never evicts counts the same at any larger size
+        shown = ", ".join(f"{c:,}" for c in asked if c > never)
+        print(
+            f"kvref serve-replay: capacity {shown} is more than the workload can fill ({never:,} blocks never "
+            f"evict); replayed at {never:,} blocks, which counts the same",
+            file=sys.stderr,
+        )
+    capacities = sorted({min(c, never) for c in asked} or {fits << k for k in range(6) if (fits << k) <= 2 * never})
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
