@@ -139,3 +139,24 @@ def test_plain_tables_keep_every_number_whole_at_any_width(capsys: pytest.Captur
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["blocks", "policy", "block", "hits", "token", "hits", "no-evict", "evictions", "blocks/s"]
     assert out[2].split()[:5] == ["64", "lru", "11.93%", "12.17%", "73.33%"], out[2]
+
+
+@rule("CONF-912")
+def test_spec_show_prints_a_rule_by_id_from_the_checkout_or_the_installed_copy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from kvref.cli import commands
+
+    spec = Path(__file__).resolve().parents[1] / "spec"
+    assert main(["spec", "show", "POOL-105", "--spec", str(spec)]) == 0
+    assert capsys.readouterr().out.startswith("POOL-105 (01-pool, MUST): `allocate(n)` MUST be all-or-nothing")
+    assert main(["spec", "show", "POOL-999", "--spec", str(spec)]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    installed = tmp_path / "share" / "kvref" / "spec"
+    installed.mkdir(parents=True)
+    shutil.copy(spec / "rules.json", installed / "rules.json")
+    monkeypatch.setattr(commands, "installed_spec", lambda: installed)
+    assert main(["spec", "show", "radix-624", "--spec", str(tmp_path / "no-checkout")]) == 0
+    assert capsys.readouterr().out.startswith("RADIX-624 (06-radix, MUST)")

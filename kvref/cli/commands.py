@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from kvref.cli.console import print_table
@@ -74,8 +75,40 @@ def run_conformance(args: argparse.Namespace) -> int:
     return int(pytest.main(argv + list(args.pytest_args)))
 
 
+def installed_spec() -> Path:
+    """Where the wheel puts the spec: ``share/kvref/spec`` under the environment's prefix."""
+    return Path(sys.prefix) / "share" / "kvref" / "spec"
+
+
+def show_rules(ids: list[str], spec_dir: Path) -> int:
+    """Print each rule's id, chapter, level and text (``kvref spec show RULE ...``); 2 for an unknown id."""
+    from difflib import get_close_matches
+
+    from kvref.contract.errors import ConfigError
+
+    index = spec_dir / "rules.json"
+    if not index.exists():
+        index = installed_spec() / "rules.json"
+    if not index.exists():
+        raise ConfigError("CONF-912", f"kvref spec show: no rules.json in {spec_dir} nor in {installed_spec()}")
+    if not ids:
+        raise ConfigError("CONF-912", "kvref spec show: name the rules to print, e.g. kvref spec show POOL-105")
+    rules = {r["id"]: r for r in json.loads(index.read_text(encoding="utf-8"))["rules"]}
+    for rule_id in ids:
+        rule = rules.get(rule_id.strip().upper())
+        if rule is None:
+            near = get_close_matches(rule_id.upper(), list(rules), n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise ConfigError("CONF-912", f"kvref spec show: no rule {rule_id!r} in {index}{hint}")
+        print(f"{rule['id']} ({rule['chapter']}, {rule['level']}): {rule['text']}")
+    return 0
+
+
 def run_spec(args: argparse.Namespace) -> int:
-    """Lint the spec, write ``spec/rules.json``, and check rule coverage by tests (``kvref spec check``)."""
+    """Lint the spec, write ``spec/rules.json``, and check rule coverage by tests (``kvref spec check``);
+    print rules by id (``kvref spec show``)."""
+    if args.action == "show":
+        return show_rules(args.ids, Path(args.spec))
     from kvref.cli.speclint import (
         build_index,
         code_rule_refs,

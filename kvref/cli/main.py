@@ -7,6 +7,7 @@
 ``kvref conformance``    run the conformance suite on a backend (``--backend NAME``)
 ``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
+``kvref spec show RULE``  print a rule's text, from ./spec or the copy installed with kvref
 
 ``--backend`` and the other settings follow the precedence of :mod:`kvref.config.settings` (CONF-903).
 Every argument is checked before any work starts (:mod:`kvref.cli.arguments`, CONF-912); errors
@@ -133,8 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(func=run_report)
 
     spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")
-    spec.add_argument("action", choices=["lint", "index", "check"], nargs="?", default="check")
-    spec.add_argument("--spec", default="spec", help="spec directory (default: ./spec)")
+    spec.add_argument("action", choices=["lint", "index", "check", "show"], nargs="?", default="check")
+    spec.add_argument("ids", nargs="*", help="with show: the rule ids to print (POOL-105 ...)")
+    spec.add_argument(
+        "--spec", default="spec", help="spec directory (default: ./spec; show falls back to the installed copy)"
+    )
     spec.add_argument("--tests", nargs="*", default=["tests", "conformance"], help="where tests live")
     spec.add_argument(
         "--code",
