@@ -97,3 +97,15 @@ def test_every_python_block_of_the_readme_runs_as_written(capsys: pytest.Capture
         except Exception as exc:
             pytest.fail(f"README python block {number} fails as written: {type(exc).__name__}: {exc}\n{block}")
     capsys.readouterr()
+
+
+def test_the_conformance_readme_example_builds_a_target_with_its_parts() -> None:
+    """conformance/README.md's adoption example runs as written, and its target reaches each part."""
+    text = (README.parent / "conformance" / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    scope: dict[str, Any] = {"__name__": "conformance_readme"}
+    exec(compile(block, "conformance/README.md", "exec"), scope)
+    target = scope["MINE"]
+    assert target.create(8).num_usable == 7 and target.create_slots(8).available_size() == 8
+    _, tree = target.create_radix(16)
+    assert tree.total_size() == 0 and all(scope[k].target is target for k in ("TestMyPool", "TestMyPrefixCache"))
