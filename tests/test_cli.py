@@ -47,8 +47,11 @@ def test_replay_of_a_missing_trace_exits_with_the_reason(capsys: pytest.CaptureF
 
 
 @rule("CONF-904")
-def test_a_bad_setting_exits_with_the_rule_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", "--hash", "md5"]) == 2
+def test_a_bad_setting_exits_with_the_rule_and_status_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVREF_HASH", "md5")  # a setting from the environment (CONF-903)
+    assert main(["replay"]) == 2
     assert "[CONF-904]" in capsys.readouterr().err
 
 

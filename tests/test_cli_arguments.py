@@ -213,15 +213,76 @@ def test_a_path_to_read_must_exist_and_one_to_write_must_be_writable_before_any_
 
 
 @rule("CONF-912")
-def test_paths_to_write_are_created_before_the_work_starts(
+def test_paths_to_write_are_checked_but_left_to_the_work_to_create(
     tmp_path: Path, work: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A directory that does not exist yet is taken when the one above can take a file; nothing is
+    made before the work, so a refused command line leaves nothing behind."""
     out = tmp_path / "new" / "replay"
     accepted(["replay", "--out", str(out)], capsys, work)
-    assert out.is_dir(), "replay --out did not create its directory before the work"
-    results = tmp_path / "sweeps" / "points.jsonl"
-    accepted(["serve-replay", "--results", str(results)], capsys, work)
-    assert results.parent.is_dir(), "serve-replay --results did not create its directory before the work"
+    refusal(["replay", "--out", str(tmp_path / "other" / "deep"), "--capacity", "0"], capsys, work)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "other").exists(), "a path was made at parse time"
+    accepted(["serve-replay", "--results", str(tmp_path / "sweeps" / "points.jsonl")], capsys, work)
+
+
+@rule("CONF-912", "TRACE-1043")
+def test_a_results_file_that_holds_something_else_is_refused_before_it_is_written(
+    tmp_path: Path, work: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n' * 3)
+    binary = tmp_path / "noise.jsonl"
+    binary.write_bytes(bytes(range(256)) * 4)
+    for path in (trace, binary):
+        line = refusal(["serve-replay", "--results", str(path)], capsys, work)
+        assert "argument --results: [CONF-912]" in line and str(path) in line, line
+    assert trace.read_text().count("\n") == 3, "the trace named as --results was written to"
+
+
+@rule("CONF-912", "CONF-902", "HASH-209", "TRACE-1041", "TRACE-1002", "TRACE-1005")
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["serve-replay", "--backend", "junk"], "argument --backend: [CONF-902]"),
+        (["replay", "--backend", "no_such_module:Nothing"], "argument --backend: [CONF-902]"),
+        (["serve-replay", "--hash", "md5"], "argument --hash: [HASH-209]"),
+        (["replay", "--hash", "md5"], "argument --hash: [HASH-209]"),
+        (["serve-replay", "--scheduler", "junk"], "argument --scheduler: [TRACE-1041]"),
+        (["replay", "--block-size", "100000"], "argument --block-size: [TRACE-1002]"),
+        (["serve-replay", "--block-size", "10000000000000000000000"], "argument --block-size: [TRACE-1002]"),
+        (["replay", "--seed", "1.5"], "argument --seed: [TRACE-1005]"),
+        (["serve-replay", "--seed", "-1"], "argument --seed: [TRACE-1005]"),
+        (["replay", ""], "argument trace: [CONF-912]"),
+        (["replay", "--out", ""], "argument --out: [CONF-912]"),
+        (["replay", "--out", "/proc"], "argument --out: [CONF-912]"),
+        (["serve-replay", "--results", "/proc/version"], "argument --results: [CONF-912]"),
+        (["report", "/nonexistent/results"], "argument paths: [CONF-912]"),
+        (["conformance", "--deviations", "/"], "argument --deviations: [CONF-912]"),
+    ],
+)
+def test_each_option_a_careless_command_line_gets_wrong_is_refused_at_parse_time(
+    argv: list[str], named: str, work: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refusal(argv, capsys, work)
+    assert named in line, f"kvref {argv}: {line!r}"
+
+
+@rule("CONF-912")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve-replay", "--range", "5:10"],
+        ["spec", "lint", "POOL-1"],
+        ["traces", "list", "extra"],
+        ["replay", "--policy", "lfu"],
+    ],
+)
+def test_arguments_that_only_make_sense_together_are_refused_in_one_line_before_the_work(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("[CONF-912]" in err[0] or "[EVICT-407]" in err[0]), err
 
 
 @rule("CONF-912", "TRACE-1002")

@@ -200,3 +200,22 @@ def test_a_lookup_follows_the_copy_it_is_told_to_prefer() -> None:
     assert pool.lookup([7]) == [older], "the oldest copy by default"
     assert pool.lookup([7], prefer=[newer]) == [newer], "the copy named in prefer"
     assert pool.lookup([7], prefer=[5]) == [older], "a preference for no copy of the hash is no preference"
+
+
+@pytest.mark.rule("ERR-502")
+def test_every_kvref_error_crosses_a_process_boundary_whole() -> None:
+    """A sweep's worker raises a kvref error; pickled to the parent it keeps its class, rule,
+    message and fields (an error that could not be pickled broke the whole process pool)."""
+    import pickle
+
+    from kvref.contract import errors
+
+    for name in dir(errors):
+        kind = getattr(errors, name)
+        if isinstance(kind, type) and issubclass(kind, errors.KVRefError):
+            error = kind.__new__(kind)
+            errors.KVRefError.__init__(error, "ERR-502", f"a {name}")
+            error.extra = 7  # type: ignore[attr-defined]
+            back = pickle.loads(pickle.dumps(error))
+            assert type(back) is kind and back.rule == "ERR-502" and str(back) == str(error), name
+            assert back.extra == 7, f"{name} lost its fields on the way"  # type: ignore[attr-defined]

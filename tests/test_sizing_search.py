@@ -65,3 +65,14 @@ def test_a_target_out_of_reach_exits_1_saying_the_best_the_range_gives(
     assert status == 1, f"a search that found nothing exited {status}"
     assert "no capacity in [" in err and "meets token hit rate >= 0.999" in err and "at " in err, err
     assert len(replays) == 1, f"a search whose top misses replayed {replays}: the top alone decides"
+
+
+@rule("TRACE-1042", "CONF-912")
+def test_a_range_above_what_the_workload_fills_is_searched_up_to_that_size(
+    replays: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--range 1:10**20`` once built a pool of 10**20 blocks in a worker (OverflowError)."""
+    status = cli_main.main([*SEARCH, "--range", f"1:{10**20}"])
+    err = capsys.readouterr().err
+    assert status == 0 and "more than the workload can fill" in err, err
+    assert max(replays) < 10**6, f"the search replayed {max(replays):,} blocks"

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 __all__ = [
+    "MAX_BLOCK_SIZE",
     "CommandParser",
+    "backend_name",
     "block_size",
     "capacity",
     "capacity_range",
+    "existing_directory",
     "existing_path",
+    "hash_algorithm",
     "hash_policy_name",
     "hit_rate_target",
     "milliseconds",
@@ -32,7 +35,11 @@ __all__ = [
     "output_file",
     "policy_name",
     "positive_count",
+    "results_file",
+    "scheduler_address",
+    "seed",
     "shared_fraction",
+    "toml_file",
     "trace_argument",
     "warmup_fraction",
     "worker_count",
@@ -49,6 +56,8 @@ class CommandParser(argparse.ArgumentParser):
         """argparse's parse, refusing ``--option=--`` first: argparse reads that value as none at all,
         so the option would silently keep its default."""
         for token in sys.argv[1:] if args is None else args:
+            if token == "--":  # what follows is another program's (pytest's) to read
+                break
             name, equals, value = token.partition("=")
             if token.startswith("--") and equals and value == "--":
                 self.error(f"argument {name}: [CONF-912] '--' is not a value (it ends the options)")
@@ -83,12 +92,34 @@ def positive_count(rule: str, what: str) -> Callable[[str], int]:
     return parse
 
 
-#: Tokens per block (TRACE-1002): ``replay`` and ``serve-replay`` alike.
-block_size = positive_count("TRACE-1002", "a block size (tokens per block)")
+_block_count = positive_count("TRACE-1002", "a block size (tokens per block)")
+#: The most tokens a block may hold on the command line: more than any engine's block or page, and
+#: what keeps a built-in workload (prompts of 4-12 blocks) within memory.
+MAX_BLOCK_SIZE = 65_536
+
+
+def block_size(text: str) -> int:
+    """Tokens per block, 1 to :data:`MAX_BLOCK_SIZE` (TRACE-1002): ``replay`` and ``serve-replay`` alike."""
+    value = _block_count(text)
+    if value > MAX_BLOCK_SIZE:
+        raise _refuse(
+            "TRACE-1002", f"a block size (tokens per block) must be at most {MAX_BLOCK_SIZE:,}, got {value:,}"
+        )
+    return value
+
+
 #: A cache capacity in blocks (TRACE-1030): ``replay`` and ``serve-replay`` alike.
 capacity = positive_count("TRACE-1030", "a capacity (blocks)")
 #: Processes of a sweep.
 worker_count = positive_count("CONF-912", "a worker count")
+
+
+def seed(text: str) -> int:
+    """A workload's seed: a whole number >= 0 (TRACE-1005)."""
+    value = _whole(text, "TRACE-1005", "a seed")
+    if value < 0:
+        raise _refuse("TRACE-1005", f"a seed must be at least 0, got {value}")
+    return value
 
 
 def _number(text: str, rule: str, what: str) -> float:
@@ -155,40 +186,143 @@ def capacity_range(text: str) -> tuple[int, int]:
 
 def existing_path(text: str) -> Path:
     """A file or directory to read: it must exist (CONF-912)."""
+    if not text.strip():
+        raise _refuse("CONF-912", "an empty path names nothing")
     path = Path(text).expanduser()
     if not path.exists():
         raise _refuse("CONF-912", f"{text} does not exist")
     return path
 
 
+def existing_directory(text: str) -> Path:
+    """A directory to read: it must exist and be a directory (CONF-912)."""
+    path = existing_path(text)
+    if not path.is_dir():
+        raise _refuse("CONF-912", f"{text} is not a directory")
+    return path
+
+
+def toml_file(text: str) -> Path:
+    """A TOML file to read (a deviations file): it must exist, be a file and parse (CONF-912)."""
+    import tomllib
+
+    path = existing_path(text)
+    if not path.is_file():
+        raise _refuse("CONF-912", f"{text} is not a file")
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _refuse("CONF-912", f"{text} is not a TOML file: {exc}") from None
+    return path
+
+
 def output_directory(text: str) -> Path:
-    """A directory to write into: created now if missing, and it must be writable (CONF-912)."""
+    """A directory to write into: an existing writable directory, or one that can be created under
+    the nearest directory above it that exists and is writable; created by the command that writes
+    (a refused command line leaves nothing behind) (CONF-912)."""
+    if not text.strip():
+        raise _refuse("CONF-912", "an empty path names no directory")
     path = Path(text).expanduser()
-    _writable(path, text)
+    if path.exists() and not path.is_dir():
+        raise _refuse("CONF-912", f"{text} is a file, not a directory")
+    _writable(_nearest_existing(path), text)
     return path
 
 
 def output_file(text: str) -> Path:
-    """A file to write: its directory is created now if missing and must be writable, and the file,
-    if it exists, must be a writable file (CONF-912)."""
+    """A file to write: not a directory; it, or the nearest directory above it that exists, must take
+    a write (CONF-912)."""
+    if not text.strip():
+        raise _refuse("CONF-912", "an empty path names no file")
     path = Path(text).expanduser()
     if path.is_dir():
         raise _refuse("CONF-912", f"{text} is a directory; name a file")
-    _writable(path.parent if str(path.parent) else Path("."), text)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise _refuse("CONF-912", f"{text} cannot be written")
+    if path.exists():
+        try:
+            with path.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise _refuse("CONF-912", f"{text} cannot be written: {exc.strerror or exc}") from None
+    else:
+        _writable(_nearest_existing(path.parent), text)
     return path
 
 
+def results_file(text: str) -> Path:
+    """A sweep's results file (TRACE-1043): writable as :func:`output_file`, and, where it exists, a
+    results file already: JSON lines of finished points (a torn last line aside), never a trace or
+    anything else a careless path names."""
+    import json
+
+    path = output_file(text)
+    if path.exists() and path.stat().st_size:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise _refuse("CONF-912", f"{text} is not a results file (not text); name a new file") from None
+        for number, line in enumerate(lines[:-1] if lines else [], 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if line.strip() and not (isinstance(record, dict) and "key" in record and "result" in record):
+                raise _refuse("CONF-912", f"{text}:{number} is not a line of finished points; name a new file")
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    here = path
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    return here
+
+
 def _writable(directory: Path, shown: str) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _refuse("CONF-912", f"{shown}: cannot create {directory}: {exc.strerror or exc}") from None
+    """Refuse unless a file can really be made in ``directory`` (root passes every permission test,
+    and /proc or /sys take no file whatever the bits say)."""
+    import tempfile
+
     if not directory.is_dir():
         raise _refuse("CONF-912", f"{shown}: {directory} is not a directory")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise _refuse("CONF-912", f"{shown}: {directory} cannot be written")
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".kvref-probe-"):
+            pass
+    except OSError as exc:
+        raise _refuse("CONF-912", f"{shown}: {directory} cannot be written: {exc.strerror or exc}") from None
+
+
+def scheduler_address(text: str) -> str:
+    """A Dask scheduler's address, ``[tcp://]host:port`` (TRACE-1041)."""
+    rest = text.strip().partition("://")[2] or text.strip()
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise _refuse("TRACE-1041", f"a scheduler address must be host:port (tcp://host:8786), got {text!r}")
+    return text.strip()
+
+
+def hash_algorithm(text: str) -> str:
+    """A block hash function kvref knows (HASH-209)."""
+    from kvref.contract.hashing import ALGORITHMS
+
+    if text not in ALGORITHMS:
+        raise _refuse("HASH-209", f"unknown hash function {text!r}; known: {', '.join(sorted(ALGORITHMS))}")
+    return text
+
+
+def backend_name(text: str) -> str:
+    """A backend registered or at ``module:Class``, usable here (CONF-902): loaded now, so a sweep's
+    workers never meet a backend that cannot load."""
+    from kvref.config.registry import load_backend
+    from kvref.contract.errors import KVRefError
+
+    try:
+        backend = load_backend(text)
+    except KVRefError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    reason = backend.availability()
+    if reason is not None:
+        raise _refuse("CONF-902", f"backend {text!r} is not usable here: {reason}")
+    return text
 
 
 def policy_name(text: str) -> str:
@@ -224,6 +358,8 @@ def trace_argument(text: str) -> str:
     from kvref.contract.errors import KVRefError
     from kvref.simulation.catalog import catalog_trace, resolve_trace
 
+    if not text.strip():
+        raise _refuse("CONF-912", "an empty name is no trace")
     if catalog_trace(text) is not None:
         try:
             resolve_trace(text)

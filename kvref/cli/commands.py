@@ -107,8 +107,15 @@ def show_rules(ids: list[str], spec_dir: Path) -> int:
 def run_spec(args: argparse.Namespace) -> int:
     """Lint the spec, write ``spec/rules.json``, and check rule coverage by tests (``kvref spec check``);
     print rules by id (``kvref spec show``)."""
+    from kvref.contract.errors import ConfigError
+
     if args.action == "show":
         return show_rules(args.ids, Path(args.spec))
+    if args.ids:
+        raise ConfigError("CONF-912", f"kvref spec {args.action} takes no rule ids ({' '.join(args.ids)}); show does")
+    missing = [p for p in [args.spec, *args.tests, *args.code] if not Path(p).exists()]
+    if missing:
+        raise ConfigError("CONF-912", f"kvref spec {args.action}: {', '.join(missing)} does not exist")
     from kvref.cli.speclint import (
         build_index,
         code_rule_refs,
@@ -120,7 +127,7 @@ def run_spec(args: argparse.Namespace) -> int:
 
     spec_dir = Path(args.spec)
     if not spec_dir.is_dir():
-        raise SystemExit(f"kvref spec: no spec directory at {spec_dir}")
+        raise ConfigError("CONF-912", f"kvref spec {args.action}: {spec_dir} is not a spec directory")
     index_path = spec_dir / "rules.json"
     chapters = parse_spec(spec_dir)
     problems = lint(chapters, index_path)

@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list); "
         "default: the built-in workload",
     )
-    rep.add_argument("--backend", help="backend name (default: KVREF_BACKEND, config, oracle)")
+    rep.add_argument("--backend", type=arg.backend_name, help="backend name (default: KVREF_BACKEND, config, oracle)")
     rep.add_argument("--device", help="device for device backends")
     rep.add_argument(
         "--policy",
@@ -72,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--warmup", type=arg.warmup_fraction, default=0.0, help="fraction of requests that only warm the cache"
     )
-    rep.add_argument("--hash", help="hash function for token-level traces")
-    rep.add_argument("--seed", type=int, default=0, help="seed of the built-in workload or of the Azure prefixes")
+    rep.add_argument("--hash", type=arg.hash_algorithm, help="hash function for token-level traces")
+    rep.add_argument("--seed", type=arg.seed, default=0, help="seed of the built-in workload or of the Azure prefixes")
     rep.add_argument(
         "--azure-shared",
         type=arg.shared_fraction,
@@ -121,14 +121,18 @@ def _parser() -> argparse.ArgumentParser:
     conf.add_argument(
         "--results", type=arg.output_directory, help="directory for the results file (default results/conformance)"
     )
-    conf.add_argument("--deviations", type=arg.existing_path, help="extra known-deviations TOML file")
+    conf.add_argument("--deviations", type=arg.toml_file, help="extra known-deviations TOML file")
     conf.add_argument("--no-shrink", action="store_true", help="detection only: skip Hypothesis's shrink phase")
     conf.add_argument("pytest_args", nargs="*", help="after --: arguments passed on to pytest")
     conf.set_defaults(func=run_conformance)
 
     report = sub.add_parser("report", help="render results files as a Markdown conformance matrix")
     report.add_argument(
-        "paths", nargs="*", default=["results/conformance", "results"], help="results files or directories"
+        "paths",
+        nargs="*",
+        type=arg.existing_path,
+        default=["results/conformance", "results"],
+        help="results files or directories",
     )
     report.add_argument("--out", type=arg.output_file, help="write the Markdown here instead of printing it")
     report.set_defaults(func=run_report)

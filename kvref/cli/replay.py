@@ -133,13 +133,20 @@ def planned_runs(args: argparse.Namespace, settings: Any) -> list[tuple[int, str
     from kvref.simulation.radix_replay import RADIX_POLICIES
 
     cache = args.cache
-    named = args.policy or ([settings.policy] if settings.sources["policy"] != "default" else None)
+    named = list(dict.fromkeys(args.policy or ([settings.policy] if settings.sources["policy"] != "default" else [])))
     if named and cache == "hash" and any(p.startswith("radix-") for p in named):
         # radix-lfu, as the tables print it, names the radix cache: both caches when hash names come too
         cache = "radix" if all(p.startswith("radix-") for p in named) else "both"
     policies: list[str] = []
     hash_policies = [p.value for p in EvictionPolicy]
-    if cache == "hash":  # a bad name is refused by the pool, naming the hash cache's policies
+    if cache == "hash":
+        unknown = [p for p in named or () if p not in hash_policies]
+        if unknown:  # a radix policy's bare name (lfu) with the hash-block cache
+            raise InvalidValueError(
+                "EVICT-407",
+                f"unknown eviction policy {unknown[0]!r} for the hash-block cache; known: {', '.join(hash_policies)} "
+                f"(radix-{unknown[0]} names the radix cache's, or give --cache radix)",
+            )
         policies += named or hash_policies
     elif cache == "both":
         policies += [p for p in named if p in hash_policies] if named else hash_policies

@@ -37,7 +37,9 @@ def add_serving_commands(sub: Any) -> None:
         help="a JSON Lines (Mooncake) or Azure CSV trace, or a catalog name (kvref traces list)",
     )
     serve.add_argument("--workload", default="chat", choices=list(SERVING_WORKLOADS), help="built-in workload")
-    serve.add_argument("--seed", type=int, default=0, help="seed of the built-in workload or of the Azure prefixes")
+    serve.add_argument(
+        "--seed", type=arg.seed, default=0, help="seed of the built-in workload or of the Azure prefixes"
+    )
     serve.add_argument(
         "--capacity", type=arg.capacity, action="append", help="cache capacity in blocks; repeat for several"
     )
@@ -85,8 +87,12 @@ def add_serving_commands(sub: Any) -> None:
         default=8,
         help="Azure: how many shared prefixes",
     )
-    serve.add_argument("--hash", default="sha256", help="hash function of token-level workloads")
-    serve.add_argument("--backend", default="oracle", help="backend of the prefix cache under the manager")
+    serve.add_argument(
+        "--hash", type=arg.hash_algorithm, default="sha256", help="hash function of token-level workloads"
+    )
+    serve.add_argument(
+        "--backend", type=arg.backend_name, default="oracle", help="backend of the prefix cache under the manager"
+    )
     serve.add_argument("--no-belady", action="store_true", help="skip Belady's offline reference")
     target = serve.add_mutually_exclusive_group()
     target.add_argument(
@@ -103,9 +109,13 @@ def add_serving_commands(sub: Any) -> None:
     serve.add_argument(
         "--workers", type=arg.worker_count, help="processes of the sweep (default: every core; 1: this process)"
     )
-    serve.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:8786): run the sweep there")
     serve.add_argument(
-        "--results", type=arg.output_file, help="JSON Lines file of finished points; a rerun skips those written"
+        "--scheduler",
+        type=arg.scheduler_address,
+        help="a Dask scheduler's address (tcp://host:8786): run the sweep there",
+    )
+    serve.add_argument(
+        "--results", type=arg.results_file, help="JSON Lines file of finished points; a rerun skips those written"
     )
     serve.add_argument("--out", type=arg.output_directory, help="directory for serving.json, serving.md and the plots")
     serve.add_argument("--json", action="store_true", help="machine-readable output")
@@ -188,16 +198,21 @@ def _model(args: argparse.Namespace) -> Any:
 
 def run_serve_replay(args: argparse.Namespace) -> int:
     """Replay, print the table (or JSON), write the report; the sizing answer when a target is given."""
+    from kvref.contract.errors import InvalidValueError
     from kvref.contract.policies import EvictionPolicy
     from kvref.simulation.replay import check_warmup
     from kvref.simulation.serving.runner import load_workload
     from kvref.simulation.serving.sweep import grid, run_sweep
 
     check_warmup(args.warmup, "serve-replay")
+    if args.range and args.target_hit_rate is None and args.target_ttft_p90 is None:
+        raise InvalidValueError(
+            "CONF-912", "--range bounds a capacity search: give --target-hit-rate or --target-ttft-p90"
+        )
     specs = _workloads(args)
     first = load_workload(specs[0])
     model = _model(args)
-    policies = args.policy or [p.value for p in EvictionPolicy]
+    policies = list(dict.fromkeys(args.policy or [p.value for p in EvictionPolicy]))
     bounds = [_default_capacities(load_workload(spec)) for spec in specs]
     fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
     asked = sorted(set(args.capacity or []))
@@ -270,6 +285,13 @@ def _size(
     from kvref.simulation.serving.sweep import run_sweep
 
     low, high = args.range or (fits, never)
+    if high > never:  # a cache that never evicts answers for every larger one
+        print(
+            f"kvref serve-replay: --range reaches {high:,} blocks, more than the workload can fill; "
+            f"searched up to {never:,} blocks, which count the same",
+            file=sys.stderr,
+        )
+        low, high = min(low, never), never
     measure, target = (
         ("token hit rate", args.target_hit_rate)
         if args.target_hit_rate is not None
@@ -329,6 +351,8 @@ def run_traces(args: argparse.Namespace) -> int:
     from kvref.simulation.catalog import CATALOG, cache_directory, fetch_trace
 
     directory = Path(args.dir) if args.dir else cache_directory()
+    if args.action == "list" and args.name:
+        raise InvalidValueError("CONF-912", f"kvref traces list takes no name, got {args.name!r}")
     if args.action == "list":
         table = Table(title=f"public traces kvref knows (cache: {directory})")
         for column in ("name", "source", "licence", "size", "sha256", "fetched", "what"):

@@ -10,6 +10,8 @@ that catch the built-in keep working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BackendUnavailableError",
     "BlockIdError",
@@ -42,6 +44,18 @@ class KVRefError(Exception):
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
         super().__init__(f"[{rule}] {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as it is, whatever a subclass's constructor takes: an error raised in a worker
+        process reaches the parent with its own class, rule and message."""
+        return (_restored, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restored(cls: type[KVRefError], args: tuple[Any, ...], state: dict[str, Any]) -> KVRefError:
+    error = Exception.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidArgumentError(KVRefError):
