@@ -16,7 +16,7 @@ from typing import Any
 
 from kvref.cli.console import console, print_table
 
-__all__ = ["compare_backends", "print_backend_runs", "progress", "run_replay"]
+__all__ = ["compare_backends", "print_backend_runs", "progress", "run_replay", "trace_name"]
 
 
 @contextmanager
@@ -70,7 +70,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.out:
         from kvref.reports.replay import write_replay_report
 
-        title = f"kvref replay: {trace.source}, backend {settings.backend}"
+        title = f"kvref replay: {trace_name(trace.source)}, backend {settings.backend}"
         for path in write_replay_report(results, Path(args.out), title=title, backend_runs=compared):
             print(f"wrote {path}", file=sys.stderr)
     disagree = [r.backend for r in compared if r.counts() != compared[0].counts()]
@@ -100,6 +100,11 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"kvref replay: backends {disagree} counted differently from {compared[0].backend}", file=sys.stderr)
         return 1
     return 0
+
+
+def trace_name(source: str) -> str:
+    """A trace's name for a title: a file's own name (a path as typed says little in a figure)."""
+    return Path(source).name if ("/" in source or source.endswith((".jsonl", ".csv"))) else source
 
 
 def replay_trace(args: argparse.Namespace, algorithm: str) -> Any:

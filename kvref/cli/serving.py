@@ -198,6 +198,7 @@ def _model(args: argparse.Namespace) -> Any:
 
 def run_serve_replay(args: argparse.Namespace) -> int:
     """Replay, print the table (or JSON), write the report; the sizing answer when a target is given."""
+    from kvref.cli.replay import trace_name
     from kvref.contract.errors import InvalidValueError
     from kvref.contract.policies import EvictionPolicy
     from kvref.simulation.replay import check_warmup
@@ -252,7 +253,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
                 scheduler=args.scheduler,
                 progress=lambda p: advance_point(1),
             )
-    title = f"kvref serve-replay: {first.source}, {len(first.requests):,} requests"
+    title = f"kvref serve-replay: {trace_name(first.source)}, {len(first.requests):,} requests"
     if args.out:
         from kvref.reports.serving import write_serving_report
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvref.reports.plotting import finish_figure, pyplot
+from kvref.reports.plotting import capacity_axis, finish_figure, pyplot, series_style
 from kvref.simulation.replay import ReplayResult
 
 __all__ = ["render_markdown", "write_replay_report"]
@@ -28,6 +28,12 @@ def render_markdown(results: list[ReplayResult], title: str, backend_runs: Seque
             f"| {r.capacity:,} | {r.policy} | {r.block_hit_rate:.2%} | {r.token_hit_rate:.2%} | "
             f"{r.infinite_token_hit_rate:.2%} | {r.evictions:,} | {r.block_ops_per_second:,.0f} |"
         )
+    lines += [
+        "",
+        "- *no-evict*: the token hit rate of a cache that never evicts (TRACE-1016), the most any policy "
+        'could reach; *belady*: Belady\'s offline MIN (TRACE-1017); "-" where a policy was not replayed '
+        "at that capacity (Belady is computed for the hash-block cache only).",
+    ]
     capacities = sorted({r.capacity for r in results})
     policies = list(dict.fromkeys(r.policy for r in results))
     if len(capacities) > 1:
@@ -57,16 +63,19 @@ def render_markdown(results: list[ReplayResult], title: str, backend_runs: Seque
 
 
 def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
+    """Token hit rate against capacity, one styled series per policy; a series that coincides with
+    one drawn before it says so in its label, so both are seen."""
     plt = pyplot("the replay plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy in dict.fromkeys(r.policy for r in results):
-        points = sorted((r.capacity, r.token_hit_rate) for r in results if r.policy == policy)
-        style = "--" if policy == "belady" else "-"
-        ax.plot([c for c, _ in points], [h * 100 for _, h in points], style, marker="o", label=policy)
+    drawn: dict[tuple[tuple[int, float], ...], str] = {}
+    for index, policy in enumerate(dict.fromkeys(r.policy for r in results)):
+        points = tuple(sorted((r.capacity, round(r.token_hit_rate, 6)) for r in results if r.policy == policy))
+        label = f"{policy} (= {drawn[points]})" if points in drawn else policy
+        drawn.setdefault(points, policy)
+        ax.plot([c for c, _ in points], [h * 100 for _, h in points], label=label, **series_style(index, policy))
     ax.axhline(results[0].infinite_token_hit_rate * 100, color="grey", linestyle=":", label="no eviction")
-    if len({r.capacity for r in results}) > 1:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("cache capacity (blocks)")
+    capacity_axis(ax, [r.capacity for r in results])
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("token hit rate (%)")
     finish_figure(plt, fig, ax, title, path)
 

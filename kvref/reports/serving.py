@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvref.reports.plotting import finish_figure, pyplot
+from kvref.reports.plotting import capacity_axis, finish_figure, pyplot, series_style
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.sizing import SizingAnswer
 
 __all__ = [
+    "COLUMN_NOTES",
     "TABLE_COLUMNS",
     "TABLE_GROUPS",
     "curve_label",
@@ -45,6 +46,19 @@ TABLE_COLUMNS = (
     "mean blocks",
     "evictions",
     "replay s",
+)
+
+
+#: What a column means where its name does not say it all, printed under every table of them.
+COLUMN_NOTES = (
+    "- *token hits*, *block hits*: prompt tokens and blocks found cached at each request's first "
+    "admission, over the requests after the warm-up that were not rejected (TRACE-1039).",
+    "- *Belady*: the same hits under Belady's offline MIN over the prompts (TRACE-1017); "
+    '"-" where it was not computed (`--no-belady`).',
+    "- *prefill saved*: prompt tokens not recomputed thanks to the cache, re-admissions after a "
+    "preemption included; so it can be largest at the smallest capacity, where requests are "
+    "preempted and re-admitted most.",
+    "- *TTFT*: time to first token, from arrival; *queue*: time from arrival to first admission.",
 )
 
 
@@ -113,6 +127,7 @@ def render_serving_markdown(
     lines += [f"- {note}" for note in notes]
     lines += ["", "| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---:|" * len(TABLE_COLUMNS)]
     lines += ["| " + " | ".join(table_row(r, results)) + " |" for r in results]
+    lines += ["", *COLUMN_NOTES]
     if len({r.capacity for r in results}) > 1:
         lines += _by_capacity(results, lambda r: f"{r.token_hit_rate:.2%}", "Token hit rate by capacity")
         lines += _by_capacity(results, lambda r: _ms(r.ttft_ms.p90), "p90 time to first token by capacity")
@@ -132,20 +147,40 @@ def render_serving_markdown(
 
 
 def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rate: bool) -> None:
+    """Token hit rate, or time to first token (seconds, log axis, p50-p99 band around p90), against
+    capacity: one styled series per policy and block size, Belady's offline reference beside."""
     plt = pyplot("the serving replay's plots")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label in dict.fromkeys(curve_label(r, results) for r in results):
+    labels = list(dict.fromkeys(curve_label(r, results) for r in results))
+    drawn: dict[tuple[tuple[int, float], ...], str] = {}
+    for index, label in enumerate(labels):
         runs = sorted((r for r in results if curve_label(r, results) == label), key=lambda r: r.capacity)
-        values = [r.token_hit_rate * 100 if hit_rate else r.ttft_ms.p90 for r in runs]
-        ax.plot([r.capacity for r in runs], values, marker="o", label=label)
+        capacities = [r.capacity for r in runs]
+        style = series_style(index, label)
+        if hit_rate:  # a series that coincides with one drawn before says so, so both are seen
+            points = tuple((r.capacity, round(r.token_hit_rate, 6)) for r in runs)
+            shown = f"{label} (= {drawn[points]})" if points in drawn else label
+            drawn.setdefault(points, label)
+            ax.plot(capacities, [r.token_hit_rate * 100 for r in runs], label=shown, **style)
+        else:
+            ax.plot(capacities, [r.ttft_ms.p90 / 1000 for r in runs], label=f"{label} (p90)", **style)
+            low, high = [r.ttft_ms.p50 / 1000 for r in runs], [r.ttft_ms.p99 / 1000 for r in runs]
+            ax.fill_between(capacities, low, high, color=style["color"], alpha=0.12, linewidth=0)
     if hit_rate:
         belady = sorted({(r.capacity, r.belady_token_hit_rate) for r in results if r.belady_token_hit_rate is not None})
         if belady:
-            ax.plot([c for c, _ in belady], [h * 100 for _, h in belady], "--", color="grey", label="Belady (offline)")
-    if len({r.capacity for r in results}) > 1:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("cache capacity (blocks)")
-    ax.set_ylabel("token hit rate (%)" if hit_rate else "p90 time to first token (ms)")
+            ax.plot(
+                [c for c, _ in belady],
+                [h * 100 for _, h in belady],
+                label="Belady (offline)",
+                **series_style(len(labels), "Belady"),
+            )
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("token hit rate (%)")
+    else:
+        ax.set_yscale("log")
+        ax.set_ylabel("time to first token (s): p90, band p50-p99")
+    capacity_axis(ax, [r.capacity for r in results])
     finish_figure(plt, fig, ax, title, path)
 
 
@@ -155,10 +190,12 @@ def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None
     capacities = sorted({r.capacity for r in results})
     middle = capacities[len(capacities) // 2]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-        if r.capacity == middle and r.timeline:
-            times, blocks = [t / 1000 for t, _ in r.timeline], [b for _, b in r.timeline]
-            ax.step(times, blocks, where="post", label=curve_label(r, results))
+    shown = [run for run in results if run.capacity == middle and run.timeline]
+    for index, run in enumerate(shown):
+        times, blocks = [t / 1000 for t, _ in run.timeline], [b for _, b in run.timeline]
+        label = curve_label(run, results)
+        width = max(0.6, 2.4 - 0.45 * index)  # thinner over thicker: series that coincide all show
+        ax.step(times, blocks, where="post", label=label, color=series_style(index, label)["color"], linewidth=width)
     ax.axhline(middle, color="grey", linestyle=":", label="capacity")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("blocks in use")
