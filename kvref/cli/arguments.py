@@ -24,7 +24,6 @@ __all__ = [
     "block_size",
     "capacity",
     "capacity_range",
-    "existing_directory",
     "existing_path",
     "hash_algorithm",
     "hash_policy_name",
@@ -191,14 +190,6 @@ def existing_path(text: str) -> Path:
     path = Path(text).expanduser()
     if not path.exists():
         raise _refuse("CONF-912", f"{text} does not exist")
-    return path
-
-
-def existing_directory(text: str) -> Path:
-    """A directory to read: it must exist and be a directory (CONF-912)."""
-    path = existing_path(text)
-    if not path.is_dir():
-        raise _refuse("CONF-912", f"{text} is not a directory")
     return path
 
 
