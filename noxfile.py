@@ -104,7 +104,7 @@ def bench(session: nox.Session) -> None:
     )
     # Kernel launches and host syncs per call beside the times (counted on any device).
     session.install("-c", CONSTRAINTS, "torch==2.13.0")
-    session.run("python", "-m", "kvref_torch.counting", "--json", "results/launch-counts.json")
+    session.run("python", "-m", "tests.launch_counting", "--json", "results/launch-counts.json")
 
 
 @nox.session(python=PYTHON)

@@ -1,9 +1,9 @@
 """The launch/sync budget: no call of the array core on torch costs more kernel launches or host
-syncs than ``backends/kvref_torch/launch_budget.toml`` allows (CONF-911; the GPU issue's counts).
+syncs than ``tests/launch_budget.toml`` allows (CONF-911; the GPU issue's counts).
 
-The counts come from :mod:`kvref_torch.counting`, a torch dispatch mode that sees every aten
+The counts come from :mod:`tests.launch_counting`, a torch dispatch mode that sees every aten
 operation on the CPU as on CUDA, so this runs in CI without a GPU. The budget is rewritten on
-purpose (``python -m kvref_torch.counting --write``), never by this test.
+purpose (``python -m tests.launch_counting --write``), never by this test.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvref_torch.counting import (  # noqa: E402
+from kvref_torch.ops import TorchOps  # noqa: E402
+from tests.launch_counting import (  # noqa: E402
     ARRAY_SCENARIOS,
     BATCHES,
     CUDA_SCENARIOS,
@@ -24,7 +25,6 @@ from kvref_torch.counting import (  # noqa: E402
     load_budget,
     measure,
 )
-from kvref_torch.ops import TorchOps  # noqa: E402
 
 BUDGET = load_budget()
 COSTS = measure("cpu")
@@ -49,7 +49,7 @@ def test_a_call_stays_within_its_launch_and_sync_budget(op: str, batch: int) -> 
     assert cost.launches <= allowed["launches"] and cost.syncs <= allowed["syncs"], (
         f"{op} at batch {batch}: {cost.launches} kernel launches and {cost.syncs} host syncs, the budget allows "
         f"{allowed['launches']} and {allowed['syncs']} (most launched: {top}); make the call cheaper, or raise "
-        "the budget on purpose with `python -m kvref_torch.counting --write`"
+        "the budget on purpose with `python -m tests.launch_counting --write`"
     )
 
 

@@ -33,7 +33,7 @@ class ArrayOps(ABC):
     device: str
     is_device: bool
     #: Arrays copied to the host so far (``tolist``, ``to_host``): on a GPU each waits for the
-    #: device. Counted for the launch/sync budget (``kvref_torch.counting``); never reset here.
+    #: device. Counted for the launch/sync budget (``tests.launch_counting``); never reset here.
     host_reads: int = 0
     #: Host arrays copied in so far (``asarray``): on a GPU each is a host-to-device copy.
     host_writes: int = 0

@@ -202,7 +202,7 @@ class _Kernels:
 
     def __init__(self, arrays: Arrays, *, launch: DryLaunch | None = None) -> None:
         """``launch``, when given, is called instead of the driver with each launch (the kernel's name,
-        grid, block and arguments) and nothing is compiled: how ``kvref_torch.counting`` counts them."""
+        grid, block and arguments) and nothing is compiled: how ``tests.launch_counting`` counts them."""
         self.arrays = arrays
         self._launches: dict[str, Callable[[Arrays, int, int, tuple[int, ...]], None]]
         if launch is None:

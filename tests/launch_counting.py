@@ -12,8 +12,8 @@ on ``cpu`` as on ``cuda``, so the counts measured on a CPU-only machine are thos
   the array core's own host arrays go in through pinned memory, queued (``ArrayOps.asarray``);
 - **copies in**: host arrays (``ArrayOps.host_writes``) and Python scalars copied to the device.
 
-:func:`measure` runs the scenarios of the launch budget (``kvref_torch/launch_budget.toml``): each
-operation of the array core at several batch sizes. ``python -m kvref_torch.counting`` prints
+:func:`measure` runs the scenarios of the launch budget (``tests/launch_budget.toml``): each
+operation of the array core at several batch sizes. ``python -m tests.launch_counting`` prints
 them; ``--write`` rewrites the budget file, on purpose (the test never does).
 """
 
@@ -30,7 +30,7 @@ import torch
 from kvref_arraypool.ops import ArrayOps
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kvref_torch.budget_scenarios import (
+from tests.launch_scenarios import (
     ARRAY_SCENARIOS,
     BATCHES,
     BLOCK_SCENARIOS,
@@ -193,8 +193,8 @@ def write_budget(costs: dict[str, dict[int, CallCost]], path: Path = BUDGET_FILE
     """Write ``costs`` as the new budget (on purpose, after a change that lowers or must raise them)."""
     lines = [
         "# Kernel launches and host syncs allowed per call of the array core on torch, counted on any",
-        "# device by kvref_torch.counting (the counts a CUDA run makes). tests/test_launch_budget.py",
-        "# fails when a call costs more. Rewrite on purpose: python -m kvref_torch.counting --write",
+        "# device by tests.launch_counting (the counts a CUDA run makes). tests/test_launch_budget.py",
+        "# fails when a call costs more. Rewrite on purpose: python -m tests.launch_counting --write",
     ]
     for op, per in costs.items():
         for n, cost in per.items():

@@ -1,7 +1,7 @@
-"""The calls the launch budget counts (``kvref_torch/launch_budget.toml``), each set up on a fresh target.
+"""The calls the launch budget counts (``tests/launch_budget.toml``), each set up on a fresh target.
 
 A scenario takes a target (a pool, an allocator, a block pool or its tables) and a batch size and
-returns the one call :func:`kvref_torch.counting.measure` counts; whatever the call needs is made
+returns the one call :func:`tests.launch_counting.measure` counts; whatever the call needs is made
 first, outside the count.
 """
 
