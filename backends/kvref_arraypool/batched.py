@@ -7,7 +7,7 @@ are these.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from itertools import accumulate, chain, pairwise, repeat
 from operator import sub
 from typing import Any, NoReturn
@@ -16,6 +16,7 @@ import numpy as np
 
 from kvref.contract.checks import explain_release
 from kvref.contract.errors import InvalidValueError, InvariantViolation
+from kvref.contract.pausing import PausedHolders
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
 from kvref_arraypool.holders import HolderIds
 from kvref_arraypool.inputs import hash_array, index_array, plain_ints
@@ -31,7 +32,7 @@ class BatchedCalls:
     """``allocate_many``, ``free_many`` and ``match_many`` (and their array forms) over a pool's components.
 
     ``pool`` is the pool they belong to, for the explainers of a refused batch (its public queries);
-    ``refuse_if_paused(holder, count, op)`` is its check of paused holders (POOL-114).
+    ``paused`` its paused holders (POOL-114).
     """
 
     def __init__(
@@ -42,8 +43,7 @@ class BatchedCalls:
         references: ReferenceCounts,
         holders: HolderIds,
         index: PrefixIndex,
-        paused: set[Hashable],
-        refuse_if_paused: Callable[[Hashable, int, str], None],
+        paused: PausedHolders,
     ) -> None:
         self.pool = pool
         self.ops = supply.ops
@@ -53,7 +53,6 @@ class BatchedCalls:
         self.index = index
         self.counters = supply.counters
         self.paused = paused
-        self.refuse_if_paused = refuse_if_paused
 
     def allocate_many(self, counts: IntsLike, *, holders: Sequence[Hashable]) -> list[list[int]]:
         """Admit the longest prefix of the batch that fits, in order, in one pass (POOL-116).
@@ -86,9 +85,9 @@ class BatchedCalls:
         else:
             cs = [as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(given)]
         hs = as_holder_list(holders, len(cs), op=op)
-        if self.paused:
+        if self.paused.holders:
             for c, h in zip(cs, hs, strict=True):
-                self.refuse_if_paused(h, c, op)
+                self.paused.refuse(h, c, op)
         ends = list(accumulate(cs))
         total = ends[-1] if ends else 0
         admitted = len(cs)
@@ -195,7 +194,7 @@ class BatchedCalls:
         lists = [hash_array(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
         hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
-            self.refuse_if_paused(h, len(hl), op)
+            self.paused.refuse(h, len(hl), op)
         ids, sizes = self.index.lookup_many(lists)
         if sum(sizes):
             self.references.pin(ids, self.holders.per_position(self.ops, sizes, hs), sizes)

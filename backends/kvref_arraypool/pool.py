@@ -20,7 +20,8 @@ The pool composes its parts, as vLLM's block pool composes its free queue and ha
 * :class:`~kvref_arraypool.supply.BlockSupply`: blocks taken for allocations, released ones settled;
 * :class:`~kvref_arraypool.references.ReferenceCounts`: references, holders of shared blocks, pins;
 * :class:`~kvref_arraypool.holders.HolderIds`: holders as small ids, and what each holds;
-* :class:`~kvref_arraypool.batched.BatchedCalls`: a scheduler step's batched calls.
+* :class:`~kvref_arraypool.batched.BatchedCalls`: a scheduler step's batched calls;
+* :class:`~kvref.contract.pausing.PausedHolders`: paused holders and their soft limit (POOL-113).
 
 Every method runs between CUDA-graph captures (CONF-908): allocation sizes, error checks and
 eviction depend on values read back to the host.
@@ -72,7 +73,7 @@ __all__ = ["ArrayBlockPool"]
 
 
 @contain_faults
-class ArrayBlockPool(PoolShape, PausedHolders):
+class ArrayBlockPool(PoolShape):
     """Block pool and hash prefix cache over device arrays; the oracle's semantics (chapters 00-05).
 
     ``ArrayBlockPool(num_blocks, *, ops, policy="lru", reserved_ids=(0,), paused_limit=0,
@@ -101,8 +102,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         self.ops = ops
         self._n = n
         self._reserved = reserved
-        self._paused_limit = as_count(paused_limit, op=name, arg="paused_limit")
-        self._paused: set[Hashable] = set()
+        self.paused = PausedHolders(as_count(paused_limit, op=name, arg="paused_limit"), self._references_of)
         self.blocks = BlockArrays(ops, n, reserved)
         self.orders = CacheOrders(self.blocks, as_policy(policy))
         self.index = PrefixIndex(self.blocks, self.orders, enable_events=enable_events)
@@ -117,8 +117,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
             references=self.references,
             holders=self.holder_ids,
             index=self.index,
-            paused=self._paused,
-            refuse_if_paused=self._refuse_if_paused,
+            paused=self.paused,
         )
 
     # ------------------------------------------------------------------ sizes
@@ -201,6 +200,35 @@ class ArrayBlockPool(PoolShape, PausedHolders):
     def _references_of(self, holder: Hashable) -> int:
         return self.holder_ids.references_of(holder)
 
+    # ------------------------------------------------------------ paused holders
+
+    @property
+    def paused_limit(self) -> int:
+        """The soft limit on references held by paused holders (POOL-113)."""
+        return self.paused.limit
+
+    @property
+    def paused_used(self) -> int:
+        """References held by paused holders (POOL-113)."""
+        return self.paused.used()
+
+    @property
+    def paused_excess(self) -> int:
+        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
+        return self.paused.excess()
+
+    def pause(self, holder: Hashable) -> None:
+        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
+        self.paused.pause(holder)
+
+    def resume(self, holder: Hashable) -> None:
+        """Mark a paused ``holder`` active again (POOL-121)."""
+        self.paused.resume(holder)
+
+    def is_paused(self, holder: Hashable) -> bool:
+        """Whether ``holder`` is paused."""
+        return self.paused.is_paused(holder)
+
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the prefix index knows of ``block_hash`` (the explainers' view, :mod:`kvref.contract.checks`)."""
         return self.index.hash_entry(block_hash)
@@ -233,7 +261,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
     def _allocate(self, count: SupportsIndex, holder: Hashable) -> Array:
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        self._refuse_if_paused(holder, n, "allocate")
+        self.paused.refuse(holder, n, "allocate")
         if n == 0:
             return self.ops.zeros(0)
         ids = self.supply.take(n, "allocate")
@@ -282,7 +310,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         op = "acquire"
         host, items = index_array(block_ids, op=op)
         holder = as_holder(holder, op=op)
-        self._refuse_if_paused(holder, len(host), op)
+        self.paused.refuse(holder, len(host), op)
         gens = None if generations is None else self._generations(generations, len(host), op)
         if gens is not None:
             self.references.check_generations(host, gens, op)
@@ -355,7 +383,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         hs = hash_array(block_hashes, op="match")
         holder = as_holder(holder, op="match")
         parent = -1 if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
-        self._refuse_if_paused(holder, len(hs), "match")
+        self.paused.refuse(holder, len(hs), "match")
         holders = self.holder_ids
         read = self.index.lookup_to_pin(hs, parent, holders.next_id(holder)) if len(hs) else None  # one host read
         if read is not None:
@@ -446,7 +474,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
         self.blocks.clear()
         self.references.clear()
         self.holder_ids.clear()
-        self._paused.clear()
+        self.paused.clear()
 
     def _drop_cache(self) -> None:
         """Forget every registration, free the cached blocks, count the reset, emit all-cleared."""
@@ -501,7 +529,7 @@ class ArrayBlockPool(PoolShape, PausedHolders):
             "shared": list(zip(ops.tolist(keys[order]), ops.tolist(values[order]), strict=True)),
             "hash": ops.tolist(blocks.hash),
             "held": dict(self.holder_ids.held),
-            "paused": set(self._paused),
+            "paused": set(self.paused.holders),
             "entries": self.index.snapshot(),
             "evictable": self.orders.eviction_order(),
             "access": self.orders.access_order() if self.policy.by_access else [],

@@ -29,7 +29,6 @@ from kvref.contract.errors import (
     InvalidValueError,
     NotHeldError,
     OutOfBlocksError,
-    PausedHolderError,
     ReservedBlockError,
     StaleBlockError,
 )
@@ -80,7 +79,7 @@ def checked_registration(
     return ids, hs, parent
 
 
-class HeldReferences(PoolShape, PausedHolders):
+class HeldReferences(PoolShape):
     """The caller-side record an engine keeps around its allocator: who holds which block, generations.
 
     Shared by :class:`ForeignPoolAdapter` and the peer adapters (``kvref_conformance.peers``).
@@ -94,11 +93,10 @@ class HeldReferences(PoolShape, PausedHolders):
     _reserved: tuple[int, ...]
 
     def _start_references(self, paused_limit: int, op: str) -> None:
-        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
+        self.paused = PausedHolders(as_count(paused_limit, op=op, arg="paused_limit"), self._references_of)
         self._holders: dict[int, dict[Hashable, int]] = {}
         self._gen = [0] * self._n
         self._held: dict[Hashable, int] = {}
-        self._paused: set[Hashable] = set()
 
     def block_state(self, block_id: SupportsIndex) -> BlockState:
         """The state of ``block_id``, as the foreign allocator shows it."""
@@ -124,6 +122,35 @@ class HeldReferences(PoolShape, PausedHolders):
 
     def _references_of(self, holder: Hashable) -> int:
         return self._held.get(holder, 0)
+
+    # ------------------------------------------------------------ paused holders
+
+    @property
+    def paused_limit(self) -> int:
+        """The soft limit on references held by paused holders (POOL-113)."""
+        return self.paused.limit
+
+    @property
+    def paused_used(self) -> int:
+        """References held by paused holders (POOL-113)."""
+        return self.paused.used()
+
+    @property
+    def paused_excess(self) -> int:
+        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
+        return self.paused.excess()
+
+    def pause(self, holder: Hashable) -> None:
+        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
+        self.paused.pause(holder)
+
+    def resume(self, holder: Hashable) -> None:
+        """Mark a paused ``holder`` active again (POOL-121)."""
+        self.paused.resume(holder)
+
+    def is_paused(self, holder: Hashable) -> bool:
+        """Whether ``holder`` is paused."""
+        return self.paused.is_paused(holder)
 
     def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
         """Refuse, before any foreign call, what the oracle refuses: a release (or, ``sharing``, an acquire)."""
@@ -233,8 +260,7 @@ class ForeignPoolAdapter(HeldReferences):
     def allocate(self, count: int, *, holder: Hashable = None) -> list[int]:
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        if n and holder in self._paused:
-            raise PausedHolderError("POOL-114", f"allocate: holder {holder!r} is paused")
+        self.paused.refuse(holder, n, "allocate")
         if n == 0:
             return []
         if n > self._foreign_free():
@@ -259,7 +285,6 @@ class ForeignPoolAdapter(HeldReferences):
     def acquire(self, block_ids: Sequence[int], *, holder: Hashable = None, generations: Any = None) -> None:
         ids = as_block_id_list(block_ids, op="acquire")
         holder = as_holder(holder, op="acquire")
-        if ids and holder in self._paused:
-            raise PausedHolderError("POOL-114", f"acquire: holder {holder!r} is paused")
+        self.paused.refuse(holder, len(ids), "acquire")
         self._check(ids, holder, generations, "acquire", sharing=True)
         self._record_references(ids, holder)

@@ -1,13 +1,13 @@
-"""Paused holders and their soft limit (POOL-113, POOL-114, POOL-120, POOL-121), as a mixin.
+"""Paused holders and their soft limit (POOL-113, POOL-114, POOL-120, POOL-121), an object a pool holds.
 
-A class mixing this in keeps ``_paused`` (a set of holders) and ``_paused_limit`` and says how
-many references a holder holds (``_references_of``); the mixin supplies the rest of the
-:class:`~kvref.contract.protocol.SupportsPause` protocol.
+:class:`PausedHolders` keeps which holders are paused and the soft limit on the references they
+hold; it asks the pool how many references a holder holds through the function it was given. A
+pool holds one and answers the :class:`~kvref.contract.protocol.SupportsPause` protocol through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from kvref.contract.errors import PausedHolderError
@@ -37,48 +37,50 @@ def pool_budget_line(pool: Any) -> str:
 
 
 class PausedHolders:
-    """``pause``/``resume`` and the soft-limit counts over ``_references_of``."""
+    """Which holders are paused, and the soft limit on the references they hold (POOL-113, POOL-114).
 
-    _paused: set[Hashable]
-    _paused_limit: int
+    ``PausedHolders(limit, references_of)``: ``limit`` the soft limit, already checked by the pool;
+    ``references_of(holder)`` how many references ``holder`` holds now.
+    """
 
-    def _references_of(self, holder: Hashable) -> int:
-        raise NotImplementedError
+    def __init__(self, limit: int, references_of: Callable[[Hashable], int]) -> None:
+        #: The soft limit on references held by paused holders (POOL-113).
+        self.limit = limit
+        #: The paused holders.
+        self.holders: set[Hashable] = set()
+        self.references_of = references_of
 
-    @property
-    def paused_limit(self) -> int:
-        """The soft limit on references held by paused holders (POOL-113)."""
-        return self._paused_limit
-
-    @property
-    def paused_used(self) -> int:
+    def used(self) -> int:
         """References held by paused holders (POOL-113)."""
-        return sum(self._references_of(h) for h in self._paused)
+        return sum(self.references_of(h) for h in self.holders)
 
-    @property
-    def paused_excess(self) -> int:
+    def excess(self) -> int:
         """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
-        return max(0, self.paused_used - self._paused_limit)
+        return max(0, self.used() - self.limit)
 
     def pause(self, holder: Hashable) -> None:
-        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114)."""
+        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
         holder = as_holder(holder, op="pause")
-        if holder in self._paused:
+        if holder in self.holders:
             raise PausedHolderError("POOL-121", f"pause: holder {holder!r} is already paused")
-        self._paused.add(holder)
+        self.holders.add(holder)
 
     def resume(self, holder: Hashable) -> None:
         """Mark a paused ``holder`` active again (POOL-121)."""
         holder = as_holder(holder, op="resume")
-        if holder not in self._paused:
+        if holder not in self.holders:
             raise PausedHolderError("POOL-121", f"resume: holder {holder!r} is not paused")
-        self._paused.discard(holder)
+        self.holders.discard(holder)
 
     def is_paused(self, holder: Hashable) -> bool:
-        """Whether ``holder`` is paused."""
-        return as_holder(holder, op="is_paused") in self._paused
+        """Whether ``holder`` is paused (``holder`` checked as every call checks it)."""
+        return as_holder(holder, op="is_paused") in self.holders
 
-    def _refuse_if_paused(self, holder: Hashable, count: int, op: str) -> None:
+    def refuse(self, holder: Hashable, count: int, op: str) -> None:
         """POOL-114: a paused holder may not obtain ``count`` > 0 new references."""
-        if count and holder in self._paused:
+        if count and holder in self.holders:
             raise PausedHolderError("POOL-114", f"{op}: holder {holder!r} is paused")
+
+    def clear(self) -> None:
+        """No holder is paused (POOL-124)."""
+        self.holders.clear()

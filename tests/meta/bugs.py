@@ -221,7 +221,7 @@ class EagerEviction(_Buggy):
             isinstance(count, int)
             and 0 < count <= self.num_available
             and self.orders.evictable
-            and holder not in self._paused
+            and holder not in self.paused.holders
         ):
             victims = self.eviction.victims(min(count, len(self.orders.evictable)))
             self.blocks.free.extend(reversed(victims))
@@ -293,7 +293,7 @@ class AdmissionSkipsWhatDoesNotFit(_Buggy):
         cs, hs = list(counts), list(holders)
         if any(type(c) is not int or c < 0 for c in cs) or len(cs) != len(hs):
             return super().allocate_many(counts, holders=holders)
-        if any(c and h in self._paused for c, h in zip(cs, hs, strict=True)):
+        if any(c and h in self.paused.holders for c, h in zip(cs, hs, strict=True)):
             return super().allocate_many(counts, holders=holders)
         out: list[list[int]] = []
         for c, h in zip(cs, hs, strict=True):
@@ -312,7 +312,7 @@ class PausedCountMissedByFreeMany(_Buggy):
     def free_many(self, block_lists: Any, *, holders: Any) -> None:
         super().free_many(block_lists, holders=holders)
         for ids, h in zip(block_lists, holders, strict=True):
-            if h in self._paused:
+            if h in self.paused.holders:
                 self._missed[h] = self._missed.get(h, 0) + len(list(ids))
 
     def resume(self, holder: Hashable) -> None:
@@ -321,7 +321,7 @@ class PausedCountMissedByFreeMany(_Buggy):
 
     @property
     def paused_used(self) -> int:
-        return super().paused_used + sum(self._missed.get(h, 0) for h in self._paused)
+        return super().paused_used + sum(self._missed.get(h, 0) for h in self.paused.holders)
 
     @property
     def paused_excess(self) -> int:
@@ -352,7 +352,7 @@ class OneQueueInReleaseOrder(_Buggy):
 
     def allocate(self, count: Any, *, holder: Hashable = None) -> list[int]:
         n = count if type(count) is int and isinstance(holder, str | None) else 0
-        if 0 < n <= self.num_available and holder not in self._paused:
+        if 0 < n <= self.num_available and holder not in self.paused.holders:
             queue: dict[int, None] = self.references.queue  # type: ignore[attr-defined]
             free, evictable, ref = self.blocks.free, self.orders.evictable, self.blocks.ref
             idle = [b for b in queue if ref[b] == 0 and (b in evictable or b in free)]

@@ -190,7 +190,7 @@ class MegatronBlockAllocator(HeldReferences):
         """``allocate_memory_blocks(count)`` (evicting leaf-first under lru-leaf-access); None is OutOfBlocksError."""
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        self._refuse_if_paused(holder, n, "allocate")
+        self.paused.refuse(holder, n, "allocate")
         if n == 0:
             return []
         self._step()
@@ -232,7 +232,7 @@ class MegatronBlockAllocator(HeldReferences):
         """Share blocks: the reference-count bump the context applies to matched blocks (POOL-110)."""
         ids = as_block_id_list(block_ids, op="acquire")
         holder = as_holder(holder, op="acquire")
-        self._refuse_if_paused(holder, len(ids), "acquire")
+        self.paused.refuse(holder, len(ids), "acquire")
         self._check(ids, holder, generations, "acquire", sharing=True)
         self._pin(ids, holder)
 
@@ -275,7 +275,7 @@ class MegatronBlockAllocator(HeldReferences):
         """``lookup``, then pin the hit as ``add_request`` does (PFX-309)."""
         hs = as_hash_list(block_hashes, op="match")
         holder = as_holder(holder, op="match")
-        self._refuse_if_paused(holder, len(hs), "match")
+        self.paused.refuse(holder, len(hs), "match")
         hit = self.lookup(hs, parent_hash=parent_hash)
         self._pin(hit, holder)
         self._requests += 1
@@ -297,7 +297,7 @@ class MegatronBlockAllocator(HeldReferences):
         self.allocator.reset()
         self._holders.clear()
         self._held.clear()
-        self._paused.clear()
+        self.paused.clear()
         self._resets += 1
 
     def evict(self, count: SupportsIndex) -> bool:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from kvref.contract.errors import OutOfBlocksError, PausedHolderError
+from kvref.contract.errors import OutOfBlocksError
+from kvref.contract.pausing import PausedHolders
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count, as_hash_list, as_holder_list, as_list
 from kvref.oracle.blockpool.references import ReferenceCounts
 
@@ -28,7 +29,7 @@ class BatchedCalls:
         *,
         allocate: Callable[..., list[int]],
         match: Callable[[list[int], int | None, Hashable], list[int]],
-        paused: set[Hashable],
+        paused: PausedHolders,
     ) -> None:
         self.references = references
         self.allocate = allocate
@@ -48,8 +49,7 @@ class BatchedCalls:
         ]
         hs = as_holder_list(holders, len(cs), op=op)
         for c, h in zip(cs, hs, strict=True):
-            if c and h in self.paused:
-                raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
+            self.paused.refuse(h, c, op)
         out: list[list[int]] = []
         for c, h in zip(cs, hs, strict=True):
             try:
@@ -83,6 +83,5 @@ class BatchedCalls:
         lists = [as_hash_list(hl, op=op, arg=f"hash_lists[{i}]") for i, hl in enumerate(entries)]
         hs = as_holder_list(holders, len(lists), op=op)
         for h, hl in zip(hs, lists, strict=True):
-            if h in self.paused and hl:
-                raise PausedHolderError("POOL-114", f"{op}: holder {h!r} is paused")
+            self.paused.refuse(h, len(hl), op)
         return [self.match(hl, None, h) for hl, h in zip(lists, hs, strict=True)]

@@ -13,9 +13,9 @@ stack (:class:`~kvref.oracle.blockpool.blocks.BlockLists`), the cache orders
 (:class:`~kvref.oracle.blockpool.eviction.Eviction`), reference counting
 (:class:`~kvref.oracle.blockpool.references.ReferenceCounts`), the batched calls
 (:class:`~kvref.oracle.blockpool.batched.BatchedCalls`) and the fused replay
-(:class:`~kvref.oracle.blockpool.replaying.FusedReplay`); paused holders and the pool's shape come
-from :mod:`kvref.contract`. A subclass may name other classes for its parts (``parts``): the
-planted bugs of kvref's own tests do.
+(:class:`~kvref.oracle.blockpool.replaying.FusedReplay`) and the paused holders
+(:class:`~kvref.contract.pausing.PausedHolders`); the pool's shape comes from :mod:`kvref.contract`.
+A subclass may name other classes for its parts (``parts``): the planted bugs of kvref's own tests do.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, SupportsIndex
 
 from kvref.contract.checks import HashEntry, explain_register
 from kvref.contract.containment import contain_faults
-from kvref.contract.errors import CacheInUseError, InvalidTypeError, InvalidValueError, PausedHolderError
+from kvref.contract.errors import CacheInUseError, InvalidTypeError, InvalidValueError
 from kvref.contract.events import CacheCounters, KVEvent, PrefixCacheStats
 from kvref.contract.pausing import PausedHolders
 from kvref.contract.policies import EvictionPolicy, as_policy
@@ -67,7 +67,7 @@ class PoolParts:
 
 
 @contain_faults
-class OracleBlockPool(PoolShape, PausedHolders):
+class OracleBlockPool(PoolShape):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 
     ``OracleBlockPool(num_blocks, *, policy="lru", reserved_ids=(0,), paused_limit=0,
@@ -96,8 +96,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         chosen = as_policy(policy)
         self._n = n
         self._reserved = reserved
-        self._paused_limit = as_count(paused_limit, op=op, arg="paused_limit")
-        self._paused: set[Hashable] = set()
+        self.paused = PausedHolders(as_count(paused_limit, op=op, arg="paused_limit"), self._references_of)
         parts = self.parts
         self.counters = CacheCounters()
         self.blocks = parts.blocks(n, reserved)
@@ -105,7 +104,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         self.index = parts.index(self.blocks, self.orders, enable_events=enable_events)
         self.eviction = parts.eviction(self.blocks, self.orders, self.index, self.counters)
         self.references = parts.references(self.blocks, self.eviction, self.counters, self)
-        self.batches = BatchedCalls(self.references, allocate=self.allocate, match=self._match, paused=self._paused)
+        self.batches = BatchedCalls(self.references, allocate=self.allocate, match=self._match, paused=self.paused)
         self.fused_replay = FusedReplay(self.eviction, self.counters)
 
     # ------------------------------------------------------------------ sizes
@@ -179,6 +178,35 @@ class OracleBlockPool(PoolShape, PausedHolders):
     def _references_of(self, holder: Hashable) -> int:
         return self.blocks.held.get(holder, 0)
 
+    # ------------------------------------------------------------ paused holders
+
+    @property
+    def paused_limit(self) -> int:
+        """The soft limit on references held by paused holders (POOL-113)."""
+        return self.paused.limit
+
+    @property
+    def paused_used(self) -> int:
+        """References held by paused holders (POOL-113)."""
+        return self.paused.used()
+
+    @property
+    def paused_excess(self) -> int:
+        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
+        return self.paused.excess()
+
+    def pause(self, holder: Hashable) -> None:
+        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
+        self.paused.pause(holder)
+
+    def resume(self, holder: Hashable) -> None:
+        """Mark a paused ``holder`` active again (POOL-121)."""
+        self.paused.resume(holder)
+
+    def is_paused(self, holder: Hashable) -> bool:
+        """Whether ``holder`` is paused."""
+        return self.paused.is_paused(holder)
+
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the prefix index knows of ``block_hash`` (the explainers' view, :mod:`kvref.contract.checks`)."""
         return self.index.hash_entry(block_hash)
@@ -202,8 +230,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         """
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        if n and holder in self._paused:
-            raise PausedHolderError("POOL-114", f"allocate: holder {holder!r} is paused")
+        self.paused.refuse(holder, n, "allocate")
         if n == 0:
             return []
         return self.references.allocate(n, holder, "allocate")
@@ -237,8 +264,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         """
         ids = as_block_id_list(block_ids, op="acquire")
         holder = as_holder(holder, op="acquire")
-        if holder in self._paused and ids:
-            raise PausedHolderError("POOL-114", f"acquire: holder {holder!r} is paused")
+        self.paused.refuse(holder, len(ids), "acquire")
         gens = None if generations is None else self._generations(generations, ids, "acquire")
         if gens is not None:
             self.references.check_generations(ids, gens, "acquire")
@@ -295,8 +321,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         hs = as_hash_list(block_hashes, op="match")
         holder = as_holder(holder, op="match")
         parent = None if parent_hash is None else as_hash(parent_hash, op="match", arg="parent_hash")
-        if holder in self._paused and hs:
-            raise PausedHolderError("POOL-114", f"match: holder {holder!r} is paused")
+        self.paused.refuse(holder, len(hs), "match")
         return self._match(hs, parent, holder, prefer)
 
     def _match(
@@ -380,7 +405,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
         self._drop_cache()
         self.blocks.clear()
         self.orders.hashed_in_use.clear()
-        self._paused.clear()
+        self.paused.clear()
 
     def _drop_cache(self) -> None:
         """Forget every registration, free the cached blocks, count the reset, emit all-cleared."""
@@ -410,7 +435,7 @@ class OracleBlockPool(PoolShape, PausedHolders):
             "holders": [dict(h) if h else None for h in blocks.holders],
             "hash": list(blocks.hash),
             "held": dict(blocks.held),
-            "paused": set(self._paused),
+            "paused": set(self.paused.holders),
             "copies": {h: list(c) for h, c in index.copies.items()},
             "parent": dict(index.parent),
             "children": dict(index.children),

@@ -231,7 +231,7 @@ class VllmBlockPool(HeldReferences):
         """``get_new_blocks(count)``; vLLM's ValueError becomes OutOfBlocksError (POOL-105)."""
         n = as_count(count, op="allocate")
         holder = as_holder(holder, op="allocate")
-        self._refuse_if_paused(holder, n, "allocate")
+        self.paused.refuse(holder, n, "allocate")
         if n == 0:
             return []
         free = self.pool.get_num_free_blocks()
@@ -267,7 +267,7 @@ class VllmBlockPool(HeldReferences):
         """``touch`` each block once per occurrence (POOL-110)."""
         ids = as_block_id_list(block_ids, op="acquire")
         holder = as_holder(holder, op="acquire")
-        self._refuse_if_paused(holder, len(ids), "acquire")
+        self.paused.refuse(holder, len(ids), "acquire")
         self._check(ids, holder, generations, "acquire", sharing=True)
         self._pin(ids, holder)
 
@@ -326,7 +326,7 @@ class VllmBlockPool(HeldReferences):
         """``lookup``, then ``touch`` the hit; counted as the KVCacheManager counts (PFX-309)."""
         hs = as_hash_list(block_hashes, op="match")
         holder = as_holder(holder, op="match")
-        self._refuse_if_paused(holder, len(hs), "match")
+        self.paused.refuse(holder, len(hs), "match")
         hit = self.lookup(hs, parent_hash=parent_hash)
         self._pin(hit, holder)
         self._requests += 1
