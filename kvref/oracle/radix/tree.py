@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import fields
 from itertools import count
-from typing import SupportsIndex
+from typing import Any, SupportsIndex
 
 from kvref.contract.errors import (
     CacheInUseError,
@@ -28,10 +28,10 @@ from kvref.contract.errors import (
 from kvref.contract.events import KVEvent
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count
 from kvref.oracle.radix.events import PageEvents
+from kvref.oracle.radix.invariants import check_tree
 from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
 from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats, TokenSlotAllocator
 from kvref.oracle.radix.slot_checks import check_new_slots
-from kvref.oracle.radix.views import TreeViews
 
 __all__ = ["OracleRadixCache"]
 
@@ -44,7 +44,7 @@ _ALLOCATOR_API = ("page_size", "num_pages", "is_allocated", "alloc", "free", "av
 _MATCHES, _QUERIED, _HIT, _EVICTED, _RESETS = range(len(fields(RadixStats)))
 
 
-class OracleRadixCache(TreeViews):
+class OracleRadixCache:
     """Token radix tree, strict and plain (chapter 06): match, insert, lock/unlock, evict, reset.
 
     ``OracleRadixCache(allocator, *, policy="lru", max_tokens=None)``: pages are
@@ -387,6 +387,39 @@ class OracleRadixCache(TreeViews):
         self._leaves.clear()
         self._events.cleared()
         self._counts[_RESETS] += 1
+
+    # ------------------------------------------------------------ read-only views
+
+    def node_tokens(self, node: SupportsIndex) -> tuple[int, ...]:
+        """The whole key from the root to ``node``."""
+        target = self._node(node, "node_tokens")
+        out: list[int] = []
+        for n in reversed(list(target.path()) if target is not None else []):
+            out.extend(n.tokens)
+        return tuple(out)
+
+    def cached_slots(self) -> frozenset[int]:
+        """Every slot the tree holds."""
+        return frozenset(self._owner)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep, comparable copy of the tree: every node's key, slots, locks and keys (ERR-501)."""
+        nodes = {
+            n.ident: (n.namespace, n.tokens, tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
+            for n in self._nodes.values()
+        }
+        return {
+            "nodes": nodes,
+            "receipts": sorted(self._receipts),
+            "protected": self._protected,
+            "stats": RadixStats(*self._counts),
+        }
+
+    def check_invariants(self) -> None:
+        """Every invariant of chapter 06's tree; raises InvariantViolation naming the rule."""
+        check_tree(
+            self, list(self._nodes.values()), self._owner, [n for n in self._receipts.values() if n], self._protected
+        )
 
     def take_events(self) -> list[KVEvent]:
         """The KV events since the last call, one per page, oldest first; none unless enabled (RADIX-634)."""
