@@ -72,6 +72,8 @@ def run_conformance(args: argparse.Namespace) -> int:
             argv += [flag, str(value)]
     if args.no_shrink:
         argv.append("--kvref-no-shrink")
+    if args.quiet:  # pytest's own progress line is the suite's progress; quiet asks it for less
+        argv.append("-q")
     return int(pytest.main(argv + list(args.pytest_args)))
 
 

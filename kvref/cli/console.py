@@ -1,12 +1,63 @@
-"""The console the commands print to: rich, loaded on first use; tables that never cut a number."""
+"""The console the commands print to: rich, loaded on first use; tables that never cut a number;
+progress bars on standard error, on a terminal only and never with ``--quiet``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["console", "plain_columns", "print_table", "use_plain_tables"]
+__all__ = [
+    "console",
+    "plain_columns",
+    "print_table",
+    "progress_bar",
+    "showing_progress",
+    "use_plain_tables",
+    "use_quiet",
+]
 
 _PLAIN = [False]
+_QUIET = [False]
+
+
+def use_quiet(quiet: bool) -> None:
+    """Show no progress from now on (``--quiet``): results and errors still print."""
+    _QUIET[0] = quiet
+
+
+def showing_progress() -> bool:
+    """Whether progress is shown: standard error is a terminal and ``--quiet`` was not given."""
+    import sys
+
+    return not _QUIET[0] and sys.stderr.isatty()
+
+
+@contextmanager
+def progress_bar(label: str, total: int | None = None, *, enabled: bool = True) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on standard error, shown when ``enabled`` and :func:`showing_progress`.
+
+    Yields ``advance(amount=1, *, label=None, total=None)``, which moves the bar (and may rename it or
+    set its total); when the bar is not shown it does nothing. The bar is removed when the work ends.
+    """
+    if not (enabled and showing_progress()):
+        yield lambda amount=1, *, label=None, total=None: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+
+        def advance(amount: int = 1, *, label: str | None = None, total: int | None = None) -> None:
+            changes: dict[str, Any] = {"advance": amount}
+            if label is not None:
+                changes["description"] = label
+            if total is not None:
+                changes["total"] = total
+            bar.update(task, **changes)
+
+        yield advance
 
 
 def console() -> Any:

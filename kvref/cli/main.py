@@ -27,10 +27,11 @@ from kvref.cli.report import run_report
 from kvref.cli.serving import add_serving_commands
 from kvref.contract.errors import KVRefError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kvref`` command line: every command, its options, and each option's check (CONF-912)."""
     from kvref.simulation.workloads import WORKLOADS
 
     parser = arg.CommandParser(prog="kvref", description=__doc__.splitlines()[0] if __doc__ else None)
@@ -151,12 +152,16 @@ def _parser() -> argparse.ArgumentParser:
         help="source whose cited rule ids must exist",
     )
     spec.set_defaults(func=run_spec)
+    for command in (rep, conf, *(sub.choices[name] for name in ("serve-replay", "traces"))):
+        command.add_argument(
+            "-q", "--quiet", action="store_true", help="no progress on standard error (results and errors still print)"
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvref`` console script."""
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a refused command line (status 2, said in one line) or --help (status 0)
@@ -169,10 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if getattr(args, "format", None) == "plain":
-        from kvref.cli.console import use_plain_tables
+    from kvref.cli.console import use_plain_tables, use_quiet
 
-        use_plain_tables(True)
+    use_plain_tables(getattr(args, "format", None) == "plain")
+    use_quiet(getattr(args, "quiet", False))
     try:
         return int(args.func(args))
     except KVRefError as exc:

@@ -9,32 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvref.cli.console import console, print_table
+from kvref.cli.console import print_table, progress_bar
 
-__all__ = ["compare_backends", "print_backend_runs", "progress", "run_replay", "trace_name"]
-
-
-@contextmanager
-def progress(*, enabled: bool) -> Iterator[Callable[[str, int], None]]:
-    """A rich progress bar over replay runs, shown on a terminal only."""
-    from rich.progress import Progress
-
-    screen = console()
-    if not enabled or not screen.is_terminal:
-        yield lambda _label, _total: None
-        return
-    with Progress(console=screen, transient=True) as bar:
-        task = bar.add_task("replaying", total=None)
-
-        def advance(label: str, total: int) -> None:
-            bar.update(task, advance=1, total=total, description=label)
-
-        yield advance
+__all__ = ["compare_backends", "print_backend_runs", "run_replay", "trace_name"]
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -50,8 +30,9 @@ def run_replay(args: argparse.Namespace) -> int:
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
     results = []
-    with progress(enabled=not args.json and len(runs) > 1) as advance:
+    with progress_bar("replaying", len(runs), enabled=len(runs) > 1) as advance:
         for capacity, policy in runs:
+            advance(0, label=f"{policy} at {capacity:,} blocks")
             if policy == "belady":
                 from kvref.simulation.belady import belady_replay
 
@@ -65,7 +46,7 @@ def run_replay(args: argparse.Namespace) -> int:
                 results.append(
                     replay(trace, pool, warmup=args.warmup, backend=settings.backend, stepwise=args.stepwise)
                 )
-            advance(f"{policy} at {capacity:,} blocks", len(runs))
+            advance()
     compared = compare_backends(trace, results, args) if args.backends else []
     if args.out:
         from kvref.reports.replay import write_replay_report

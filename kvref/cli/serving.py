@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvref.cli.console import console, print_table
+from kvref.cli.console import print_table, progress_bar, showing_progress
 
 __all__ = ["add_serving_commands", "run_serve_replay", "run_traces"]
 
@@ -136,24 +134,6 @@ def add_serving_commands(sub: Any) -> None:
     traces.set_defaults(func=run_traces)
 
 
-@contextmanager
-def _progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar of ``total`` on a terminal; the callback advances it by its argument."""
-    from rich.progress import Progress
-
-    screen = console()
-    if not enabled or not screen.is_terminal:
-        yield lambda _done: None
-        return
-    with Progress(console=screen, transient=True) as bar:
-        task = bar.add_task(label, total=total)
-
-        def advance(done: int) -> None:
-            bar.update(task, advance=done)
-
-        yield advance
-
-
 def _workloads(args: argparse.Namespace) -> list[Any]:
     """One WorkloadSpec per block size; a JSON Lines trace has one, its own (TRACE-1046)."""
     from kvref.contract.errors import InvalidValueError
@@ -228,11 +208,10 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
-    interactive = not args.json
     results_file = Path(args.results) if args.results else None
     searching = args.target_hit_rate is not None or args.target_ttft_p90 is not None
     if searching:  # the search replays what it needs; the grid only where capacities are asked for too
-        sizing = _size(args, specs[0], policies[0], common, fits, never, interactive)
+        sizing = _size(args, specs[0], policies[0], common, fits, never)
         notes.append(sizing.sentence())
     points = grid(specs, policies, capacities, **common) if args.capacity or not searching else []
     in_process = not args.scheduler and (args.workers == 1 or len(points) == 1)
@@ -240,12 +219,12 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         results = list(sizing.tried) if sizing is not None else []
     elif in_process:  # a bar over the trace's requests, point after point
         total = len(points) * len(first.requests)
-        with _progress(total, f"replaying {len(first.requests):,} requests", enabled=interactive) as advance:
+        with progress_bar(f"replaying {len(first.requests):,} requests", total) as advance:
             results = run_sweep(
                 points, results_file=results_file, workers=1, request_progress=lambda done, _total: advance(done)
             )
     else:
-        with _progress(len(points), "replaying", enabled=interactive) as advance_point:
+        with progress_bar("replaying", len(points)) as advance_point:
             results = run_sweep(
                 points,
                 results_file=results_file,
@@ -277,9 +256,7 @@ def _sizing_status(sizing: Any) -> int:
     return 0
 
 
-def _size(
-    args: argparse.Namespace, spec: Any, policy: str, common: dict[str, Any], fits: int, never: int, interactive: bool
-) -> Any:
+def _size(args: argparse.Namespace, spec: Any, policy: str, common: dict[str, Any], fits: int, never: int) -> Any:
     """Bisect for the smallest capacity meeting the target (TRACE-1042, TRACE-1048)."""
     from kvref.simulation.serving.runner import ServingPoint
     from kvref.simulation.serving.sizing import SizingAnswer, size_cache
@@ -300,13 +277,13 @@ def _size(
     )
     results_file = Path(args.results) if args.results else None
     probe = SizingAnswer(measure, target, low, high, None, ())
-    with _progress(max(1, (high - low).bit_length() + 2), "sizing", enabled=interactive) as advance:
+    with progress_bar("sizing", max(1, (high - low).bit_length() + 2)) as advance:
 
         def replay_at(capacity: int) -> Any:
             point = ServingPoint(spec, capacity, policy, **common)
             [result] = run_sweep([point], results_file=results_file, workers=1)  # a rerun reads it back
             advance(1)
-            if interactive and console().is_terminal:  # progress, on a terminal only
+            if showing_progress():  # each probe and its result, beside the bar
                 said = "meets" if probe.meets(result) else "misses"
                 print(
                     f"sizing: {capacity:,} blocks: {measure} {probe.shown(result)}, {said} the target", file=sys.stderr
@@ -365,6 +342,13 @@ def run_traces(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise InvalidValueError("TRACE-1044", "kvref traces fetch: name the trace (kvref traces list shows them)")
-    path = fetch_trace(args.name, directory=directory, url=args.url)
+    with progress_bar(f"fetching {args.name}") as advance:
+        arrived = [0]
+
+        def arriving(done: int, total: int) -> None:
+            advance(done - arrived[0], total=total or None)
+            arrived[0] = done
+
+        path = fetch_trace(args.name, directory=directory, url=args.url, progress=arriving)
     print(path)
     return 0
