@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
 
 from kvref.cli import main
 from kvref.reports.summary import load_benchmarks, render_benchmarks
+
+#: A run recorded on this machine, as pytest-benchmark and kvref's bench set-up name it.
+HERE = {"node": platform.node(), "kvref_platform": platform.platform()}
 
 
 def bench(name: str, backend: str, median: float, blocks: int) -> dict[str, object]:
@@ -23,7 +27,7 @@ def bench(name: str, backend: str, median: float, blocks: int) -> dict[str, obje
 @pytest.mark.rule("CONF-906")
 def test_benchmarks_render_per_block_costs_and_ratios_against_the_oracle(tmp_path: Path) -> None:
     run = {
-        "machine_info": {"python_version": "3.11.7", "kvref_packages": {"kvref": "0.1.0"}},
+        "machine_info": {"python_version": "3.11.7", "kvref_packages": {"kvref": "0.1.0"}, **HERE},
         "benchmarks": [bench("allocate+free", "oracle", 8e-6, 16), bench("allocate+free", "torch", 2e-6, 16)],
     }
     (tmp_path / "bench.json").write_text(json.dumps(run))
@@ -58,7 +62,7 @@ def test_report_with_out_plots_each_benchmark_run_and_renders_replay_files(tmp_p
         for b, cost in (("oracle", 0.3), ("cupy", 0.05))
         for batch in (1, 16, 256)
     ]
-    (tmp_path / "bench.json").write_text(json.dumps({"machine_info": {}, "benchmarks": benches}), encoding="utf-8")
+    (tmp_path / "bench.json").write_text(json.dumps({"machine_info": HERE, "benchmarks": benches}), encoding="utf-8")
     replay_dir = tmp_path / "replay"
     assert main(["replay", "--capacity", "32", "--policy", "lru", "--out", str(replay_dir), "--json"]) == 0
     out = tmp_path / "report" / "report.md"
@@ -89,3 +93,40 @@ def test_a_long_state_machine_failure_keeps_the_assertion_that_names_the_rule(tm
     replay = failure["replay"]
     assert "[EVICT-408] evicted 0" in replay, f"the clipped report lost the assertion message:\n{replay[:500]}"
     assert "Failing test case" in replay and len(replay) <= 6000, f"replay of {len(replay)} chars:\n{replay[:500]}"
+
+
+def conformance_file(name: str, device: str, machine: dict[str, str] | None) -> dict[str, object]:
+    """A conformance results file of one passing rule, recorded on ``machine`` (None: a file that does not say)."""
+    doc: dict[str, object] = {
+        "format": 1,
+        "implementation": {"name": name, "version": "1", "device": device, "profile": "exact-order"},
+        "hypothesis_profile": "ci",
+        "summary": {"passed": 1},
+        "chapters": {"01-pool": {"status": "pass", "covered": 1, "total": 1, "rules": {"POOL-105": "pass"}}},
+        "rules": {"POOL-105": {"status": "pass", "chapter": "01-pool"}},
+        "failures": [],
+        "state_machines": {f"{name}:pool[lru]": {"seconds": 1.0, "steps": 100, "steps_per_second": 100}},
+    }
+    if machine is not None:
+        doc["machine"] = machine
+    return doc
+
+
+@pytest.mark.rule("CONF-912")
+def test_report_leaves_out_another_machines_runs_unless_asked_and_then_never_in_one_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    here = {"node": platform.node(), "platform": platform.platform()}
+    gpu = {"node": "gpu-host", "platform": "Linux-gpu"}
+    for name, device, machine in (("oracle", "host", here), ("cupy", "cuda:0", gpu), ("torch", "cuda:0", None)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(conformance_file(name, device, machine)))
+    assert main(["report", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "| chapter | oracle |" in captured.out and "cupy" not in captured.out, captured.out
+    assert "left out" in captured.err and "cupy.json" in captured.err and "torch.json" in captured.err
+    assert "gpu-host (Linux-gpu)" in captured.err and "an unnamed machine" in captured.err, captured.err
+    assert main(["report", str(tmp_path), "--all-machines"]) == 0
+    text = capsys.readouterr().out
+    headers = [line for line in text.splitlines() if line.startswith("| chapter |")]
+    assert headers == ["| chapter | oracle |", "| chapter | torch |", "| chapter | cupy |"], headers
+    assert f"# kvref conformance matrix on {platform.node()}" in text and "on gpu-host (Linux-gpu)" in text

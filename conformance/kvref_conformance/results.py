@@ -138,6 +138,7 @@ class ResultsRecorder:
             "implementation": data.implementation,
             "hypothesis_profile": self.hypothesis_profile,
             "python": platform.python_version(),
+            "machine": {"node": platform.node(), "platform": platform.platform()},
             "summary": _count(data.tests.values()),
             "chapters": chapters,
             "rules": rules,

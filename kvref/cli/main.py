@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="results files or directories",
     )
     report.add_argument("--out", type=arg.output_file, help="write the Markdown here instead of printing it")
+    report.add_argument(
+        "--all-machines",
+        action="store_true",
+        help="also the results other machines recorded (committed GPU runs), each machine in tables of its own",
+    )
     report.set_defaults(func=run_report)
 
     spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")

@@ -15,13 +15,16 @@ __all__ = ["benchmark_plots", "run_report"]
 def run_report(args: argparse.Namespace) -> int:
     """Render every results file under ``args.paths``; 1 when there was nothing to render."""
     from kvref.reports.summary import (
+        by_machine,
         json_documents,
         load_benchmarks,
         load_replays,
         load_results,
+        machine_of,
         render_benchmarks,
         render_matrix,
         render_replays,
+        this_machine,
     )
 
     paths = [Path(p) for p in args.paths]
@@ -32,12 +35,27 @@ def run_report(args: argparse.Namespace) -> int:
     docs = load_results(paths, documents)
     benches = load_benchmarks(paths, documents)
     replays = load_replays(documents)
+    if not args.all_machines:  # this machine's runs only: another's are not set beside them (CONF-912)
+        here = this_machine()
+        for doc in docs + benches:
+            if machine_of(doc) != here:
+                print(
+                    f"kvref report: left out {doc['_file']}, recorded on {machine_of(doc)}; "
+                    "--all-machines reports every machine, each in tables of its own",
+                    file=sys.stderr,
+                )
+        docs = [d for d in docs if machine_of(d) == here]
+        benches = [b for b in benches if machine_of(b) == here]
     out = Path(args.out) if args.out else None
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-    parts = []
+    parts: list[str] = []
     if docs or not (benches or replays):
-        parts.append(render_matrix(docs))
+        groups = by_machine(docs) if args.all_machines else {}
+        if len(groups) > 1:
+            parts.extend(render_matrix(group, machine=machine) for machine, group in groups.items())
+        else:
+            parts.append(render_matrix(docs))
     if benches:
         parts.append(render_benchmarks(benches))
         if out is not None:

@@ -11,17 +11,25 @@ package versions the run recorded; with ``--out``, plots of each run (:mod:`kvre
 
 Replays (``replay.json`` from ``kvref replay --out``): per file, the hit rates, evictions and
 speed of every run, and the file's hit-rate plot when it sits beside it.
+
+Each conformance and benchmark file says which machine recorded it (:func:`machine_of`); a report
+never puts runs of two machines in one table (:func:`by_machine`), so a CPU run of the oracle is
+never set beside a GPU run of CuPy as if they raced.
 """
 
 from __future__ import annotations
 
 import json
+import platform
 import re
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "by_machine",
     "json_documents",
+    "machine_of",
+    "this_machine",
     "load_benchmarks",
     "load_replays",
     "load_results",
@@ -41,11 +49,39 @@ def json_documents(paths: list[Path]) -> list[tuple[Path, Any]]:
     return [(file, json.loads(file.read_text(encoding="utf-8"))) for file in files]
 
 
+def this_machine() -> str:
+    """This machine as results files name it: its host name and platform."""
+    return f"{platform.node()} ({platform.platform()})"
+
+
+def machine_of(doc: Any) -> str:
+    """The machine that recorded a conformance or benchmark document, as :func:`this_machine` names it;
+    ``"an unnamed machine"`` for a file that does not say (results written before files named it)."""
+    if isinstance(doc, dict):
+        machine = doc.get("machine")
+        if isinstance(machine, dict) and "node" in machine:
+            return f"{machine['node']} ({machine.get('platform', '?')})"
+        info = doc.get("machine_info")
+        if isinstance(info, dict) and "node" in info:
+            return f"{info['node']} ({info.get('kvref_platform', '?')})"
+    return "an unnamed machine"
+
+
+def by_machine(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``docs`` grouped by the machine that recorded them, this machine first, the rest by name."""
+    here = this_machine()
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        groups.setdefault(machine_of(doc), []).append(doc)
+    return {m: groups[m] for m in sorted(groups, key=lambda m: (m != here, m))}
+
+
 def load_results(paths: list[Path], documents: list[tuple[Path, Any]] | None = None) -> list[dict[str, Any]]:
     """Every conformance results file among ``documents`` (default: read from ``paths``), by name."""
     docs = []
-    for _, doc in json_documents(paths) if documents is None else documents:
+    for file, doc in json_documents(paths) if documents is None else documents:
         if isinstance(doc, dict) and "implementation" in doc and "chapters" in doc:
+            doc["_file"] = str(file)
             docs.append(doc)
     return sorted(docs, key=lambda d: str(d["implementation"]["name"]))
 
@@ -61,13 +97,14 @@ def _cell(chapter: dict[str, Any] | None) -> str:
     return _MARK.get(status, status)
 
 
-def render_matrix(docs: list[dict[str, Any]]) -> str:
-    """The Markdown conformance matrix of ``docs``."""
+def render_matrix(docs: list[dict[str, Any]], *, machine: str | None = None) -> str:
+    """The Markdown conformance matrix of ``docs``, all recorded on ``machine`` when it is named."""
+    title = "# kvref conformance matrix" + (f" on {machine}" if machine else "")
     if not docs:
-        return "# kvref conformance matrix\n\nNo results files found.\n"
+        return f"{title}\n\nNo results files found.\n"
     names = [str(d["implementation"]["name"]) for d in docs]
     chapters = sorted({c for d in docs for c in d["chapters"]})
-    lines = ["# kvref conformance matrix", "", "| chapter | " + " | ".join(names) + " |"]
+    lines = [title, "", "| chapter | " + " | ".join(names) + " |"]
     lines.append("|---|" + "---|" * len(names))
     for chapter in chapters:
         cells = [_cell(d["chapters"].get(chapter)) for d in docs]
@@ -80,14 +117,14 @@ def render_matrix(docs: list[dict[str, Any]]) -> str:
     lines.append("| rules passed | " + " | ".join(totals) + " |")
     for d in docs:
         impl = d["implementation"]
-        lines += ["", f"## {impl['name']}", ""]
+        lines += ["", f"## {impl['name']}" + (f" on {machine}" if machine else ""), ""]
         lines.append(
             f"version {impl['version']}, device {impl['device']}, profile {impl['profile']}, "
             f"Hypothesis profile {d['hypothesis_profile']}; tests: "
             + ", ".join(f"{k} {v}" for k, v in sorted(d["summary"].items()))
         )
-        for name, machine in sorted(d.get("state_machines", {}).items()):
-            lines.append(f"- state machine `{name}`: {machine['steps']} steps, {machine['steps_per_second']:,} steps/s")
+        for name, run in sorted(d.get("state_machines", {}).items()):
+            lines.append(f"- state machine `{name}`: {run['steps']} steps, {run['steps_per_second']:,} steps/s")
         for failure in d["failures"]:
             named = sorted(set(re.findall(r"\[([A-Z]+-\d{3})\]", failure["replay"])))
             first = next((ln.strip() for ln in failure["replay"].splitlines() if "Error" in ln), "")
