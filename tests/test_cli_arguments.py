@@ -27,9 +27,11 @@ cli_main = importlib.import_module("kvref.cli.main")
 rule = pytest.mark.rule
 
 #: Values no whole-number option takes.
-NOT_WHOLE = ["", " ", "1.5", "1e3", "nan", "inf", "-inf", "0x10", "ten", "1_0_", "--", "٣x", "None", "[]", "2**8"]
+NOT_WHOLE = ["", " ", "1.5", "1e3", "nan", "inf", "-inf", "0x10", "ten", "1_0_", "--", "\u0663x", "None", "[]", "2**8"]
+#: Digits Python's int reads but a command line does not take: full-width, Arabic-Indic.
+NOT_WHOLE += ["\uff11\uff12", "\u0663"]
 #: Values no fraction option takes.
-NOT_A_NUMBER = ["", "one", "nan", "inf", "-inf", "1/2", "0,5", "None", "--"]
+NOT_A_NUMBER = ["", "one", "nan", "inf", "-inf", "1/2", "0,5", "None", "--", "\uff10.\uff15", "\u0660\u066b\u0665"]
 
 
 @pytest.fixture
@@ -114,6 +116,23 @@ def test_a_whole_number_option_refuses_what_is_not_a_whole_number_at_least_1_bef
     line = refusal([command, f"{option}={bad}"], capsys, work)
     named = "CONF-912" if bad == "--" else rule_id  # '--' ends the options: no value at all
     assert f"argument {option}: [{named}]" in line, f"kvref {command} {option}={bad!r}: {line!r}"
+
+
+@rule("CONF-912", "TRACE-1013", "TRACE-1030")
+@pytest.mark.parametrize(
+    ("option", "bad", "rule_id"),
+    [
+        ("--capacity", "\uff11\uff12", "TRACE-1030"),
+        ("--capacity", "\u0663", "TRACE-1030"),
+        ("--warmup", "\uff10.\uff15", "TRACE-1013"),
+        ("--warmup", "\u0660\u066b\u0665", "TRACE-1013"),
+    ],
+)
+def test_digits_python_reads_but_a_command_line_does_not_type_are_refused(
+    option: str, bad: str, rule_id: str, work: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refusal(["replay", f"{option}={bad}"], capsys, work)
+    assert f"argument {option}: [{rule_id}]" in line, line
 
 
 @rule("CONF-912", "TRACE-1013", "TRACE-1033", "TRACE-1042", "TRACE-1045")

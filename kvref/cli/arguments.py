@@ -73,6 +73,8 @@ def _refuse(rule: str, message: str) -> argparse.ArgumentTypeError:
 
 def _whole(text: str, rule: str, what: str) -> int:
     try:
+        if not text.isascii():  # Python's int reads full-width and other scripts' digits: ASCII only
+            raise ValueError(text)
         return int(text.strip(), 10)
     except ValueError:
         raise _refuse(rule, f"{what} must be a whole number, got {text!r}") from None
@@ -123,6 +125,8 @@ def seed(text: str) -> int:
 
 def _number(text: str, rule: str, what: str) -> float:
     try:
+        if not text.isascii():  # as for whole numbers: ASCII digits only
+            raise ValueError(text)
         value = float(text.strip())
     except ValueError:
         raise _refuse(rule, f"{what} must be a number, got {text!r}") from None

@@ -165,7 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``kvref`` console script."""
+    """Entry point of the ``kvref`` console script: the command's status; 130 after Ctrl-C, at any point."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # while the command line was read, before a command started
+        print("kvref: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
