@@ -23,7 +23,13 @@ from typing import Any, cast
 import pytest
 
 from kvref_conformance.deviations import Deviation, load_deviations
-from kvref_conformance.profiles import register_profiles, selected_profile
+from kvref_conformance.profiles import (
+    SHRINK_SECONDS,
+    register_profiles,
+    selected_profile,
+    shrink_stop_said,
+    shrink_within,
+)
 from kvref_conformance.results import ResultsRecorder, describe
 from kvref_conformance.session import FAILED_RULES, PROFILE, TARGET_KEY, failed_rules
 from kvref_conformance.suites.base import ConformanceSuite
@@ -68,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     settings.load_profile(profile)
+    shrink_within(profile)
     if config.getoption("kvref_no_shrink"):
         from hypothesis import Phase
 
@@ -178,6 +185,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rules = [r for m in item.iter_markers("rule") for r in m.args]
     if report.failed:  # a failing setup or call: the rule cannot be relied on by its dependents
         failed_rules(item.config, target.name).update(rules)
+        profile = item.config.stash[PROFILE]
+        report.sections = [(title, shrink_stop_said(text, profile)) for title, text in report.sections]
     # On the report, so that it travels from a pytest-xdist worker to the process that writes the results.
     result = {"implementation": describe(target), "rules": rules, "steps": _new_steps(item.config)}
     report.user_properties.append((_RESULT_PROPERTY, result))
@@ -232,3 +241,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 recorder.unmatched.setdefault(target_name, []).append(deviation.describe())
     for path in recorder.write(time.time()):
         tr.write_line(f"results written to {path}")
+    profile = config.stash[PROFILE]
+    if exitstatus and not profile.endswith("-no-shrink"):
+        tr.write_line(
+            f"each failure's replay was shrunk for at most {SHRINK_SECONDS[profile]} s (profile {profile}); "
+            "Hypothesis says so where it stopped early, and --profile deep shrinks for up to five minutes"
+        )
