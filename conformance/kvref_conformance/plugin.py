@@ -52,6 +52,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvref-results", default=None, help="directory for results files (default results/conformance)")
     group.addoption("--kvref-deviations", default=None, help="extra known-deviations TOML file")
     group.addoption(
+        "--kvref-verdicts",
+        default=None,
+        help="also write each implementation's verdict per rule to this directory (<name>-<device>@<version>.json)",
+    )
+    group.addoption(
         "--kvref-without",
         default=None,
         help="comma-separated capabilities to withdraw from the target, to run the rest past a known deviation",
@@ -241,6 +246,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 recorder.unmatched.setdefault(target_name, []).append(deviation.describe())
     for path in recorder.write(time.time()):
         tr.write_line(f"results written to {path}")
+    verdicts = config.getoption("kvref_verdicts")
+    if verdicts:
+        from kvref_conformance.verdicts import verdict_document, write_verdicts
+
+        found = recorder.targets.values()
+        documents = [verdict_document(t.implementation, t.tests, recorder.hypothesis_profile) for t in found]
+        for path in write_verdicts(Path(verdicts), documents):
+            tr.write_line(f"verdicts written to {path}")
     profile = config.stash[PROFILE]
     if exitstatus and not profile.endswith("-no-shrink"):
         tr.write_line(

@@ -102,6 +102,8 @@ class ResultsRecorder:
             entry["replay"] = f"{entry['replay']}\n\n[{report.when}] {text}" if "replay" in entry else text
         if outcome == "xfailed":
             entry["reason"] = str(getattr(report, "wasxfail", ""))
+        elif outcome in ("unsupported", "blocked") and isinstance(report.longrepr, tuple):
+            entry["reason"] = str(report.longrepr[2])  # the skip's reason: the capability lacked, the rule failed
 
     def add_steps(self, machine: str, steps: int, seconds: float) -> None:
         """Add ``steps`` state-machine steps of ``machine`` run in ``seconds`` (from any worker)."""

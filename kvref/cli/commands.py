@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvref.cli.console import print_table
 
@@ -67,6 +68,7 @@ def run_conformance(args: argparse.Namespace) -> int:
         ("--kvref-profile", args.profile),
         ("--kvref-results", args.results),
         ("--kvref-deviations", args.deviations),
+        ("--kvref-verdicts", args.verdicts),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -82,27 +84,77 @@ def installed_spec() -> Path:
     return Path(sys.prefix) / "share" / "kvref" / "spec"
 
 
-def show_rules(ids: list[str], spec_dir: Path) -> int:
-    """Print each rule's id, chapter, level and text (``kvref spec show RULE ...``); 2 for an unknown id."""
-    from difflib import get_close_matches
-
+def spec_rules(spec_dir: Path) -> dict[str, dict[str, Any]]:
+    """``{rule id: rule}`` (id, chapter, level, text) from ``spec_dir/rules.json``, or from the copy the
+    wheel installs; in the spec's order."""
     from kvref.contract.errors import ConfigError
 
     index = spec_dir / "rules.json"
     if not index.exists():
         index = installed_spec() / "rules.json"
     if not index.exists():
-        raise ConfigError("CONF-912", f"kvref spec show: no rules.json in {spec_dir} nor in {installed_spec()}")
-    if not ids:
+        raise ConfigError("CONF-912", f"kvref spec: no rules.json in {spec_dir} nor in {installed_spec()}")
+    return {r["id"]: r for r in json.loads(index.read_text(encoding="utf-8"))["rules"]}
+
+
+def _test_roots(given: list[str]) -> list[Path]:
+    """The directories whose tests cite rules: those given that exist, else the installed suite's."""
+    roots = [Path(p) for p in given if Path(p).exists()]
+    if roots:
+        return roots
+    from importlib.util import find_spec
+
+    suite = find_spec("kvref_conformance")  # located, not imported: kvref never imports the suite
+    return [Path(suite.origin).parent] if suite is not None and suite.origin else []
+
+
+def show_rules(args: argparse.Namespace) -> int:
+    """Print each rule's id, chapter, level and text, the tests that cite it and every verdict on it in
+    ``--verdicts`` (``kvref spec show RULE ...``; ``--json`` for tools); 2 for an unknown id."""
+    from difflib import get_close_matches
+
+    from kvref.cli.speclint import collect_rule_tests
+    from kvref.contract.errors import ConfigError
+    from kvref.reports.verdicts import load_verdicts, verdicts_on
+
+    rules = spec_rules(Path(args.spec))
+    if not args.ids:
         raise ConfigError("CONF-912", "kvref spec show: name the rules to print, e.g. kvref spec show POOL-105")
-    rules = {r["id"]: r for r in json.loads(index.read_text(encoding="utf-8"))["rules"]}
-    for rule_id in ids:
+    wanted = []
+    for rule_id in args.ids:
         rule = rules.get(rule_id.strip().upper())
         if rule is None:
             near = get_close_matches(rule_id.upper(), list(rules), n=3)
             hint = f"; did you mean {', '.join(near)}?" if near else ""
-            raise ConfigError("CONF-912", f"kvref spec show: no rule {rule_id!r} in {index}{hint}")
+            raise ConfigError("CONF-912", f"kvref spec show: no rule {rule_id!r} in the spec{hint}")
+        wanted.append(rule)
+    tests = collect_rule_tests(_test_roots(args.tests))
+    verdict_dir = Path(args.verdicts)
+    docs = load_verdicts(verdict_dir) if verdict_dir.is_dir() else []
+    shown = [
+        {
+            **{k: rule[k] for k in ("id", "chapter", "level", "text")},
+            "tests": tests.get(rule["id"], []),
+            "verdicts": [{"implementation": c, **v} for c, v in verdicts_on(rule["id"], docs)],
+        }
+        for rule in wanted
+    ]
+    if args.json:
+        print(json.dumps(shown, indent=1))
+        return 0
+    for rule in shown:
         print(f"{rule['id']} ({rule['chapter']}, {rule['level']}): {rule['text']}")
+        print(f"  tests citing it: {len(rule['tests'])}")
+        for test in rule["tests"]:
+            print(f"    {test}")
+        if not docs:
+            print(f"  verdicts: none here ({verdict_dir} holds no verdict files)")
+            continue
+        print(f"  verdicts in {verdict_dir}: {len(rule['verdicts'])} of {len(docs)} implementations judged it")
+        for v in rule["verdicts"]:
+            why = "; ".join(r["reason"] + (f" ({r['link']})" if r.get("link") else "") for r in v.get("reasons", []))
+            failed = ", ".join(v["tests"]) if v["verdict"] == "fail" else ""
+            print(f"    {v['implementation']}: {v['verdict']}" + (f": {why or failed}" if why or failed else ""))
     return 0
 
 
@@ -112,7 +164,7 @@ def run_spec(args: argparse.Namespace) -> int:
     from kvref.contract.errors import ConfigError
 
     if args.action == "show":
-        return show_rules(args.ids, Path(args.spec))
+        return show_rules(args)
     if args.ids:
         raise ConfigError("CONF-912", f"kvref spec {args.action} takes no rule ids ({' '.join(args.ids)}); show does")
     missing = [p for p in [args.spec, *args.tests, *args.code] if not Path(p).exists()]

@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--results", type=arg.output_directory, help="directory for the results file (default results/conformance)"
     )
     conf.add_argument("--deviations", type=arg.toml_file, help="extra known-deviations TOML file")
+    conf.add_argument(
+        "--verdicts",
+        type=arg.output_directory,
+        help="also write the verdict on every rule the run judged here (results/verdicts is the committed set)",
+    )
     conf.add_argument("--no-shrink", action="store_true", help="detection only: skip Hypothesis's shrink phase")
     conf.add_argument("pytest_args", nargs="*", help="after --: arguments passed on to pytest")
     conf.set_defaults(func=run_conformance)
@@ -141,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also the results other machines recorded (committed GPU runs), each machine in tables of its own",
     )
+    report.add_argument(
+        "--verdicts",
+        type=arg.existing_path,
+        help="instead: render the verdict files in this directory as README.md and index.html there",
+    )
+    report.add_argument("--spec", default="spec", help="with --verdicts: the spec whose rules.json names the rules")
     report.set_defaults(func=run_report)
 
     spec = sub.add_parser("spec", help="lint the spec, write rules.json, check rule coverage")
@@ -150,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--spec", default="spec", help="spec directory (default: ./spec; show falls back to the installed copy)"
     )
     spec.add_argument("--tests", nargs="*", default=["tests", "conformance"], help="where tests live")
+    spec.add_argument(
+        "--verdicts", default="results/verdicts", help="with show: the verdict files to read (default results/verdicts)"
+    )
+    spec.add_argument("--json", action="store_true", help="with show: machine-readable output")
     spec.add_argument(
         "--code",
         nargs="*",

@@ -9,11 +9,14 @@ from typing import Any
 
 from kvref.contract.errors import KVRefError
 
-__all__ = ["benchmark_plots", "run_report"]
+__all__ = ["benchmark_plots", "run_report", "write_verdict_matrix"]
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Render every results file under ``args.paths``; 1 when there was nothing to render."""
+    """Render every results file under ``args.paths`` (or, with ``--verdicts DIR``, the verdict matrix
+    into DIR); 1 when there was nothing to render."""
+    if args.verdicts:
+        return write_verdict_matrix(Path(args.verdicts), Path(args.spec))
     from kvref.reports.summary import (
         by_machine,
         json_documents,
@@ -72,6 +75,26 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0 if docs or benches or replays else 1
+
+
+def write_verdict_matrix(directory: Path, spec_dir: Path) -> int:
+    """Write ``directory/README.md`` and ``directory/index.html`` from the verdict files there; 1 when
+    there are none."""
+    from kvref.cli.commands import spec_rules
+    from kvref.reports.verdicts import load_verdicts, render_verdict_markdown, render_verdict_page
+
+    docs = load_verdicts(directory)
+    if not docs:
+        print(f"kvref report: no verdict files in {directory} (kvref conformance --verdicts writes them)")
+        return 1
+    rules = spec_rules(spec_dir)
+    for name, text in (
+        ("README.md", render_verdict_markdown(docs, rules)),
+        ("index.html", render_verdict_page(docs, rules)),
+    ):
+        (directory / name).write_text(text, encoding="utf-8")
+        print(f"wrote {directory / name} ({len(docs)} implementation(s))")
+    return 0
 
 
 def benchmark_plots(benches: list[dict[str, Any]], out_dir: Path) -> str:

@@ -12,7 +12,7 @@ import ast
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,37 +208,67 @@ def _rule_args(call: ast.Call, aliases: set[str]) -> list[str]:
     return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
 
 
+def _rule_aliases(tree: ast.Module) -> set[str]:
+    """Names a module uses for ``pytest.mark.rule``: a module-level alias (``rule = pytest.mark.rule``),
+    or ``rule`` imported from ``kvref_conformance``."""
+    aliases = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign) and _is_rule_mark(node.value, set())
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    # ``from kvref_conformance.suites.base import rule`` brings the same alias in.
+    aliases |= {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvref_conformance")
+        for alias in node.names
+        if alias.name == "rule"
+    }
+    return aliases
+
+
+def _python_files(paths: Iterable[Path]) -> Iterator[tuple[Path, ast.Module]]:
+    for root in paths:
+        for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
+            yield path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
 def collect_rule_citations(paths: Iterable[Path]) -> dict[str, list[str]]:
-    """``{rule id: [file::test, ...]}`` for every ``pytest.mark.rule(...)`` under ``paths``.
+    """``{rule id: [file, ...]}``, a file once per ``pytest.mark.rule(...)`` naming the rule under ``paths``.
 
     Also understands a module-level alias (``rule = pytest.mark.rule``), or ``rule`` imported from
     ``kvref_conformance``, used as ``@rule("ID")``.
     """
     cited: dict[str, list[str]] = {}
-    for root in paths:
-        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
-        for path in files:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            aliases = {
-                target.id
-                for node in tree.body
-                if isinstance(node, ast.Assign) and _is_rule_mark(node.value, set())
-                for target in node.targets
-                if isinstance(target, ast.Name)
-            }
-            # ``from kvref_conformance.suites.base import rule`` brings the same alias in.
-            aliases |= {
-                alias.asname or alias.name
-                for node in tree.body
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvref_conformance")
-                for alias in node.names
-                if alias.name == "rule"
-            }
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call):
-                    for rid in _rule_args(node, aliases):
-                        cited.setdefault(rid, []).append(str(path))
+    for path, tree in _python_files(paths):
+        aliases = _rule_aliases(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                for rid in _rule_args(node, aliases):
+                    cited.setdefault(rid, []).append(str(path))
     return cited
+
+
+def collect_rule_tests(paths: Iterable[Path]) -> dict[str, list[str]]:
+    """``{rule id: ["file::Class::test", ...]}``: the test functions (and classes) whose decorators cite
+    each rule under ``paths``, as :func:`collect_rule_citations` reads the marks."""
+    tests: dict[str, list[str]] = {}
+
+    def visit(node: ast.AST, prefix: str, aliases: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}::{child.name}"
+                for decorator in child.decorator_list:
+                    if isinstance(decorator, ast.Call):
+                        for rid in _rule_args(decorator, aliases):
+                            tests.setdefault(rid, []).append(name)
+                visit(child, name, aliases)
+
+    for path, tree in _python_files(paths):
+        visit(tree, str(path), _rule_aliases(tree))
+    return tests
 
 
 @dataclass
