@@ -6,13 +6,17 @@ Megatron-Core, lint, typecheck, spec): the test command of README.md.
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
 ``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak.
+Every conformance session writes its verdict files; ``conformance`` fails when the oracle's, torch's
+or CuPy's differ from the committed ones in ``results/verdicts``, and ``nox -s verdicts`` rewrites them.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import nox
 
@@ -31,6 +35,8 @@ nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 CONSTRAINTS = ".ci/constraints.txt"
+#: The committed verdict files (``kvref conformance --verdicts``) and their matrix.
+VERDICTS = "results/verdicts"
 
 
 def install(session: nox.Session, *extras: str, torch: bool = False, editable: bool = False) -> None:
@@ -65,7 +71,51 @@ def conformance(session: nox.Session, backend: str) -> None:
     same operations a GPU runs, on host arrays.
     """
     install(session, "conformance", *BACKEND_EXTRAS[backend], torch=backend == "torch")
-    session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+    fresh = Path(session.create_tmp()) / "verdicts"
+    session.run(
+        "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", str(fresh), *session.posargs
+    )
+    if not session.posargs:  # the whole suite ran: its verdicts must be the committed ones
+        check_verdicts(session, fresh)
+
+
+def check_verdicts(session: nox.Session, fresh: Path) -> None:
+    """Fail the session when a verdict file of this run differs from the committed one in ``VERDICTS``."""
+    for path in sorted(fresh.glob("*.json")):
+        committed = Path(VERDICTS) / path.name
+        if not committed.exists():
+            session.error(f"{committed} is not committed; `nox -s verdicts` writes it")
+        now, then = json.loads(path.read_text(encoding="utf-8")), json.loads(committed.read_text(encoding="utf-8"))
+        changed = sorted(
+            r for r in now["rules"].keys() | then["rules"].keys() if now["rules"].get(r) != then["rules"].get(r)
+        )
+        if changed or now != then:
+            session.error(
+                f"{committed} no longer matches this run (rules {', '.join(changed[:10]) or 'none'}; "
+                f"counts {then['counts']} then, {now['counts']} now); rerun `nox -s verdicts` and commit"
+            )
+        session.log(f"{committed}: the run agrees with the committed verdicts")
+
+
+@nox.session(python=PYTHON)
+def verdicts(session: nox.Session) -> None:
+    """Rewrite the committed verdict files of the oracle, torch and CuPy and render the matrix
+    (results/verdicts/README.md and index.html). The peers' files are rewritten by their own
+    sessions (peer-vllm, peer-sglang, peer-megatron): run those first to refresh them too."""
+    install(session, "conformance", "cupy", torch=True)
+    for backend in BACKEND_EXTRAS:
+        session.run(
+            "kvref",
+            "conformance",
+            "--backend",
+            backend,
+            "--profile",
+            "ci",
+            "--verdicts",
+            VERDICTS,
+            success_codes=[0, 1],
+        )
+    session.run("kvref", "report", "--verdicts", VERDICTS)
 
 
 @nox.session(python=False)
@@ -177,7 +227,9 @@ def peer_vllm(session: nox.Session) -> None:
     session.install("-c", CONSTRAINTS, VLLM)
     session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
     for backend in ("vllm", "vllm-nocache"):
-        session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+        session.run(
+            "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
+        )
     session.run(
         "kvref",
         "conformance",
@@ -267,7 +319,9 @@ def peer_sglang(session: nox.Session) -> None:
     session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
     session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
     for backend in ("sglang", "sglang-paged", "sglang-unified", "sglang-unified-paged"):
-        session.run("kvref", "conformance", "--backend", backend, "--profile", "ci", *session.posargs)
+        session.run(
+            "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
+        )
 
 
 #: Megatron-Core's release for the peer session. 0.18 and later declare Python >= 3.12 (their wheels
@@ -296,7 +350,9 @@ def peer_megatron(session: nox.Session) -> None:
         "pip", "download", "--no-deps", "--python-version", "3.12", "--only-binary=:all:", "-d", wheels, MEGATRON
     )
     session.run("python", "-c", _UNPACK, wheels)
-    session.run("kvref", "conformance", "--backend", "megatron", "--profile", "ci", *session.posargs)
+    session.run(
+        "kvref", "conformance", "--backend", "megatron", "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
+    )
 
 
 @nox.session(python=PYTHON)

@@ -11,10 +11,22 @@ from kvref.contract.errors import BackendUnavailableError
 
 __all__ = ["capacity_axis", "finish_figure", "pyplot", "series_style"]
 
-#: Colour-blind-safe colours (Okabe and Ito), then line styles and markers: series that coincide
-#: stay apart by style even where their lines overlap.
-_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: Colour-blind-safe colours (Okabe and Ito's, then Tol's muted ones), ten before any repeats and
+#: none black (Belady's) or pale yellow (unreadable on white); then line styles and markers: series
+#: that coincide stay apart by style even where their lines overlap.
+_COLOURS = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#882255",
+    "#332288",
+    "#999933",
+    "#44AA99",
+)
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<")
 
 
 def pyplot(what: str) -> Any:
