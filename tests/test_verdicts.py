@@ -117,3 +117,19 @@ def test_the_committed_verdicts_cover_the_oracle_torch_and_cupy_and_their_matrix
     rules = spec_rules(directory.parent.parent / "spec")
     rendered = render_verdict_markdown(load_verdicts(directory), rules)
     assert (directory / "README.md").read_text(encoding="utf-8") == rendered, "rerun `kvref report --verdicts`"
+
+
+@rule("CONF-912")
+def test_a_deviation_of_one_rule_in_a_test_citing_many_is_that_rules_deviation_only() -> None:
+    machine = "known deviation: TestStateful::test_cache: bug: a second BlockStored (PFX-317) (https://example.org/2)"
+    tests = {
+        "s::test_cache": {"rules": ["PFX-317", "POOL-105", "EVICT-401"], "outcome": "xfailed", "reason": machine},
+        "s::test_evict": {"rules": ["EVICT-401"], "outcome": "passed"},
+    }
+    rules = verdict_document(IMPLEMENTATION, tests, "ci")["rules"]
+    assert rules["PFX-317"]["verdict"] == "deviation"
+    assert rules["EVICT-401"] == {"verdict": "pass", "tests": ["s::test_evict"]}, "judged by the test that ran"
+    assert rules["POOL-105"] == {
+        "verdict": "not run",
+        "reasons": [{"reason": "its test stopped at a known deviation of PFX-317"}],
+    }

@@ -322,7 +322,8 @@ class MegatronBackend:
             try:
                 from megatron.core.package_info import __version__
 
-                return str(__version__)
+                # Its package_info appends the git commit of the current directory, whatever repository that is.
+                return str(__version__).split("+", 1)[0]
             except Exception:
                 return "not installed"
 
