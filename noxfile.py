@@ -80,21 +80,27 @@ def conformance(session: nox.Session, backend: str) -> None:
 
 
 def check_verdicts(session: nox.Session, fresh: Path) -> None:
-    """Fail the session when a verdict file of this run differs from the committed one in ``VERDICTS``."""
+    """Fail the session when a verdict of this run differs from the committed file of the same
+    implementation and device in ``VERDICTS`` (a file of another version of it counts: the verdicts,
+    not the version string, must agree)."""
     for path in sorted(fresh.glob("*.json")):
-        committed = Path(VERDICTS) / path.name
-        if not committed.exists():
-            session.error(f"{committed} is not committed; `nox -s verdicts` writes it")
-        now, then = json.loads(path.read_text(encoding="utf-8")), json.loads(committed.read_text(encoding="utf-8"))
-        changed = sorted(
-            r for r in now["rules"].keys() | then["rules"].keys() if now["rules"].get(r) != then["rules"].get(r)
-        )
-        if changed or now != then:
+        now = json.loads(path.read_text(encoding="utf-8"))
+        same = sorted(Path(VERDICTS).glob(path.name.split("@", 1)[0] + "@*.json"))
+        if not same:
+            session.error(f"no committed verdicts like {path.name} in {VERDICTS}; `nox -s verdicts` writes them")
+        committed = same[-1]
+        then = json.loads(committed.read_text(encoding="utf-8"))
+        rules = now["rules"].keys() | then["rules"].keys()
+        changed = sorted(r for r in rules if now["rules"].get(r) != then["rules"].get(r))
+        if changed:
             session.error(
-                f"{committed} no longer matches this run (rules {', '.join(changed[:10]) or 'none'}; "
-                f"counts {then['counts']} then, {now['counts']} now); rerun `nox -s verdicts` and commit"
+                f"{committed} no longer matches this run: rules {', '.join(changed[:10])}"
+                f"{' ...' if len(changed) > 10 else ''} (counts {then['counts']} then, {now['counts']} now); "
+                "rerun `nox -s verdicts` and commit"
             )
-        session.log(f"{committed}: the run agrees with the committed verdicts")
+        versions = (then["implementation"]["version"], now["implementation"]["version"])
+        said = "" if versions[0] == versions[1] else f" (committed for {versions[0]}, run on {versions[1]})"
+        session.log(f"{committed}: the run agrees with the committed verdicts{said}")
 
 
 @nox.session(python=PYTHON)
