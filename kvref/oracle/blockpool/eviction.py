@@ -84,7 +84,7 @@ class Eviction:
         """lru-leaf (EVICT-403): ``k`` times, unregister the least recently released block whose
         removal keeps the resident hashes prefix-closed: one that is not its hash's last copy, or
         whose hash has no resident child. lru-leaf-access (EVICT-411) reads the cached blocks in
-        the order of last access instead, sorted afresh at each pass.
+        the order of last access instead, read off the order's heap (:class:`.orders.AccessOrdered`).
 
         Taken one at a time from the front, since removing a hash's last copy can make its parent
         a leaf. A pass over the release order does the same in one go: it counts the copies and
@@ -100,7 +100,7 @@ class Eviction:
             lost: dict[int, int] = {}  # hash -> resident children this pass removes
             batch: list[int] = []
             passed = False
-            order = self.orders.by_access() if self.policy.by_access else evictable
+            order = self.orders.by_access() if self.policy.by_access else iter(evictable)
             for b in order:
                 h: int = hashes[b]  # type: ignore[assignment]
                 copies_of_h = len(copies[h])
@@ -119,6 +119,9 @@ class Eviction:
                         lost[parent] = lost.get(parent, 0) + 1
                         if passed:
                             break  # the parent may be a block passed over: start again
+            close = getattr(order, "close", None)
+            if close is not None:
+                close()  # an access-order read gives back the heap entries it took, before they change
             if not batch:
                 raise InvariantViolation(
                     "POOL-106", f"check_invariants: no evictable leaf left after {len(victims)} of {k} victims"

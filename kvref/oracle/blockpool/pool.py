@@ -440,7 +440,7 @@ class OracleBlockPool(PoolShape):
             "parent": dict(index.parent),
             "children": dict(index.children),
             "evictable": list(orders.evictable),
-            "access": orders.by_access() if self.policy.by_access else [],
+            "access": list(orders.by_access()) if self.policy.by_access else [],
             "registered": list(orders.registered),
             "events": list(index.events),
             "stats": self.stats,
