@@ -101,6 +101,10 @@ def as_list(values: object, *, op: str, arg: str) -> list[Any]:
     return list(values)
 
 
+#: The one type a list of ids may hold to be taken as it is (``bool`` is an int subclass, not an id).
+_INT_ONLY = frozenset({int})
+
+
 def as_block_id_list(values: object, *, op: str, arg: str = "block_ids") -> list[int]:
     """Return ``values`` as a list of Python ints (not range-checked: that is the pool's job).
 
@@ -108,10 +112,9 @@ def as_block_id_list(values: object, *, op: str, arg: str = "block_ids") -> list
     caller's own list object when it already holds only ints; callers must not mutate it.
     """
     items = as_list(values, op=op, arg=arg)
-    for item in items:
-        if type(item) is not int:
-            return [as_int(x, op=op, arg=f"{arg}[{i}]") for i, x in enumerate(items)]
-    return items
+    if _INT_ONLY.issuperset(map(type, items)):  # every item exactly an int (no bool): the list as it is
+        return items
+    return [as_int(x, op=op, arg=f"{arg}[{i}]") for i, x in enumerate(items)]
 
 
 def as_hash(value: object, *, op: str, arg: str = "block_hash") -> int:
@@ -125,13 +128,9 @@ def as_hash(value: object, *, op: str, arg: str = "block_hash") -> int:
 def as_hash_list(values: object, *, op: str, arg: str = "block_hashes") -> list[int]:
     """Return a list of block hashes, each checked as by :func:`as_hash`."""
     items = as_list(values, op=op, arg=arg)
-    out = items
-    for i, item in enumerate(items):
-        if type(item) is not int or not 0 <= item < HASH_MAX:
-            out = [as_hash(x, op=op, arg=f"{arg}[{j}]") for j, x in enumerate(items)]
-            break
-        del i
-    return out
+    if _INT_ONLY.issuperset(map(type, items)) and (not items or (min(items) >= 0 and max(items) < HASH_MAX)):
+        return items
+    return [as_hash(x, op=op, arg=f"{arg}[{j}]") for j, x in enumerate(items)]
 
 
 def as_holder(value: object, *, op: str) -> Hashable:

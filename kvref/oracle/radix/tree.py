@@ -153,11 +153,24 @@ class OracleRadixCache:
         return tuple(toks[: len(toks) // self._page * self._page])
 
     def _common(self, child: Node, key: tuple[int, ...], at: int) -> int:
-        """Tokens ``child`` shares with ``key[at:]``, in whole pages (its first page is known to match)."""
-        ps, size, same = self._page, len(child.tokens), self._page
-        while same < size and key[at + same : at + same + ps] == child.tokens[same : same + ps]:
-            same += ps
-        return same
+        """Tokens ``child`` shares with ``key[at:]``, in whole pages (its first page is known to match).
+
+        One comparison of the whole run first (the common case: the key goes through the node),
+        else a bisection over whole pages: a shared prefix of ``low`` tokens, none of ``high``,
+        compared a slice at a time, so no Python step per token or page.
+        """
+        ps, tokens = self._page, child.tokens
+        n = min(len(tokens), len(key) - at)  # both whole pages
+        if key[at : at + n] == tokens[:n]:
+            return n
+        low, high = ps, n
+        while high - low > ps:
+            middle = low + (high - low) // (2 * ps) * ps
+            if key[at + low : at + middle] == tokens[low:middle]:
+                low = middle
+            else:
+                high = middle
+        return low
 
     def _walk(self, root: Node, key: tuple[int, ...], touch: int) -> tuple[Node, int]:
         """The deepest node whose path is a prefix of ``key``, splitting a node the prefix ends inside.
