@@ -70,10 +70,19 @@ def capacity_axis(ax: Any, capacities: Sequence[int]) -> None:
 
 
 def finish_figure(plt: Any, fig: Any, ax: Any, title: str, path: Path) -> None:
-    """Title, grid, legend, tight layout; save ``fig`` to ``path`` at 150 dpi and close it."""
+    """Title, grid, legend, tight layout; save ``fig`` to ``path`` at 150 dpi and close it.
+
+    A legend of more than four entries goes outside the axes, on the right, so that it never hides
+    a line; a short one takes the corner where it covers the least.
+    """
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(ax.get_legend_handles_labels()[1]) > 4:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + 2.2, height)
+    else:
+        ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
