@@ -282,6 +282,84 @@ def bench_peers(session: nox.Session) -> None:
     )
 
 
+#: vLLM's newest release: a GPU wheel, installed without its dependencies beside torch's CPU build
+#: (its own pins ask torch 2.14 and CUDA builds); what its ``v1/core`` imports reach (the request,
+#: structured output, the OpenAI server's parsers) is installed by hand, also without dependencies,
+#: at these versions: the newest each of its pins allows.
+VLLM_NEXT = "vllm==0.33.0"
+VLLM_NEXT_IMPORTS = [
+    "aiohappyeyeballs==2.7.1",
+    "aiohttp==3.14.5",
+    "aiosignal==1.4.0",
+    "annotated-doc==0.0.7",
+    "annotated-types==0.8.0",
+    "anyio==4.16.0",
+    "apache-tvm-ffi==0.1.11",
+    "attrs==26.1.0",
+    "cachetools==8.0.2",
+    "cbor2==6.3.0",
+    "certifi==2026.10.19.post1",
+    "charset-normalizer==3.5.3",
+    "cloudpickle==3.1.3",
+    "fastapi==0.136.3",
+    "frozenlist==1.8.0",
+    "h11==0.16.0",
+    "httpcore2==2.16.2",
+    "httpx2==2.16.2",
+    "huggingface_hub==2.4.0",
+    "idna==3.20",
+    "llguidance==1.7.6",
+    "msgspec==0.22.0",
+    "multidict==7.2.1",
+    "numpy==2.4.6",
+    "openai==3.57.0",
+    "openai-harmony==0.0.8",
+    "packaging==26.4",
+    "partial-json-parser==0.2.1.1.post7",
+    "pillow==13.0.0",
+    "prometheus_client==0.26.0",
+    "propcache==0.5.4",
+    "psutil==7.2.2",
+    "py-cpuinfo==9.0.0",
+    "pybase64==1.5.1",
+    "pydantic==2.14.4",
+    "pydantic_core==2.50.5",
+    "PyYAML==6.0.4",
+    "pyzmq==27.3.0",
+    "regex==2026.11.19",
+    "requests==2.34.2",
+    "safetensors==0.8.0",
+    "sniffio==1.3.1",
+    "starlette==1.10.0",
+    "tokenizers==0.23.3",
+    "tqdm==4.70.1",
+    "transformers==5.20.2",
+    "truststore==0.10.5",
+    "typing-inspection==0.4.5",
+    "urllib3==2.8.0",
+    "uvloop==0.23.0",
+    "xgrammar==0.2.8",
+    "yarl==1.25.1",
+]
+
+
+@nox.session(name="peer-vllm-next", python=PYTHON)
+def peer_vllm_next(session: nox.Session) -> None:
+    """The suite on vLLM 0.33.0's BlockPool and KVCacheManager on torch's CPU build (not a default
+    session: a 336 MB wheel and 2 GB installed); writes its verdicts beside 0.32.0's.
+
+    Its MambaManager asserts ``mamba_cache_mode="align"`` whenever caching is on, a mode the adapter
+    does not drive, so its mamba rules are not run here (``peers/vllm/pool.py``).
+    """
+    install(session, "conformance", torch=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", VLLM_NEXT)
+    session.install("-c", CONSTRAINTS, "--no-deps", *VLLM_NEXT_IMPORTS)
+    for backend in ("vllm", "vllm-nocache"):
+        session.run(
+            "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
+        )
+
+
 #: SGLang's release for the peer session, and the pure-Python modules its allocators import.
 #: ``pip install sglang`` does not resolve here (CUDA pins), so the wheel goes in without its
 #: dependencies and these follow under the torch 2.13.0 constraint.

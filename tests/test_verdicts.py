@@ -78,11 +78,15 @@ def test_report_renders_the_matrix_as_markdown_and_one_html_page_whose_marked_ce
 ) -> None:
     other = {**IMPLEMENTATION, "name": "otherpool", "version": "0.9"}
     write_verdicts(tmp_path, [verdict_document(IMPLEMENTATION, TESTS, "ci"), verdict_document(other, TESTS, "ci")])
+    (tmp_path / "unjudged.toml").write_text(
+        '[[implementation]]\nname = "farpool"\nversion = "3"\nreason = "ImportError: no GPU"\n', encoding="utf-8"
+    )
     assert main(["report", "--verdicts", str(tmp_path)]) == 0
     markdown = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "| mypool 1.2 (host) | `mypool-host@1.2.json` | 1 | 1 | 1 | 1 | 1 |" in markdown, markdown
     assert "| POOL-105 | ✓ | ✓ |" in markdown and "## 01-pool" in markdown
     assert "scatter release ([upstream](https://example.org/issues/1))" in markdown
+    assert markdown.rstrip().endswith("## Not judged here\n\n- **farpool 3**: ImportError: no GPU"), markdown[-300:]
     page = Cells()
     page.feed((tmp_path / "index.html").read_text(encoding="utf-8"))
     assert page.filter_box and page.script, "the page filters its rows with a few lines of script"
@@ -112,10 +116,10 @@ def test_the_committed_verdicts_cover_the_oracle_torch_and_cupy_and_their_matrix
     names = {p.name.split("@")[0] for p in directory.glob("*.json")}
     assert {"oracle-host", "torch-cpu", "cupy-host"} <= names, names
     from kvref.cli.commands import spec_rules
-    from kvref.reports.verdicts import load_verdicts, render_verdict_markdown
+    from kvref.reports.verdicts import load_unjudged, load_verdicts, render_verdict_markdown
 
     rules = spec_rules(directory.parent.parent / "spec")
-    rendered = render_verdict_markdown(load_verdicts(directory), rules)
+    rendered = render_verdict_markdown(load_verdicts(directory), rules, load_unjudged(directory))
     assert (directory / "README.md").read_text(encoding="utf-8") == rendered, "rerun `kvref report --verdicts`"
 
 

@@ -81,7 +81,7 @@ def write_verdict_matrix(directory: Path, spec_dir: Path) -> int:
     """Write ``directory/README.md`` and ``directory/index.html`` from the verdict files there; 1 when
     there are none."""
     from kvref.cli.commands import spec_rules
-    from kvref.reports.verdicts import load_verdicts, render_verdict_markdown, render_verdict_page
+    from kvref.reports.verdicts import load_unjudged, load_verdicts, render_verdict_markdown, render_verdict_page
 
     docs = load_verdicts(directory)
     if not docs:
@@ -89,7 +89,7 @@ def write_verdict_matrix(directory: Path, spec_dir: Path) -> int:
         return 1
     rules = spec_rules(spec_dir)
     for name, text in (
-        ("README.md", render_verdict_markdown(docs, rules)),
+        ("README.md", render_verdict_markdown(docs, rules, load_unjudged(directory))),
         ("index.html", render_verdict_page(docs, rules)),
     ):
         (directory / name).write_text(text, encoding="utf-8")

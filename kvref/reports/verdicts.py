@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SYMBOLS", "column_name", "load_verdicts", "render_verdict_markdown", "render_verdict_page", "verdicts_on"]
+__all__ = [
+    "SYMBOLS",
+    "column_name",
+    "load_unjudged",
+    "load_verdicts",
+    "render_verdict_markdown",
+    "render_verdict_page",
+    "verdicts_on",
+]
 
 #: One symbol per verdict, as the matrix prints it.
 SYMBOLS = {"pass": "✓", "fail": "✗", "deviation": "~", "not applicable": "-", "not run": "·"}
@@ -67,8 +76,25 @@ def _explanation(verdict: dict[str, Any]) -> str:
     )
 
 
-def render_verdict_markdown(docs: list[dict[str, Any]], spec_rules: dict[str, dict[str, Any]]) -> str:
-    """The matrix as Markdown: legend, counts, one table per chapter, then failures and deviations."""
+def load_unjudged(directory: Path) -> list[dict[str, str]]:
+    """The implementations ``directory/unjudged.toml`` lists as not judged here, each with ``name``,
+    ``version`` and ``reason`` (what failed, in its own words); none when there is no such file."""
+    import tomllib
+
+    path = directory / "unjudged.toml"
+    if not path.exists():
+        return []
+    return [
+        {key: str(entry[key]) for key in ("name", "version", "reason")}
+        for entry in tomllib.loads(path.read_text(encoding="utf-8")).get("implementation", [])
+    ]
+
+
+def render_verdict_markdown(
+    docs: list[dict[str, Any]], spec_rules: dict[str, dict[str, Any]], unjudged: Sequence[dict[str, str]] = ()
+) -> str:
+    """The matrix as Markdown: legend, counts, one table per chapter, then failures and deviations,
+    then the implementations not judged here and why (``unjudged``, from :func:`load_unjudged`)."""
     columns = [column_name(d) for d in docs]
     legend = ", ".join(f"{SYMBOLS[v]} {v}" for v in _ORDER)
     lines = [
@@ -108,6 +134,9 @@ def render_verdict_markdown(docs: list[dict[str, Any]], spec_rules: dict[str, di
             lines.append(f"| {rid} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "## Failures and deviations", "", *notes]
+    if unjudged:
+        lines += ["", "## Not judged here", ""]
+        lines += [f"- **{u['name']} {u['version']}**: {u['reason']}" for u in unjudged]
     return "\n".join(lines) + "\n"
 
 

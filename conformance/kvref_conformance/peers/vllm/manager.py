@@ -46,6 +46,7 @@ from kvref.contract.manager import (
     group_key,
 )
 from kvref.contract.requests import Request, RequestStatus
+from kvref_conformance.peers.vllm.pool import mamba_keeps_every_state
 
 __all__ = ["VllmRequestManager"]
 
@@ -221,10 +222,10 @@ class VllmRequestManager:
         return int(self.pool.get_num_free_blocks())
 
     def capabilities(self) -> frozenset[str]:
-        """``request-manager``, and ``events`` when vLLM reports them."""
-        return frozenset(
-            {"request-manager", "manager-sliding-window", "manager-mamba"} | ({"events"} if self._events else set())
-        )
+        """``request-manager``, ``events`` when vLLM reports them, mamba groups where the adapter drives them
+        (:func:`~kvref_conformance.peers.vllm.pool.mamba_keeps_every_state`)."""
+        offered = {"request-manager", "manager-sliding-window"} | ({"events"} if self._events else set())
+        return frozenset(offered | ({"manager-mamba"} if mamba_keeps_every_state() else set()))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """vLLM's ``get_computed_blocks`` (its third value, the hybrid junction, is 0 for one group)."""

