@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VERDICTS", "verdict_document", "verdict_file_name", "write_verdicts"]
+__all__ = ["VERDICTS", "test_id", "verdict_document", "verdict_file_name", "write_verdicts"]
 
 #: The verdicts, from the one that decides a rule first to the last.
 VERDICTS = ("fail", "deviation", "pass", "not applicable", "not run")
@@ -36,6 +36,13 @@ def verdict_file_name(implementation: dict[str, Any]) -> str:
     """``<name>-<device>@<version>.json``, with anything but letters, digits and ``._+@-`` made ``_``."""
     stem = f"{implementation['name']}-{implementation['device']}@{implementation['version']}"
     return re.sub(r"[^A-Za-z0-9_.+@-]+", "_", stem) + ".json"
+
+
+def test_id(nodeid: str) -> str:
+    """A test's id as a verdict file names it: pytest's node id without the directory of its file,
+    which depends on where the suite is installed (a checkout, a virtual environment's site-packages)."""
+    path, sep, rest = nodeid.partition("::")
+    return f"{path.rsplit('/', 1)[-1]}{sep}{rest}"
 
 
 def _reason(test: dict[str, Any]) -> dict[str, str]:
@@ -91,7 +98,7 @@ def verdict_document(implementation: dict[str, Any], tests: dict[str, dict[str, 
     per_rule: dict[str, dict[str, dict[str, Any]]] = {}
     for nodeid, test in tests.items():
         for rule in test["rules"]:
-            per_rule.setdefault(rule, {})[nodeid] = test
+            per_rule.setdefault(rule, {})[test_id(nodeid)] = test
     rules = {rule: _verdict(rule, per_rule[rule]) for rule in sorted(per_rule)}
     counts = {v: sum(1 for r in rules.values() if r["verdict"] == v) for v in VERDICTS}
     return {
