@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sweep", action="store_true", help="several capacities (x1/8 .. x2 of one given) and the offline optimum"
     )
     rep.add_argument(
+        "--curve",
+        action="store_true",
+        help="the exact lru and lru-leaf hit rate at every capacity, in one pass (curve.json, curve.png with --out)",
+    )
+    rep.add_argument(
         "--block-size",
         type=arg.block_size,
         help="tokens per block (default 512 for a JSON Lines trace, 16 for Azure and built-in workloads)",

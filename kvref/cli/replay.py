@@ -26,6 +26,8 @@ def run_replay(args: argparse.Namespace) -> int:
     from kvref.simulation.replay import replay
 
     settings = load_settings({"backend": args.backend, "hash": args.hash})
+    if args.curve:
+        return run_curve(args, settings)
     runs = planned_runs(args, settings)
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
@@ -80,6 +82,66 @@ def run_replay(args: argparse.Namespace) -> int:
     if disagree:
         print(f"kvref replay: backends {disagree} counted differently from {compared[0].backend}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_curve(args: argparse.Namespace, settings: Any) -> int:
+    """``kvref replay --curve``: the exact lru and lru-leaf hit-rate curve in one pass (TRACE-1023), as a
+    table at doubling capacities; with ``--out``, the whole curve as curve.json and curve.png."""
+    from rich.table import Table
+
+    from kvref.contract.errors import ConfigError
+    from kvref.simulation.curves import lru_curve
+
+    clashing = [
+        option
+        for option, given in (
+            ("--capacity", args.capacity),
+            ("--sweep", args.sweep),
+            ("--backends", args.backends),
+            ("--stepwise", args.stepwise),
+            ("--cache radix/both", args.cache != "hash"),
+            ("--policy other than lru, lru-leaf", any(p not in ("lru", "lru-leaf") for p in args.policy or ())),
+        )
+        if given
+    ]
+    if clashing:
+        raise ConfigError(
+            "TRACE-1023",
+            f"--curve computes every capacity of lru and lru-leaf at once; it takes no {', '.join(clashing)}",
+        )
+    trace = replay_trace(args, settings.hash)
+    curve = lru_curve(trace, warmup=args.warmup)
+    shown = sorted(
+        {curve.smallest, curve.largest} | {c for c in (2**k for k in range(40)) if curve.smallest < c < curve.largest}
+    )
+    points = [
+        {"capacity": c, **dict(zip(("block_hit_rate", "token_hit_rate"), curve.hit_rates(c), strict=True))}
+        for c in shown
+    ]
+    if args.out:
+        from kvref.reports.replay import write_curve_report
+
+        title = f"kvref replay --curve: {trace_name(trace.source)}"
+        for path in write_curve_report(curve, Path(args.out), title=title):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps(
+                {"source": trace.source, "smallest": curve.smallest, "largest": curve.largest, "points": points},
+                indent=1,
+            )
+        )
+        return 0
+    table = Table(
+        title=f"kvref replay --curve: {trace.source}, {len(trace.requests)} requests in blocks of {trace.block_size} "
+        f"tokens; lru and lru-leaf, exact at every capacity from {curve.smallest:,} (the longest request)"
+    )
+    for column in ("blocks", "block hits", "token hits"):
+        table.add_column(column, justify="right", overflow="fold")
+    for point in points:
+        table.add_row(f"{point['capacity']:,}", f"{point['block_hit_rate']:.2%}", f"{point['token_hit_rate']:.2%}")
+    print_table(table)
     return 0
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from kvref.reports.plotting import capacity_axis, finish_figure, pyplot, series_style
+from kvref.simulation.curves import HitRateCurve
 from kvref.simulation.replay import ReplayResult
 
-__all__ = ["render_markdown", "write_replay_report"]
+__all__ = ["render_markdown", "write_curve_report", "write_replay_report"]
 
 
 def render_markdown(results: list[ReplayResult], title: str, backend_runs: Sequence[ReplayResult] = ()) -> str:
@@ -96,3 +98,28 @@ def write_replay_report(
     plot = out_dir / "hit-rate.png"
     _plot(results, title, plot)
     return [data, summary, plot]
+
+
+def write_curve_report(curve: HitRateCurve, out_dir: Path, *, title: str) -> list[Path]:
+    """Write ``curve.json`` (block and token hits at every capacity of ``curve``) and ``curve.png`` (both
+    hit rates against capacity, with the rate of a cache that never evicts) under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / "curve.json"
+    data.write_text(json.dumps(asdict(curve)) + "\n", encoding="utf-8")
+    plt = pyplot("the curve plot")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    capacities = range(curve.smallest, curve.largest + 1)
+    for index, (name, hits, total) in enumerate(
+        (("token hit rate", curve.token_hits, curve.tokens), ("block hit rate", curve.block_hits, curve.blocks))
+    ):
+        style = {**series_style(index, name), "marker": None}
+        ax.plot(capacities, [100 * h / total if total else 0.0 for h in hits], label=f"lru, lru-leaf: {name}", **style)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(
+        f"cache capacity (blocks of {curve.block_size} tokens), from the longest request ({curve.smallest:,})"
+    )
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("hit rate (%)")
+    plot = out_dir / "curve.png"
+    finish_figure(plt, fig, ax, title, plot)
+    return [data, plot]
