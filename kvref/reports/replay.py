@@ -115,6 +115,8 @@ def write_curve_report(curve: HitRateCurve, out_dir: Path, *, title: str) -> lis
         style = {**series_style(index, name), "marker": None}
         ax.plot(capacities, [100 * h / total if total else 0.0 for h in hits], label=f"lru, lru-leaf: {name}", **style)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel(
         f"cache capacity (blocks of {curve.block_size} tokens), from the longest request ({curve.smallest:,})"
     )
