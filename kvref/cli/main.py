@@ -5,6 +5,7 @@
 ``kvref serve-replay``   replay requests overlapping in time through the request manager; cache sizing
 ``kvref traces``         the public traces kvref knows: list them, fetch one with its checksum checked
 ``kvref conformance``    run the conformance suite on a backend (``--backend NAME``)
+``kvref events check``   check a recorded KV-event stream: the first event no conforming cache sends
 ``kvref report``         render conformance results files as one Markdown matrix
 ``kvref spec check``     lint the spec, write ``spec/rules.json``, report rule coverage by tests
 ``kvref spec show RULE``  print a rule's text, from ./spec or the copy installed with kvref
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 from kvref.cli import arguments as arg
 from kvref.cli.commands import run_backends, run_conformance, run_spec
+from kvref.cli.events import run_events
 from kvref.cli.replay import run_replay
 from kvref.cli.report import run_report
 from kvref.cli.serving import add_serving_commands
@@ -112,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--out", type=arg.output_directory, help="directory for replay.json, replay.md and hit-rate.png")
     rep.add_argument(
+        "--events",
+        type=arg.output_file,
+        help="write the cache's KV events of the one replay asked for here (kvref events check reads them)",
+    )
+    rep.add_argument(
         "--backends",
         action="store_true",
         help="also replay the largest capacity (first policy) on every usable backend: speed, and the same counts",
@@ -136,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--no-shrink", action="store_true", help="detection only: skip Hypothesis's shrink phase")
     conf.add_argument("pytest_args", nargs="*", help="after --: arguments passed on to pytest")
     conf.set_defaults(func=run_conformance)
+
+    events = sub.add_parser("events", help="check a recorded KV-event stream as a router would rebuild it")
+    events.add_argument("action", choices=["check"], help="check: report the first event no conforming cache sends")
+    events.add_argument(
+        "stream", type=arg.existing_path, help="a stream in kvref's JSON Lines form (kvref replay --events)"
+    )
+    events.add_argument("--json", action="store_true", help="machine-readable output")
+    events.set_defaults(func=run_events)
 
     report = sub.add_parser("report", help="render results files as a Markdown conformance matrix")
     report.add_argument(

@@ -29,6 +29,12 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.curve:
         return run_curve(args, settings)
     runs = planned_runs(args, settings)
+    if args.events and (len(runs) != 1 or runs[0][1] == "belady" or runs[0][1].startswith("radix-")):
+        from kvref.contract.errors import ConfigError
+
+        raise ConfigError(
+            "PFX-323", "--events records one replay of the hash-block cache: give one --capacity and one --policy"
+        )
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
     results = []
@@ -44,10 +50,17 @@ def run_replay(args: argparse.Namespace) -> int:
 
                 results.append(radix_replay(trace, capacity, policy=policy.removeprefix("radix-"), warmup=args.warmup))
             else:
-                pool = create_pool(capacity + 1, backend=settings.backend, policy=policy, device=args.device)
+                pool = create_pool(
+                    capacity + 1, backend=settings.backend, policy=policy, device=args.device, events=bool(args.events)
+                )
                 results.append(
                     replay(trace, pool, warmup=args.warmup, backend=settings.backend, stepwise=args.stepwise)
                 )
+                if args.events:
+                    from kvref.simulation.event_streams import write_stream
+
+                    written = write_stream(pool.take_events(), Path(args.events))
+                    print(f"wrote {written:,} events to {args.events}", file=sys.stderr)
             advance()
     compared = compare_backends(trace, results, args) if args.backends else []
     if args.out:

@@ -1,0 +1,25 @@
+"""``kvref events check``: a recorded KV-event stream, checked as a router would rebuild it (PFX-322, PFX-323)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["run_events"]
+
+
+def run_events(args: argparse.Namespace) -> int:
+    """Check the stream ``args.stream``: 0 when a conforming cache could have sent it, 1 with the first
+    event that breaks PFX-322 and the window that shows it."""
+    from kvref.simulation.event_streams import check_stream, read_stream
+
+    count, finding = check_stream(read_stream(Path(args.stream)))
+    if args.json:
+        print(json.dumps({"events": count, "finding": None if finding is None else finding.to_json()}, indent=1))
+    elif finding is None:
+        print(f"{args.stream}: {count:,} events, each one a conforming cache could have sent (PFX-322)")
+    else:
+        print(f"{args.stream}: the first of {count:,} events read that no conforming cache could have sent:")
+        print(finding.describe())
+    return 0 if finding is None else 1
