@@ -256,6 +256,8 @@ def peer_vllm(session: nox.Session) -> None:
         "-k",
         "Stateful or scheduler_traffic",
     )
+    # The exact lru curve (TRACE-1023) against vLLM's real BlockPool, three capacities of each workload.
+    session.run("python", "scripts/curve_against_peer.py", "--backend", "vllm")
 
 
 @nox.session(name="bench-peers", python=PYTHON)

@@ -86,3 +86,13 @@ def test_replay_curve_prints_doubling_capacities_and_writes_the_whole_curve(
 def test_replay_curve_refuses_what_it_does_not_compute(clash: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--curve", *clash]) == 2
     assert "[TRACE-1023]" in capsys.readouterr().err
+
+
+@rule("TRACE-1023")
+def test_the_peer_check_agrees_on_the_oracle_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "curve_against_peer.py"))
+    assert script["main"](["--backend", "oracle"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 * len(WORKLOADS) and all(line.endswith("agree") for line in lines), lines
