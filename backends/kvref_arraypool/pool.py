@@ -44,7 +44,7 @@ from kvref.contract.errors import (
     InvariantViolation,
 )
 from kvref.contract.events import CacheCounters, KVEvent, PrefixCacheStats
-from kvref.contract.pausing import PausedHolders
+from kvref.contract.pausing import PauseCalls, PausedHolders
 from kvref.contract.policies import EvictionPolicy, as_policy
 from kvref.contract.protocol import STANDARD_CAPABILITIES, BlockState
 from kvref.contract.shape import PoolShape
@@ -73,7 +73,7 @@ __all__ = ["ArrayBlockPool"]
 
 
 @contain_faults
-class ArrayBlockPool(PoolShape):
+class ArrayBlockPool(PoolShape, PauseCalls):
     """Block pool and hash prefix cache over device arrays; the oracle's semantics (chapters 00-05).
 
     ``ArrayBlockPool(num_blocks, *, ops, policy="lru", reserved_ids=(0,), paused_limit=0,
@@ -199,35 +199,6 @@ class ArrayBlockPool(PoolShape):
 
     def _references_of(self, holder: Hashable) -> int:
         return self.holder_ids.references_of(holder)
-
-    # ------------------------------------------------------------ paused holders
-
-    @property
-    def paused_limit(self) -> int:
-        """The soft limit on references held by paused holders (POOL-113)."""
-        return self.paused.limit
-
-    @property
-    def paused_used(self) -> int:
-        """References held by paused holders (POOL-113)."""
-        return self.paused.used()
-
-    @property
-    def paused_excess(self) -> int:
-        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
-        return self.paused.excess()
-
-    def pause(self, holder: Hashable) -> None:
-        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
-        self.paused.pause(holder)
-
-    def resume(self, holder: Hashable) -> None:
-        """Mark a paused ``holder`` active again (POOL-121)."""
-        self.paused.resume(holder)
-
-    def is_paused(self, holder: Hashable) -> bool:
-        """Whether ``holder`` is paused."""
-        return self.paused.is_paused(holder)
 
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the prefix index knows of ``block_hash`` (the explainers' view, :mod:`kvref.contract.checks`)."""

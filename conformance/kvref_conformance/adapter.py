@@ -32,7 +32,7 @@ from kvref.contract.errors import (
     ReservedBlockError,
     StaleBlockError,
 )
-from kvref.contract.pausing import PausedHolders
+from kvref.contract.pausing import PauseCalls, PausedHolders
 from kvref.contract.protocol import BlockState
 from kvref.contract.shape import PoolShape
 from kvref.contract.validate import (
@@ -79,7 +79,7 @@ def checked_registration(
     return ids, hs, parent
 
 
-class HeldReferences(PoolShape):
+class HeldReferences(PoolShape, PauseCalls):
     """The caller-side record an engine keeps around its allocator: who holds which block, generations.
 
     Shared by :class:`ForeignPoolAdapter` and the peer adapters (``kvref_conformance.peers``).
@@ -122,35 +122,6 @@ class HeldReferences(PoolShape):
 
     def _references_of(self, holder: Hashable) -> int:
         return self._held.get(holder, 0)
-
-    # ------------------------------------------------------------ paused holders
-
-    @property
-    def paused_limit(self) -> int:
-        """The soft limit on references held by paused holders (POOL-113)."""
-        return self.paused.limit
-
-    @property
-    def paused_used(self) -> int:
-        """References held by paused holders (POOL-113)."""
-        return self.paused.used()
-
-    @property
-    def paused_excess(self) -> int:
-        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
-        return self.paused.excess()
-
-    def pause(self, holder: Hashable) -> None:
-        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
-        self.paused.pause(holder)
-
-    def resume(self, holder: Hashable) -> None:
-        """Mark a paused ``holder`` active again (POOL-121)."""
-        self.paused.resume(holder)
-
-    def is_paused(self, holder: Hashable) -> bool:
-        """Whether ``holder`` is paused."""
-        return self.paused.is_paused(holder)
 
     def _check(self, ids: list[int], holder: Hashable, generations: Any, op: str, *, sharing: bool) -> None:
         """Refuse, before any foreign call, what the oracle refuses: a release (or, ``sharing``, an acquire)."""

@@ -2,7 +2,8 @@
 
 :class:`PausedHolders` keeps which holders are paused and the soft limit on the references they
 hold; it asks the pool how many references a holder holds through the function it was given. A
-pool holds one and answers the :class:`~kvref.contract.protocol.SupportsPause` protocol through it.
+pool holds one and answers the :class:`~kvref.contract.protocol.SupportsPause` protocol through it
+(:class:`PauseCalls`: the protocol's six members, each the call of ``self.paused`` it names).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from kvref.contract.errors import PausedHolderError
 from kvref.contract.validate import as_holder
 
-__all__ = ["PausedHolders", "budget_line", "pool_budget_line"]
+__all__ = ["PauseCalls", "PausedHolders", "budget_line", "pool_budget_line"]
 
 
 def budget_line(total_used: int, total: int, active_used: int, paused_used: int, paused: int) -> str:
@@ -84,3 +85,38 @@ class PausedHolders:
     def clear(self) -> None:
         """No holder is paused (POOL-124)."""
         self.holders.clear()
+
+
+class PauseCalls:
+    """The :class:`~kvref.contract.protocol.SupportsPause` members of a pool that holds its paused
+    holders as ``self.paused`` (a :class:`PausedHolders`): each answers through it, written once for
+    the oracle, the array core and the adapters."""
+
+    paused: PausedHolders
+
+    @property
+    def paused_limit(self) -> int:
+        """The soft limit on references held by paused holders (POOL-113)."""
+        return self.paused.limit
+
+    @property
+    def paused_used(self) -> int:
+        """References held by paused holders (POOL-113)."""
+        return self.paused.used()
+
+    @property
+    def paused_excess(self) -> int:
+        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
+        return self.paused.excess()
+
+    def pause(self, holder: Hashable) -> None:
+        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
+        self.paused.pause(holder)
+
+    def resume(self, holder: Hashable) -> None:
+        """Mark a paused ``holder`` active again (POOL-121)."""
+        self.paused.resume(holder)
+
+    def is_paused(self, holder: Hashable) -> bool:
+        """Whether ``holder`` is paused."""
+        return self.paused.is_paused(holder)

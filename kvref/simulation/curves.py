@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvref.contract.validate import prefix_tree_violation
 from kvref.simulation.replay import check_warmup, warmup_cut
 from kvref.simulation.traces import Trace, TraceError
 
@@ -79,16 +80,9 @@ def lru_curve(trace: Trace, warmup: float = 0.0) -> HitRateCurve:
     for index, request in enumerate(trace.requests):
         ids, n = request.block_ids, len(request.block_ids)
         longest = max(longest, n)
-        parent = None
-        for h in ids:
-            known = parent_of.setdefault(h, parent)
-            if known != parent:
-                raise TraceError(
-                    "TRACE-1006", f"curve: request {index}: block {h} after {parent}, elsewhere after {known}"
-                )
-            parent = h
-        if len(set(ids)) != n:
-            raise TraceError("TRACE-1006", f"curve: request {index} names a block twice")
+        violation = prefix_tree_violation(ids, parent_of)
+        if violation is not None:
+            raise TraceError("TRACE-1006", f"curve: request {index}: {violation[1]}")
         if index >= first:
             blocks += n
             tokens += request.input_length

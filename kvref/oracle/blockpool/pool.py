@@ -28,7 +28,7 @@ from kvref.contract.checks import HashEntry, explain_register
 from kvref.contract.containment import contain_faults
 from kvref.contract.errors import CacheInUseError, InvalidTypeError, InvalidValueError
 from kvref.contract.events import CacheCounters, KVEvent, PrefixCacheStats
-from kvref.contract.pausing import PausedHolders
+from kvref.contract.pausing import PauseCalls, PausedHolders
 from kvref.contract.policies import EvictionPolicy, as_policy
 from kvref.contract.protocol import STANDARD_CAPABILITIES, BlockState, ReplayedBatch
 from kvref.contract.shape import PoolShape
@@ -67,7 +67,7 @@ class PoolParts:
 
 
 @contain_faults
-class OracleBlockPool(PoolShape):
+class OracleBlockPool(PoolShape, PauseCalls):
     """Block pool and hash prefix cache, the reference semantics of kvref (chapters 00-05).
 
     ``OracleBlockPool(num_blocks, *, policy="lru", reserved_ids=(0,), paused_limit=0,
@@ -177,35 +177,6 @@ class OracleBlockPool(PoolShape):
 
     def _references_of(self, holder: Hashable) -> int:
         return self.blocks.held.get(holder, 0)
-
-    # ------------------------------------------------------------ paused holders
-
-    @property
-    def paused_limit(self) -> int:
-        """The soft limit on references held by paused holders (POOL-113)."""
-        return self.paused.limit
-
-    @property
-    def paused_used(self) -> int:
-        """References held by paused holders (POOL-113)."""
-        return self.paused.used()
-
-    @property
-    def paused_excess(self) -> int:
-        """How far paused holders are over the soft limit; never makes a call fail (POOL-113, POOL-120)."""
-        return self.paused.excess()
-
-    def pause(self, holder: Hashable) -> None:
-        """Mark ``holder`` paused: it keeps its references but may take no new ones (POOL-114, POOL-121)."""
-        self.paused.pause(holder)
-
-    def resume(self, holder: Hashable) -> None:
-        """Mark a paused ``holder`` active again (POOL-121)."""
-        self.paused.resume(holder)
-
-    def is_paused(self, holder: Hashable) -> bool:
-        """Whether ``holder`` is paused."""
-        return self.paused.is_paused(holder)
 
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the prefix index knows of ``block_hash`` (the explainers' view, :mod:`kvref.contract.checks`)."""
