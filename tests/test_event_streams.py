@@ -146,6 +146,7 @@ def test_replay_refuses_to_record_events_of_more_than_one_replay(capsys: pytest.
     assert "[PFX-323]" in capsys.readouterr().err
 
 
+@rule("PFX-322", "PFX-323")
 def test_written_streams_read_back_event_for_event(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     assert write_stream((e.event for e in STREAM), path) == len(STREAM)
