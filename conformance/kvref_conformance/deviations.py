@@ -11,6 +11,10 @@ A file ``deviations/<name>.toml`` inside this package (or any file given with
 ``test`` is matched against the end of each test id (parametrization may be left out). Matching
 tests become strict xfails: a deviation that stops failing fails the run, so fixed bugs are
 noticed. Entries that match no test are reported.
+
+An entry may carry ``versions``, a PEP 440 specifier (``versions = ">=0.5.10"``): it then applies
+only to releases inside it, so that one file serves every release of an engine, a bug fixed in
+one release and one brought in by another included. An entry without it applies to every release.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 __all__ = ["Deviation", "load_deviations"]
 
@@ -31,7 +38,18 @@ class Deviation:
     test: str
     reason: str
     link: str
+    versions: SpecifierSet | None = None
     used: bool = False
+
+    def applies_to(self, version: str) -> bool:
+        """Whether this entry holds for release ``version``: always without ``versions``, and also
+        for a version that is not PEP 440 (a build from a work tree), taken to be the newest."""
+        if self.versions is None:
+            return True
+        try:
+            return Version(version) in self.versions
+        except InvalidVersion:
+            return True
 
     def matches(self, nodeid: str) -> bool:
         """Whether ``nodeid`` is the test this entry names (with or without parameters)."""
@@ -55,12 +73,18 @@ def _read(path: Path) -> list[Deviation]:
         missing = {"test", "reason", "link"} - set(entry)
         if missing:
             raise ValueError(f"{path}: deviation {i} lacks {sorted(missing)}")
-        out.append(Deviation(str(entry["test"]), str(entry["reason"]), str(entry["link"])))
+        try:
+            versions = SpecifierSet(str(entry["versions"])) if "versions" in entry else None
+        except InvalidSpecifier:
+            said = entry["versions"]
+            raise ValueError(f"{path}: deviation {i}: versions {said!r} is not a PEP 440 specifier") from None
+        out.append(Deviation(str(entry["test"]), str(entry["reason"]), str(entry["link"]), versions))
     return out
 
 
-def load_deviations(target_name: str, extra: str | None = None) -> list[Deviation]:
-    """The shipped deviations of ``target_name`` plus those in ``extra``."""
+def load_deviations(target_name: str, extra: str | None = None, version: str | None = None) -> list[Deviation]:
+    """The shipped deviations of ``target_name`` plus those in ``extra``; with ``version``, only
+    those that apply to that release (:meth:`Deviation.applies_to`)."""
     safe = target_name.replace(":", "_").replace("/", "_")
     paths = [_HERE / f"{safe}.toml"]
     if extra:
@@ -69,4 +93,4 @@ def load_deviations(target_name: str, extra: str | None = None) -> list[Deviatio
     for path in paths:
         if path.is_file():
             out.extend(_read(path))
-    return out
+    return [d for d in out if version is None or d.applies_to(version)]

@@ -165,7 +165,7 @@ def _item_target(item: pytest.Item) -> Target | None:
 def _deviations_for(config: pytest.Config, target: Target) -> list[Deviation]:
     known = config.stash[_DEVIATIONS]
     if target.name not in known:
-        known[target.name] = load_deviations(target.name, config.getoption("kvref_deviations"))
+        known[target.name] = load_deviations(target.name, config.getoption("kvref_deviations"), target.version)
     return known[target.name]
 
 
