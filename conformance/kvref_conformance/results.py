@@ -4,7 +4,8 @@ One JSON file per implementation (``<dir>/<name>.json``): the target (name, vers
 capabilities, profile), the Hypothesis profile, per rule its tests' outcomes and status, per
 chapter a status (``pass``, ``partial``, ``fail``, ``unsupported``), every failure with its
 replay (the report text, which for a state machine holds Hypothesis's minimal program), state
-machine steps per second and known deviations that matched no test. ``kvref report`` renders
+machine steps per second, known deviations that matched no test, and how many seconds into the
+run each failure was seen (``failed_after_seconds``: the time a bug takes to be found). ``kvref report`` renders
 a directory of these files as one conformance matrix.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,7 @@ class ResultsRecorder:
         self.targets: dict[str, _TargetResults] = {}
         self.steps: dict[str, dict[str, float]] = {}
         self.unmatched: dict[str, list[str]] = {}
+        self.started = time.monotonic()
 
     def record(self, implementation: dict[str, Any], nodeid: str, rules: list[str], report: Any) -> None:
         """Note one report phase of one test of ``implementation`` (:func:`describe`)."""
@@ -97,6 +100,7 @@ class ResultsRecorder:
         if outcome == "failed" or entry["outcome"] == "passed":
             entry["outcome"] = outcome
         if outcome == "failed":
+            entry.setdefault("failed_after_seconds", round(time.monotonic() - self.started, 1))
             text = _clip(str(report.longrepr))
             # the first failure (the test itself) leads; a later one (teardown) is appended
             entry["replay"] = f"{entry['replay']}\n\n[{report.when}] {text}" if "replay" in entry else text
@@ -131,7 +135,12 @@ class ResultsRecorder:
             chapter["covered"] = sum(1 for s in chapter["rules"].values() if s == "pass")
             chapter["total"] = len(chapter["rules"])
         failures = [
-            {"test": nodeid, "rules": test["rules"], "replay": test["replay"]}
+            {
+                "test": nodeid,
+                "rules": test["rules"],
+                "replay": test["replay"],
+                "failed_after_seconds": test["failed_after_seconds"],
+            }
             for nodeid, test in data.tests.items()
             if test["outcome"] == "failed"
         ]
@@ -147,6 +156,7 @@ class ResultsRecorder:
             "failures": failures,
             "state_machines": {k: v for k, v in self.steps.items() if k.startswith(f"{name}:")},
             "unmatched_deviations": self.unmatched.get(name, []),
+            "seconds": round(time.monotonic() - self.started, 1),
         }
 
     def write(self, timestamp: float) -> list[Path]:

@@ -86,6 +86,7 @@ def test_a_state_machine_failure_shrinks_to_a_short_replay(tmp_path: Path) -> No
     code, output, results = run_suite("tests.meta.bugs:ScatterFree", tmp_path, "--", "-k", "Stateful and pool_behaves")
     assert code != 0, f"the pool machine missed ScatterFree:\n{output[-2000:]}"
     [failure] = results["failures"]
+    assert 0 <= failure["failed_after_seconds"] <= results["seconds"], "when the failure was seen is not in the run"
     replay = failure["replay"]
     rules = {
         name
