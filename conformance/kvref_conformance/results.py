@@ -5,7 +5,8 @@ capabilities, profile), the Hypothesis profile, per rule its tests' outcomes and
 chapter a status (``pass``, ``partial``, ``fail``, ``unsupported``), every failure with its
 replay (the report text, which for a state machine holds Hypothesis's minimal program), state
 machine steps per second, known deviations that matched no test, and how many seconds into the
-run each failure was seen (``failed_after_seconds``: the time a bug takes to be found). ``kvref report`` renders
+run each failure, and each failure a known deviation foresaw (``known_failures``), was seen
+(``failed_after_seconds``: the time a bug takes to be found). ``kvref report`` renders
 a directory of these files as one conformance matrix.
 """
 
@@ -99,8 +100,9 @@ class ResultsRecorder:
         )
         if outcome == "failed" or entry["outcome"] == "passed":
             entry["outcome"] = outcome
-        if outcome == "failed":
+        if outcome in ("failed", "xfailed"):
             entry.setdefault("failed_after_seconds", round(time.monotonic() - self.started, 1))
+        if outcome == "failed":
             text = _clip(str(report.longrepr))
             # the first failure (the test itself) leads; a later one (teardown) is appended
             entry["replay"] = f"{entry['replay']}\n\n[{report.when}] {text}" if "replay" in entry else text
@@ -144,6 +146,16 @@ class ResultsRecorder:
             for nodeid, test in data.tests.items()
             if test["outcome"] == "failed"
         ]
+        known_failures = [
+            {
+                "test": nodeid,
+                "rules": test["rules"],
+                "reason": test["reason"],
+                "failed_after_seconds": test["failed_after_seconds"],
+            }
+            for nodeid, test in data.tests.items()
+            if test["outcome"] == "xfailed"
+        ]
         return {
             "format": 1,
             "implementation": data.implementation,
@@ -154,6 +166,7 @@ class ResultsRecorder:
             "chapters": chapters,
             "rules": rules,
             "failures": failures,
+            "known_failures": known_failures,
             "state_machines": {k: v for k, v in self.steps.items() if k.startswith(f"{name}:")},
             "unmatched_deviations": self.unmatched.get(name, []),
             "seconds": round(time.monotonic() - self.started, 1),

@@ -1,7 +1,7 @@
 """Chapter 07's differential machine: a scheduler drives the target's manager and the oracle's side by side.
 
-Requests arrive with shared prefixes (and cache salts), prefill in chunks, decode one token at a
-time with speculative lookahead slots, get preempted under pressure (the last running request
+Requests arrive with shared prefixes (and namespaces: cache salts and adapters), prefill in chunks,
+decode one token at a time with speculative lookahead slots, get preempted under pressure (the last running request
 first, as vLLM's FCFS scheduler does) and resume, finish; the cache is reset now and then. Every
 call goes to the implementation and to :class:`~kvref.oracle.manager.RequestManager` over the
 oracle pool, each with its own request objects, and their answers must agree: hits in tokens,
@@ -30,7 +30,9 @@ __all__ = ["RequestSchedulerMachine"]
 
 #: Three prompt families over a tiny alphabet: requests of one family share prefixes.
 FAMILIES = tuple(tuple((f * 7 + i * i) % 5 + 10 * f for i in range(40)) for f in range(3))
-SALTS = (None, None, "tenant-b")
+#: A request's namespace, (adapter, cache salt): mostly none, else one name as a salt or as an
+#: adapter, so that two namespaces spelled alike meet in the cache and must stay apart (HASH-205).
+NAMESPACES = ((None, None), (None, None), (None, "tenant-b"), ("tenant-b", None))
 #: Prompt lengths: mostly whole blocks (of 2 and of 4), so that whole prompts hit whole (REQ-701).
 LENGTHS = st.sampled_from((1, 3, 4, 8, 12, 16, 20, 24))
 #: The longest a request grows; ``max_model_len`` is below it, so that lookahead meets the cap (REQ-720).
@@ -91,14 +93,20 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ helpers
 
-    def new_request(self, family: int, length: int, suffix: tuple[int, ...], salt: str | None) -> str:
+    def new_request(
+        self, family: int, length: int, suffix: tuple[int, ...], namespace: tuple[str | None, str | None]
+    ) -> str:
         self.serial += 1
         rid = f"r{self.serial}"
         tokens = list(FAMILIES[family][:length]) + list(suffix)
-        made = [Request(rid, tokens, block_size=self.block_size, cache_salt=salt, algorithm="xxh3_64") for _ in "io"]
+        adapter, salt = namespace
+        made = [
+            Request(rid, tokens, block_size=self.block_size, adapter=adapter, cache_salt=salt, algorithm="xxh3_64")
+            for _ in "io"
+        ]
         self.pairs[rid] = (made[0], made[1])
         self.waiting.append(rid)
-        note(f"{rid} = Request({rid!r}, {tokens}, cache_salt={salt!r})")
+        note(f"{rid} = Request({rid!r}, {tokens}, adapter={adapter!r}, cache_salt={salt!r})")
         return rid
 
     def write(self, rid: str, start: int, end: int) -> None:
@@ -144,10 +152,12 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         family=st.integers(0, 2),
         length=LENGTHS,
         suffix=st.lists(st.integers(90, 92), max_size=3).map(tuple),
-        salt=st.sampled_from(SALTS),
+        namespace=st.sampled_from(NAMESPACES),
     )
-    def arrive(self, family: int, length: int, suffix: tuple[int, ...], salt: str | None) -> None:
-        self.new_request(family, length, suffix, salt)
+    def arrive(
+        self, family: int, length: int, suffix: tuple[int, ...], namespace: tuple[str | None, str | None]
+    ) -> None:
+        self.new_request(family, length, suffix, namespace)
 
     def computed_blocks(self, rid: str) -> tuple[tuple[Any, Any], int]:
         """``get_computed_blocks`` on both sides, which must agree on the tokens hit: the hits to hand
@@ -303,16 +313,25 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         assert got == want, f"[REQ-715] reset_prefix_cache() returned {got}, the oracle {want}"
         note(f"reset_prefix_cache() -> {got}")
 
-    @rule(family=st.integers(0, 2), length=LENGTHS, salt=st.sampled_from(SALTS))
-    def probe(self, family: int, length: int, salt: str | None) -> None:
+    @rule(family=st.integers(0, 2), length=LENGTHS, namespace=st.sampled_from(NAMESPACES))
+    def probe(self, family: int, length: int, namespace: tuple[str | None, str | None]) -> None:
         """What the cache holds now: a fresh prompt's computed blocks on both sides (eviction order shows here)."""
         tokens = list(FAMILIES[family][:length])
         made = [
-            Request("probe", tokens, block_size=self.block_size, cache_salt=salt, algorithm="xxh3_64") for _ in "io"
+            Request(
+                "probe",
+                tokens,
+                block_size=self.block_size,
+                adapter=namespace[0],
+                cache_salt=namespace[1],
+                algorithm="xxh3_64",
+            )
+            for _ in "io"
         ]
         (hits_i, got), (_, want) = self.impl.get_computed_blocks(made[0]), self.oracle.get_computed_blocks(made[1])
         assert got == want, (
-            f"[REQ-704] get_computed_blocks of family {family}'s first {length} tokens (salt {salt!r}): {got} "
+            f"[REQ-704] get_computed_blocks of family {family}'s first {length} tokens "
+            f"(adapter, salt {namespace!r}): {got} "
             f"tokens hit, the oracle finds {want}: the two caches hold different blocks (eviction order, REQ-713)"
         )
         size = self.block_size

