@@ -159,9 +159,12 @@ class SglangSlots:
         return self.size // self.page_size
 
     def is_allocated(self, slot: int) -> bool:
-        """Whether ``slot``'s page is on neither of SGLang's lists (an observation: its free and release lists)."""
+        """Whether ``slot``'s page is on none of SGLang's lists (an observation): its free list and the
+        pages freed but not yet merged into it (``release_pages``, or from 0.5.20 the paged
+        allocator's ``staged_pages``, a list of tensors)."""
         page = slot // self.page_size
-        lists = [p for p in (self.allocator.free_pages, self.allocator.release_pages) if p is not None]
+        staged = getattr(self.allocator, "staged_pages", None) or []
+        lists = [p for p in (self.allocator.free_pages, self.allocator.release_pages, *staged) if p is not None]
         return 0 < page <= self.num_pages and not any(page in self._torch.as_tensor(p).tolist() for p in lists)
 
 
