@@ -136,26 +136,21 @@ class ResultsRecorder:
             chapter["status"] = _status(list(chapter["rules"].values()))
             chapter["covered"] = sum(1 for s in chapter["rules"].values() if s == "pass")
             chapter["total"] = len(chapter["rules"])
-        failures = [
-            {
-                "test": nodeid,
-                "rules": test["rules"],
-                "replay": test["replay"],
-                "failed_after_seconds": test["failed_after_seconds"],
-            }
-            for nodeid, test in data.tests.items()
-            if test["outcome"] == "failed"
-        ]
-        known_failures = [
-            {
-                "test": nodeid,
-                "rules": test["rules"],
-                "reason": test["reason"],
-                "failed_after_seconds": test["failed_after_seconds"],
-            }
-            for nodeid, test in data.tests.items()
-            if test["outcome"] == "xfailed"
-        ]
+
+        def listed(outcome: str, said: str) -> list[dict[str, Any]]:
+            """The tests with ``outcome``, each with what it said (its ``replay`` or its ``reason``)."""
+            return [
+                {
+                    "test": nodeid,
+                    "rules": test["rules"],
+                    said: test[said],
+                    "failed_after_seconds": test["failed_after_seconds"],
+                }
+                for nodeid, test in data.tests.items()
+                if test["outcome"] == outcome
+            ]
+
+        failures, known_failures = listed("failed", "replay"), listed("xfailed", "reason")
         return {
             "format": 1,
             "implementation": data.implementation,
