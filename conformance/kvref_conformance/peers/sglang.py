@@ -20,6 +20,7 @@ resolve here (its CUDA pins).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from functools import cache
 from importlib import metadata
@@ -168,6 +169,20 @@ class SglangSlots:
         return 0 < page <= self.num_pages and not any(page in self._torch.as_tensor(p).tolist() for p in lists)
 
 
+#: The oldest release whose allocators the adapter drives (their ``need_sort`` argument), and the
+#: oldest whose radix caches and paged step allocations it drives (``lock``/``unlock``,
+#: ``path_device_indices``, ``MatchResult.device_prefix_len``, a CPU ``alloc_extend``).
+OLDEST_ALLOCATOR = (0, 5, 1)
+OLDEST_RADIX = (0, 5, 22)
+
+
+def _release() -> tuple[int, ...]:
+    """The installed sglang's release numbers, ``(0, 5, 23)`` for 0.5.23."""
+    from packaging.version import Version
+
+    return Version(metadata.version("sglang")).release
+
+
 @cache
 def _radix_cache_imports() -> bool:
     """Whether SGLang's ``RadixCache`` imports here (it needs ``transformers``; ``nox -s peer-sglang`` has it)."""
@@ -210,7 +225,11 @@ class SglangBackend:
 
     def availability(self) -> str | None:
         """None when SGLang's allocators import; else why not and how to install them."""
+        from kvref_conformance.peers.sglang_radix import make_sglang_importable
+
         try:
+            with contextlib.suppress(ModuleNotFoundError):  # without transformers SGLang's import says what is missing
+                make_sglang_importable()
             import sglang.srt.mem_cache.allocator  # noqa: F401
         except ModuleNotFoundError as exc:
             if exc.name == "sglang" or (exc.name or "").startswith("sglang."):
@@ -218,6 +237,9 @@ class SglangBackend:
             return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # SGLang raises more than ImportError when a dependency is missing
             return f"sglang's allocators do not import ({type(exc).__name__}: {exc}); {INSTALL}"
+        if _release() < OLDEST_ALLOCATOR:
+            oldest = ".".join(map(str, OLDEST_ALLOCATOR))
+            return f"sglang {self.version()} is older than {oldest}, the oldest allocator the adapter drives; {INSTALL}"
         return None
 
     def device(self, requested: str | None = None) -> str:
@@ -231,12 +253,17 @@ class SglangBackend:
 
         The token allocator hands slots out in chapter 06's order (``slot-order``); the paged one
         puts freed pages at the front of its free list when it does not sort, by design, so it is
-        compared by counts only.
+        compared by counts only. Before :data:`OLDEST_RADIX` the radix caches lack the surface the
+        adapter drives (``lock``, ``path_device_indices``) and the paged ``alloc_extend`` runs only as
+        a Triton kernel, so those releases are judged on their allocators alone.
         """
         order = {"slot-order"} if self.page_size == 1 else set()
         imports = _unified_cache_imports() if self.unified else _radix_cache_imports()
-        radix = {"radix-cache", "radix-events"} if imports else set()  # events rewritten by content (sglang_events)
-        return frozenset({"pause", "policy-lru", "token-slots", "slot-extend", *order, *radix})
+        current = _release() >= OLDEST_RADIX
+        # events rewritten by content (sglang_events)
+        radix = {"radix-cache", "radix-events"} if imports and current else set()
+        extend = {"slot-extend"} if current else set()
+        return frozenset({"pause", "policy-lru", "token-slots", *extend, *order, *radix})
 
     def create_slots(
         self, size: int, *, page_size: int = 1, sort: bool = True, device: str | None = None

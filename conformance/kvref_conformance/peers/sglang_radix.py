@@ -36,7 +36,7 @@ from typing import Any
 from kvref.oracle.radix import LockReceipt, MatchResult
 from kvref_conformance.peers.sglang_events import SglangEventTranslator, key_namespace
 
-__all__ = ["SglangRadixTree", "cache_params", "load_radix_cache"]
+__all__ = ["SglangRadixTree", "cache_params", "load_radix_cache", "make_sglang_importable"]
 
 
 def _stand_in_for_torchvision() -> None:
@@ -48,23 +48,28 @@ def _stand_in_for_torchvision() -> None:
             raise AttributeError(name)
         return type(name, (), {})
 
-    parent: types.ModuleType | None = None
-    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
+    # older releases' utilities import torchvision.io at module level as well
+    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional", "torchvision.io"):
         module = types.ModuleType(name)
         module.__path__ = []
         module.__file__ = f"<kvref stand-in for {name}>"
         module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         module.__getattr__ = attribute  # type: ignore[method-assign]
         sys.modules[name] = module
-        if parent is not None:
-            setattr(parent, name.rsplit(".", 1)[1], module)
-        parent = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+
+
+def make_sglang_importable() -> None:
+    """Put the empty ``torchvision`` in place where it is missing (see the module), once."""
+    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
+        _stand_in_for_torchvision()
 
 
 def load_radix_cache() -> Any:
     """``sglang.srt.mem_cache.radix_cache``, importable on a CPU-only torch (see the module)."""
-    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
-        _stand_in_for_torchvision()
+    make_sglang_importable()
     import sglang.srt.mem_cache.radix_cache as radix_cache
 
     return radix_cache

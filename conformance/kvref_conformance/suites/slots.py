@@ -9,6 +9,7 @@ the counts always, the very slots where the target declares ``slot-order``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,23 @@ class SlotAllocatorSuite(ConformanceSuite):
         refused(a, a.free_group_end, "RADIX-607", "free_group_end without a group")
         a.free_group_begin()
         refused(a, a.free_group_begin, "RADIX-607", "a nested free_group_begin")
+
+    @rule("RADIX-606", "RADIX-607")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_ending_a_group_a_second_time_releases_nothing_again(self, impl: Target, page: int) -> None:
+        a = slots(impl, 8 * page, page_size=page)
+        got = a.alloc(3 * page) or []
+        a.free_group_begin()
+        a.free(got[:page])
+        a.free_group_end()
+        before = a.available_size()
+        with contextlib.suppress(KVRefError):  # RADIX-607 refuses it; refused or not, it releases nothing
+            a.free_group_end()
+        after = a.available_size()
+        assert after == before, (
+            f"[RADIX-606] a second free_group_end released the group's slots again: available_size {after}, "
+            f"was {before} (capacity {8 * page})"
+        )
 
     @rule("RADIX-606", "RADIX-607")
     @pytest.mark.parametrize("page", PAGES)
