@@ -26,7 +26,15 @@ from typing import Any
 
 from packaging.version import Version
 
-from kvref_conformance.corpus import Bug, corpus_table, judge, load_corpus, read_results
+from kvref_conformance.corpus import (
+    Bug,
+    corpus_table,
+    judge,
+    load_corpus,
+    read_results,
+    unreported_findings,
+    unreported_section,
+)
 
 RESULTS = Path("results/bug-corpus")
 TABLE = Path("results/bug-corpus.md")
@@ -155,6 +163,15 @@ def _finding(bug: Bug, results: dict[tuple[str, str], dict[str, Any]]) -> dict[s
     return judge(bug, results[bug.backend, bug.buggy], fixed).as_json()
 
 
+def judged_releases() -> dict[str, str]:
+    """Each backend's releases with committed verdicts (``results/verdicts/<name>-<device>@<version>.json``)."""
+    releases: dict[str, list[str]] = {}
+    for path in sorted(Path("results/verdicts").glob("*@*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        releases.setdefault(doc["implementation"]["name"], []).append(doc["implementation"]["version"])
+    return {name: ", ".join(sorted(versions, key=Version)) for name, versions in releases.items()}
+
+
 def write_table() -> None:
     """``results/bug-corpus.md`` from every engine's findings file, in corpus order."""
     bugs = {b.id: b for b in load_corpus()}
@@ -162,7 +179,8 @@ def write_table() -> None:
     for path in sorted(RESULTS.glob("*.json")):
         findings += [f for f in json.loads(path.read_text(encoding="utf-8")) if f["bug"] in bugs]
     order = list(bugs)
-    TABLE.write_text(corpus_table(sorted(findings, key=lambda f: order.index(f["bug"])), bugs), encoding="utf-8")
+    table = corpus_table(sorted(findings, key=lambda f: order.index(f["bug"])), bugs)
+    TABLE.write_text(table + "\n" + unreported_section(unreported_findings(), judged_releases()), encoding="utf-8")
     print(f"bug_corpus: wrote {TABLE}")
 
 

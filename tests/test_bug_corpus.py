@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from kvref_conformance.corpus import Bug, corpus_table, judge, load_corpus, named_rules
+from kvref_conformance.corpus import (
+    Bug,
+    corpus_table,
+    judge,
+    load_corpus,
+    named_rules,
+    unreported_findings,
+    unreported_section,
+)
 
 rule = pytest.mark.rule
 SPEC_RULES = {r["id"] for r in json.loads(Path("spec/rules.json").read_text(encoding="utf-8"))["rules"]}
@@ -131,3 +139,20 @@ def test_a_malformed_entry_is_refused_naming_the_file_and_the_entry(tmp_path: Pa
     (tmp_path / "vllm.toml").write_text("[[bug]]\n" + entry, encoding="utf-8")
     with pytest.raises(ValueError, match=r"vllm\.toml: bug 0 \(x\): " + said):
         load_corpus(tmp_path)
+
+
+@rule("CONF-914")
+def test_bugs_kvref_found_are_listed_as_unreported_until_an_upstream_issue_names_them(tmp_path: Path) -> None:
+    (tmp_path / "peer.toml").write_text(
+        '[[deviation]]\ntest = "TestPool::test_a"\nreason = "bug (POOL-123): a view"\n'
+        'link = "https://github.com/o/r/blob/main/x.py"\n'
+        '[[deviation]]\ntest = "TestPool::test_b"\nreason = "bug (RADIX-606): double free"\n'
+        'link = "https://github.com/o/r/issues/1"\n'
+        '[[deviation]]\ntest = "TestPool::test_c"\nreason = "by design (POOL-101): padding"\n'
+        'link = "https://github.com/o/r/blob/main/y.py"\n',
+        encoding="utf-8",
+    )
+    found = unreported_findings(tmp_path)
+    assert [(backend, d.test) for backend, d in found] == [("peer", "TestPool::test_a")]
+    section = unreported_section(found, {"peer": "1.2.3"})
+    assert "### peer: `TestPool::test_a`" in section and "POOL-123" in section and "1.2.3" in section

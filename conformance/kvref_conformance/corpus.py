@@ -34,7 +34,20 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["CORPUS", "Bug", "Finding", "corpus_table", "judge", "load_corpus", "named_rules", "read_results"]
+from kvref_conformance.deviations import DEVIATIONS, Deviation, read_deviations
+
+__all__ = [
+    "CORPUS",
+    "Bug",
+    "Finding",
+    "corpus_table",
+    "judge",
+    "load_corpus",
+    "named_rules",
+    "read_results",
+    "unreported_findings",
+    "unreported_section",
+]
 
 #: The directory of the shipped corpus files.
 CORPUS = Path(__file__).parent / "corpus"
@@ -240,4 +253,40 @@ def corpus_table(findings: list[dict[str, Any]], bugs: dict[str, Bug]) -> str:
         + (f"{median:.1f} s" if median is not None else "-")
         + f"; {sum(1 for f in with_fix if f['fixed_passes'])} of {len(with_fix)} fixed releases pass.",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def unreported_findings(directory: Path = DEVIATIONS) -> list[tuple[str, Deviation]]:
+    """``(backend, deviation)`` for each known deviation that is a bug kvref found and no upstream
+    issue or pull request names yet: its reason says ``bug`` and its link is the engine's source."""
+    found = []
+    for path in sorted(directory.glob("*.toml")):
+        for deviation in read_deviations(path):
+            upstream = "/issues/" in deviation.link or "/pull/" in deviation.link
+            if deviation.reason.startswith("bug") and not upstream:
+                found.append((path.stem, deviation))
+    return found
+
+
+def unreported_section(findings: list[tuple[str, Deviation]], versions: dict[str, str]) -> str:
+    """The corpus table's last section: each bug kvref found that is not reported upstream, as a
+    draft report (what happens, which rule says what should, how to replay it, on which release)."""
+    lines = [
+        "## Found by kvref, not yet reported upstream",
+        "",
+        "Known deviations of the peers that are bugs and that no upstream issue or pull request names yet",
+        "(`conformance/kvref_conformance/deviations/`). Each is a draft report.",
+    ]
+    for backend, deviation in findings:
+        rules = ", ".join(sorted(set(_RULE_ID.findall(deviation.reason)))) or "see the test"
+        lines += [
+            "",
+            f"### {backend}: `{deviation.test}`",
+            "",
+            f"- **what happens**: {deviation.reason}",
+            f"- **what should**: the spec rule(s) {rules} (`kvref spec show RULE` prints the text)",
+            f'- **replay**: `kvref conformance --backend {backend} -- -k "{deviation.test.rsplit("::", 1)[-1]}"` '
+            "fails with the shrunk example once the deviation is taken out of the file",
+            f"- **release**: {versions.get(backend, 'the one its peer session pins')}; the code: {deviation.link}",
+        ]
     return "\n".join(lines) + "\n"

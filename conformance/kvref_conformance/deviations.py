@@ -26,9 +26,10 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["Deviation", "load_deviations"]
+__all__ = ["DEVIATIONS", "Deviation", "load_deviations", "read_deviations"]
 
-_HERE = Path(__file__).parent / "deviations"
+#: The directory of the shipped deviations files.
+DEVIATIONS = Path(__file__).parent / "deviations"
 
 
 @dataclass
@@ -63,7 +64,8 @@ class Deviation:
         return f"{self.test}: {self.reason} ({self.link})"
 
 
-def _read(path: Path) -> list[Deviation]:
+def read_deviations(path: Path) -> list[Deviation]:
+    """Every entry of one deviations file, checked; a ``ValueError`` names the file and the entry."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -86,11 +88,11 @@ def load_deviations(target_name: str, extra: str | None = None, version: str | N
     """The shipped deviations of ``target_name`` plus those in ``extra``; with ``version``, only
     those that apply to that release (:meth:`Deviation.applies_to`)."""
     safe = target_name.replace(":", "_").replace("/", "_")
-    paths = [_HERE / f"{safe}.toml"]
+    paths = [DEVIATIONS / f"{safe}.toml"]
     if extra:
         paths.append(Path(extra))
     out: list[Deviation] = []
     for path in paths:
         if path.is_file():
-            out.extend(_read(path))
+            out.extend(read_deviations(path))
     return [d for d in out if version is None or d.applies_to(version)]
