@@ -277,16 +277,26 @@ def unreported_section(findings: list[tuple[str, Deviation]], versions: dict[str
         "Known deviations of the peers that are bugs and that no upstream issue or pull request names yet",
         "(`conformance/kvref_conformance/deviations/`). Each is a draft report.",
     ]
-    for backend, deviation in findings:
+    backends_of: dict[tuple[str, str], list[str]] = {}
+    for backend, deviation in findings:  # one allocator serves several backends: one report each
+        backends_of.setdefault((deviation.test, deviation.reason), []).append(backend)
+    seen: set[tuple[str, str]] = set()
+    for _, deviation in findings:
+        key = (deviation.test, deviation.reason)
+        if key in seen:
+            continue
+        seen.add(key)
+        backends = backends_of[key]
         rules = ", ".join(sorted(set(_RULE_ID.findall(deviation.reason)))) or "see the test"
+        releases = "; ".join(f"{b} {versions.get(b, 'as its peer session pins')}" for b in backends)
         lines += [
             "",
-            f"### {backend}: `{deviation.test}`",
+            f"### {', '.join(backends)}: `{deviation.test}`",
             "",
             f"- **what happens**: {deviation.reason}",
             f"- **what should**: the spec rule(s) {rules} (`kvref spec show RULE` prints the text)",
-            f'- **replay**: `kvref conformance --backend {backend} -- -k "{deviation.test.rsplit("::", 1)[-1]}"` '
-            "fails with the shrunk example once the deviation is taken out of the file",
-            f"- **release**: {versions.get(backend, 'the one its peer session pins')}; the code: {deviation.link}",
+            f'- **replay**: `kvref conformance --backend {backends[0]} -- -k "{deviation.test.rsplit("::", 1)[-1]}"` '
+            "fails with the shrunk example once the deviation is taken out of its file",
+            f"- **release**: {releases}; the code: {deviation.link}",
         ]
     return "\n".join(lines) + "\n"
