@@ -1,7 +1,8 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
 ``nox`` runs the default sessions (tests, conformance per backend, the peers vLLM, SGLang and
-Megatron-Core, lint, typecheck, spec): the test command of README.md.
+Megatron-Core, the bug corpus of SGLang and Megatron-Core, lint, typecheck, spec): the test command
+of README.md.
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
@@ -30,6 +31,10 @@ nox.options.sessions = [
     "peer-vllm",
     "peer-sglang",
     "peer-megatron",
+    # the bug corpus of the engines whose releases are quick to put in place; vLLM's (five 100 MB
+    # wheels) runs as nox -s "corpus(engine='vllm')"
+    "corpus(engine='sglang')",
+    "corpus(engine='megatron')",
     "lint",
     "typecheck",
     "spec",
@@ -482,9 +487,10 @@ def peer_megatron(session: nox.Session) -> None:
 @session()
 @nox.parametrize("engine", ["vllm", "sglang", "megatron"])
 def corpus(session: nox.Session, engine: str) -> None:
-    """The bug corpus of one engine (not a default session): every release its bugs name installed
-    in turn and run through the suite (``scripts/bug_corpus.py``); writes results/bug-corpus/ and
-    results/bug-corpus.md. The environment holds the engine's imports, as its peer session's does."""
+    """The bug corpus of one engine: every release its bugs name installed in turn and run through
+    the suite (``scripts/bug_corpus.py``); writes results/bug-corpus/ and results/bug-corpus.md.
+    The environment holds the engine's imports, as its peer session's does. SGLang's and
+    Megatron-Core's are default sessions; vLLM's is not."""
     install(session, "conformance", torch=engine != "vllm")
     if engine == "vllm":
         session.install("-c", CONSTRAINTS, VLLM)
