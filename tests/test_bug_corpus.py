@@ -40,9 +40,10 @@ def bug(**fields: Any) -> Bug:
 
 
 def results(
-    failures: Sequence[dict[str, Any]] = (), known: Sequence[dict[str, Any]] = (), **statuses: str
+    failures: Sequence[dict[str, Any]] = (), known: Sequence[dict[str, Any]] = (), **outcomes: str
 ) -> dict[str, Any]:
-    rules = {r.replace("_", "-"): {"status": s} for r, s in statuses.items()}
+    """A results document; ``outcomes``: a rule (``POOL_106``) to the outcome of its one test, x.py::T::test_a."""
+    rules = {r.replace("_", "-"): {"status": o, "tests": {"x.py::T::test_a": o}} for r, o in outcomes.items()}
     return {"failures": list(failures), "known_failures": list(known), "rules": rules}
 
 
@@ -65,8 +66,8 @@ def test_a_bug_is_caught_by_the_rule_its_failure_names_not_by_the_rules_the_test
     named = failure("[POOL-106] num_available 3, the spec has 2", ["STATE-001", "POOL-106", "POOL-107"], 6.0)
     other = failure("[POOL-107] free left 2 references", ["STATE-001", "POOL-106"], 2.0)
     assert named_rules(named) == {"POOL-106"}
-    found = judge(bug(), results([other, named]), results(POOL_106="pass"))
-    assert found.caught and found.seconds == 6.0 and found.rules == ("POOL-106",) and found.test == "test_a"
+    found = judge(bug(), results([other, named]), results(POOL_106="passed"))
+    assert found.caught and found.seconds == 6.0 and found.rules == ("POOL-106",) and found.test == "T::test_a"
     assert not judge(bug(), results([other]), None).caught
 
 
@@ -77,26 +78,44 @@ def test_a_failure_whose_message_names_no_rule_counts_for_the_rules_its_test_cit
 
 
 @rule("CONF-914")
-def test_a_known_deviation_caught_only_when_its_reason_calls_it_a_bug_and_names_the_rule() -> None:
-    known = {
-        "test": "x::t",
-        "rules": ["PFX-305"],
-        "reason": "bug (PFX-305): one block per hash",
-        "failed_after_seconds": 3,
+def test_a_crash_on_an_api_the_adapter_does_not_meet_catches_nothing() -> None:
+    crash = {
+        "test": "x.py::T::test_a",
+        "rules": ["POOL-107"],
+        "replay": "E       TypeError: alloc() got an unexpected keyword argument 'sort'\n",
+        "failed_after_seconds": 1.0,
     }
-    by_design = {**known, "reason": "by design (PFX-305): one block per hash"}
-    unfixed = bug(rules=("PFX-305",), fixed="")
-    assert judge(unfixed, results(known=[known]), None).caught
-    assert not judge(unfixed, results(known=[by_design]), None).caught
+    assert named_rules(crash) == set()
+    assert not judge(bug(rules=("POOL-107",)), results([crash]), None).caught
+    fail = {**crash, "replay": "E       Failed: [RADIX-607] free_group_end without a group was accepted\n"}
+    assert named_rules(fail) == {"RADIX-607"}
 
 
 @rule("CONF-914")
-def test_the_fix_passes_only_where_the_bugs_rules_ran_and_no_failure_names_them() -> None:
+def test_a_known_deviation_counts_only_for_its_own_unfixed_bug() -> None:
+    reason = "known deviation: T::t: bug (PFX-305): one block per hash (https://x)"
+    known = {"test": "x::t", "rules": ["PFX-305"], "reason": reason, "failed_after_seconds": 3}
+    unfixed = bug(rules=("PFX-305",), fixed="")
+    assert judge(unfixed, results(known=[known]), None).caught
+    by_design = {**known, "reason": "known deviation: T::t: by design (PFX-305): debug builds only (https://x)"}
+    assert not judge(unfixed, results(known=[by_design]), None).caught
+    another = {**known, "reason": "known deviation: T::t: bug (PFX-305): another one (https://y)"}
+    assert not judge(unfixed, results(known=[another]), None).caught, "a deviation of another bug counted"
+    assert not judge(bug(rules=("PFX-305",)), results(known=[known]), None).caught, "a fixed bug counted a deviation"
+
+
+@rule("CONF-914")
+def test_the_fix_is_clear_where_the_catching_test_passes_and_nothing_of_this_bug_fails() -> None:
     caught = results([failure("[POOL-106] x", ["POOL-106"])])
-    assert judge(bug(), caught, results(POOL_106="pass")).fixed_passes is True
+    assert judge(bug(), caught, results(POOL_106="passed")).fixed_passes is True
     assert judge(bug(), caught, results(POOL_106="unsupported")).fixed_passes is False
-    alarm = judge(bug(), caught, results([failure("[POOL-106] y", ["POOL-106"], test="f::t")], POOL_106="fail"))
+    alarm = judge(bug(), caught, results([failure("[POOL-106] y", ["POOL-106"], test="f::t")], POOL_106="failed"))
     assert alarm.fixed_passes is False and alarm.false_alarms == ("f::t",)
+    still: dict[str, Any] = {"test": "k::t", "rules": ["POOL-106"], "reason": "bug (POOL-106): still (https://x)"}
+    still["failed_after_seconds"] = 1
+    assert judge(bug(), caught, results(known=[still], POOL_106="passed")).fixed_passes is False
+    other = {**still, "reason": "bug (POOL-106): another bug of the rule (https://y)"}
+    assert judge(bug(), caught, results(known=[other], POOL_106="passed")).fixed_passes is True
     assert judge(bug(fixed=""), caught, None).fixed_passes is None
 
 
@@ -104,7 +123,7 @@ def test_the_fix_passes_only_where_the_bugs_rules_ran_and_no_failure_names_them(
 def test_the_table_has_a_row_per_bug_and_the_median_time_to_the_first_failure() -> None:
     first, second = bug(id="a"), bug(id="b", fixed="")
     rows = [
-        judge(first, results([failure("[POOL-106] x", ["POOL-106"], 2.0)]), results(POOL_106="pass")).as_json(),
+        judge(first, results([failure("[POOL-106] x", ["POOL-106"], 2.0)]), results(POOL_106="passed")).as_json(),
         judge(second, results([failure("[POOL-106] x", ["POOL-106"], 5.0)]), None).as_json(),
     ]
     table = corpus_table(rows, {"a": first, "b": second})

@@ -45,6 +45,7 @@ __all__ = [
     "load_corpus",
     "named_rules",
     "read_results",
+    "is_bug",
     "unreported_findings",
     "unreported_section",
 ]
@@ -163,41 +164,68 @@ class Finding:
 
 
 _RULE_ID = re.compile(r"\b[A-Z]+-\d{3,4}\b")
-_ERROR_LINE = re.compile(r"^E\s+\w*(?:Error|Exception)\b.*$", re.M)
+_ERROR_LINE = re.compile(r"^E\s+(?:\w*(?:Error|Exception)|Failed)\b.*$", re.M)
+#: The errors through which the suite says a rule is broken: its assertions, ``pytest.fail`` and
+#: the errors kvref's contract raises. Another exception (an API the adapter does not meet) names nothing.
+_RULING = re.compile(r"^E\s+(?:AssertionError|Failed|\w*KVRef\w*|\w+(?:Value|Type|State|Capacity)Error)\b", re.M)
+_BUG = re.compile(r"\bbug\b")
+
+
+def is_bug(reason: str) -> bool:
+    """Whether a known deviation's reason calls it a bug (the word, not inside another)."""
+    return bool(_BUG.search(reason)) and not reason.startswith("by design")
 
 
 def named_rules(failure: dict[str, Any]) -> set[str]:
-    """The rules a failure names: the ids in its error's message (the ``E ...Error: ...`` lines of
-    its ``replay``, or a known deviation's ``reason``), else the rules its test cites."""
-    if "replay" in failure:
-        text = "\n".join(_ERROR_LINE.findall(str(failure["replay"])))
-    else:
-        text = str(failure.get("reason", ""))
-    return set(_RULE_ID.findall(text)) or set(failure["rules"])
+    """The rules a failure names: the ids in its error's message (the ``E ...Error:`` and ``E Failed:``
+    lines of its ``replay``, or a known deviation's ``reason``); where the message names none, the
+    rules its test cites, but only when the error is one through which the suite rules (an
+    assertion, ``pytest.fail``, a kvref error): a crash on an API the adapter does not meet names nothing."""
+    if "replay" not in failure:
+        return set(_RULE_ID.findall(str(failure.get("reason", ""))))
+    replay = str(failure["replay"])
+    named = set(_RULE_ID.findall("\n".join(_ERROR_LINE.findall(replay))))
+    if named:
+        return named
+    return set(failure["rules"]) if _RULING.search(replay) else set()
 
 
 def _naming(failures: Iterable[dict[str, Any]], rules: tuple[str, ...]) -> list[dict[str, Any]]:
     return [f for f in failures if named_rules(f) & set(rules)]
 
 
+def _is_this_bug(bug: Bug, known: dict[str, Any]) -> bool:
+    """Whether a foreseen failure is ``bug``'s own deviation: a bug linking its upstream reference."""
+    return is_bug(str(known["reason"])) and bug.upstream in str(known["reason"])
+
+
 def judge(bug: Bug, buggy_results: dict[str, Any], fixed_results: dict[str, Any] | None) -> Finding:
     """Judge ``bug`` from the conformance results file of its buggy release and, when it has one,
-    of its fixed release (``None`` where no release has the fix)."""
-    known_bugs = [t for t in buggy_results.get("known_failures", []) if "bug" in str(t["reason"])]
-    failures = _naming(buggy_results["failures"], bug.rules) + _naming(known_bugs, bug.rules)
+    of its fixed release (``None`` where no release has the fix).
+
+    A known deviation counts only for a bug no release has fixed, and only the deviation that is
+    this bug: its reason calls it a bug, names one of the bug's rules and links the bug's upstream
+    reference. The fix is clear when the test that caught the bug passes on the fixed release and
+    no failure names the bug's rules there, nor does the bug's own deviation still fail.
+    """
+    own = [t for t in buggy_results.get("known_failures", []) if not bug.fixed and _is_this_bug(bug, t)]
+    failures = _naming(buggy_results["failures"], bug.rules) + _naming(own, bug.rules)
     failures.sort(key=lambda t: t["failed_after_seconds"])
     first = failures[0] if failures else None
     false_alarms: tuple[str, ...] = ()
     fixed_passes = None
     if fixed_results is not None:
-        false_alarms = tuple(t["test"] for t in _naming(fixed_results["failures"], bug.rules))
-        statuses = [fixed_results["rules"].get(rule, {}).get("status") for rule in bug.rules]
-        fixed_passes = any(s in ("pass", "partial") for s in statuses) and not false_alarms
+        still = fixed_results["failures"] + [t for t in fixed_results.get("known_failures", []) if _is_this_bug(bug, t)]
+        false_alarms = tuple(t["test"] for t in _naming(still, bug.rules))
+        outcomes = {
+            test: outcome for rule in fixed_results["rules"].values() for test, outcome in rule["tests"].items()
+        }
+        fixed_passes = first is not None and outcomes.get(first["test"]) == "passed" and not false_alarms
     return Finding(
         bug=bug,
         caught=first is not None,
         known=first is not None and "replay" not in first,
-        test=first["test"].rsplit("::", 2)[-1] if first else "",
+        test=first["test"].split("::", 1)[-1] if first else "",
         rules=tuple(sorted(named_rules(first) & set(bug.rules))) if first else (),
         seconds=first["failed_after_seconds"] if first else None,
         replay=str(first.get("replay", first.get("reason", ""))) if first else "",
@@ -237,7 +265,7 @@ def corpus_table(findings: list[dict[str, Any]], bugs: dict[str, Bug]) -> str:
         elif found["fixed_passes"]:
             fixed = "yes"
         else:
-            fixed = "**no**: " + (", ".join(found["false_alarms"]) or "its rules did not run")
+            fixed = "**no**: " + (", ".join(found["false_alarms"]) or "the test that caught it did not pass there")
         lines.append(
             f"| {bug.engine} | [{bug.title}]({bug.upstream}) | {bug.buggy} | {bug.fixed or '-'} | "
             f"{', '.join(bug.rules)} | {said} | {seconds} | "
@@ -263,7 +291,7 @@ def unreported_findings(directory: Path = DEVIATIONS) -> list[tuple[str, Deviati
     for path in sorted(directory.glob("*.toml")):
         for deviation in read_deviations(path):
             upstream = "/issues/" in deviation.link or "/pull/" in deviation.link
-            if deviation.reason.startswith("bug") and not upstream:
+            if is_bug(deviation.reason) and not upstream:
                 found.append((path.stem, deviation))
     return found
 

@@ -43,12 +43,13 @@ class Deviation:
     used: bool = False
 
     def applies_to(self, version: str) -> bool:
-        """Whether this entry holds for release ``version``: always without ``versions``, and also
-        for a version that is not PEP 440 (a build from a work tree), taken to be the newest."""
+        """Whether this entry holds for release ``version`` (a pre-release or development build
+        inside the range included): always without ``versions``, and for a version that is not
+        PEP 440 (a build from a work tree), which no range can place."""
         if self.versions is None:
             return True
         try:
-            return Version(version) in self.versions
+            return self.versions.contains(Version(version), prereleases=True)
         except InvalidVersion:
             return True
 

@@ -177,10 +177,14 @@ OLDEST_RADIX = (0, 5, 22)
 
 
 def _release() -> tuple[int, ...]:
-    """The installed sglang's release numbers, ``(0, 5, 23)`` for 0.5.23."""
-    from packaging.version import Version
+    """The installed sglang's release numbers, ``(0, 5, 23)`` for 0.5.23; a build without release
+    metadata (a work tree on the path) counts as newer than any release."""
+    from packaging.version import InvalidVersion, Version
 
-    return Version(metadata.version("sglang")).release
+    try:
+        return Version(metadata.version("sglang")).release
+    except (metadata.PackageNotFoundError, InvalidVersion):  # a work tree on the path: taken as the newest
+        return (1 << 31,)
 
 
 @cache
@@ -225,11 +229,14 @@ class SglangBackend:
 
     def availability(self) -> str | None:
         """None when SGLang's allocators import; else why not and how to install them."""
+        import importlib.util
+
         from kvref_conformance.peers.sglang_radix import make_sglang_importable
 
         try:
-            with contextlib.suppress(ModuleNotFoundError):  # without transformers SGLang's import says what is missing
-                make_sglang_importable()
+            if importlib.util.find_spec("sglang") is not None:
+                with contextlib.suppress(ModuleNotFoundError):  # no transformers: SGLang's import says so
+                    make_sglang_importable()
             import sglang.srt.mem_cache.allocator  # noqa: F401
         except ModuleNotFoundError as exc:
             if exc.name == "sglang" or (exc.name or "").startswith("sglang."):

