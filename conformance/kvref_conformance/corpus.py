@@ -217,10 +217,10 @@ def judge(bug: Bug, buggy_results: dict[str, Any], fixed_results: dict[str, Any]
     if fixed_results is not None:
         still = fixed_results["failures"] + [t for t in fixed_results.get("known_failures", []) if _is_this_bug(bug, t)]
         false_alarms = tuple(t["test"] for t in _naming(still, bug.rules))
-        outcomes = {
-            test: outcome for rule in fixed_results["rules"].values() for test, outcome in rule["tests"].items()
-        }
-        fixed_passes = first is not None and outcomes.get(first["test"]) == "passed" and not false_alarms
+        passed = first is not None and any(
+            rule["tests"].get(first["test"]) == "passed" for rule in fixed_results["rules"].values()
+        )
+        fixed_passes = passed and not false_alarms
     return Finding(
         bug=bug,
         caught=first is not None,
