@@ -92,6 +92,28 @@ def add_serving_commands(sub: Any) -> None:
         "--backend", type=arg.backend_name, default="oracle", help="backend of the prefix cache under the manager"
     )
     serve.add_argument("--no-belady", action="store_true", help="skip Belady's offline reference")
+    serve.add_argument(
+        "--engine",
+        choices=["kvref", "vllm"],
+        default="kvref",
+        help="whose scheduler runs the steps: kvref's model, or vLLM's own Scheduler (needs vLLM installed)",
+    )
+    serve.add_argument(
+        "--compare", action="store_true", help="with --engine vllm: kvref's model beside it, request by request"
+    )
+    serve.add_argument(
+        "--no-prefix-caching", action="store_true", help="with --engine vllm: prefix caching off (on both sides)"
+    )
+    serve.add_argument(
+        "--no-chunked-prefill",
+        action="store_true",
+        help="admit a prompt only when all of it fits the step's budget (needs --budget >= --max-model-len)",
+    )
+    serve.add_argument(
+        "--no-reserve-full-sequence",
+        action="store_true",
+        help="admit on the first chunk's blocks alone, not all the request's (vLLM's scheduler_reserve_full_isl)",
+    )
     target = serve.add_mutually_exclusive_group()
     target.add_argument(
         "--target-hit-rate", type=arg.hit_rate_target, help="find the smallest capacity with this token hit rate"
@@ -173,6 +195,8 @@ def _model(args: argparse.Namespace) -> Any:
         prefill_ms_per_token=args.prefill_ms_per_token,
         decode_ms_per_token=args.decode_ms_per_token,
         preemption=args.preemption,
+        reserve_full_sequence=not args.no_reserve_full_sequence,
+        chunked_prefill=not args.no_chunked_prefill,
     )
 
 
@@ -190,6 +214,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         raise InvalidValueError(
             "CONF-912", "--range bounds a capacity search: give --target-hit-rate or --target-ttft-p90"
         )
+    _check_engine_arguments(args)
     specs = _workloads(args)
     first = load_workload(specs[0])
     model = _model(args)
@@ -205,6 +230,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     capacities = sorted({min(c, never) for c in asked} or {fits << k for k in range(6) if (fits << k) <= 2 * never})
+    if args.engine == "vllm":
+        return _run_on_vllm(args, specs, capacities, model)
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
@@ -246,6 +273,145 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         return _sizing_status(sizing)
     _print_results(results, title, notes, sizing)
     return _sizing_status(sizing)
+
+
+def _check_engine_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before any work, what vLLM's scheduler cannot be asked and what needs it (TRACE-1050, CONF-912)."""
+    from kvref.contract.errors import InvalidValueError
+
+    if args.engine != "vllm":
+        for flag, given in (("--compare", args.compare), ("--no-prefix-caching", args.no_prefix_caching)):
+            if given:
+                raise InvalidValueError("TRACE-1051", f"{flag} goes with --engine vllm")
+        return
+    refused = [
+        ("--target-hit-rate / --target-ttft-p90", args.target_hit_rate is not None or args.target_ttft_p90 is not None),
+        ("--scheduler", args.scheduler is not None),
+        ("--preemption pause", args.preemption != "recompute"),
+        ("--backend", args.backend != "oracle"),
+        ("--policy other than lru", any(p != "lru" for p in args.policy or [])),
+    ]
+    for flag, given in refused:
+        if given:
+            raise InvalidValueError(
+                "TRACE-1050",
+                f"{flag}: --engine vllm replays the given capacities through vLLM's own scheduler, which evicts "
+                "by its own LRU, preempts by recompute and runs in this process",
+            )
+    from kvref.simulation.serving.vllm_scheduler import vllm_version
+
+    vllm_version()  # refuses with how to install it
+
+
+def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[int], model: Any) -> int:
+    """Replay each block size and capacity through vLLM's scheduler, and with --compare kvref's beside it."""
+    from rich import box
+    from rich.table import Table
+
+    from kvref.cli.replay import trace_name
+    from kvref.reports.comparison import (
+        COMPARISON_COLUMNS,
+        COMPARISON_NOTES,
+        DIFFERENCE_COLUMNS,
+        comparison_row,
+        difference_rows,
+        render_comparison_markdown,
+    )
+    from kvref.simulation.serving.comparison import compare_with_vllm
+    from kvref.simulation.serving.runner import load_workload
+    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay, vllm_version
+
+    caching = not args.no_prefix_caching
+    workloads = [load_workload(spec) for spec in specs]
+    first = workloads[0]
+    sides = 2 if args.compare else 1
+    total = sum(len(w.requests) for w in workloads) * len(capacities) * sides
+    title = f"kvref serve-replay --engine vllm: {trace_name(first.source)}, {len(first.requests):,} requests"
+    notes = [
+        first.note,
+        f"step model: {model.describe()}",
+        f"vLLM {vllm_version()}, prefix caching {'on' if caching else 'off'}",
+    ]
+    comparisons: list[tuple[str, Any]] = []
+    results = []
+    with progress_bar(f"replaying {len(first.requests):,} requests on vLLM", total) as advance:
+
+        def progress(done: int, _total: int) -> None:
+            advance(done)
+
+        for workload in workloads:
+            for capacity in capacities:
+                name = f"block size {workload.block_size}, {capacity:,} blocks"
+                if args.compare:
+                    comparison = compare_with_vllm(
+                        workload, capacity, model, prefix_caching=caching, warmup=args.warmup, progress=progress
+                    )
+                    comparisons.append((name, comparison))
+                    results.append(comparison.engine)
+                else:
+                    replay = VllmSchedulerReplay(
+                        workload, capacity, model, prefix_caching=caching, warmup=args.warmup, progress=progress
+                    )
+                    results.append(replay.run())
+    if args.out:
+        out = Path(args.out)
+        if args.compare:
+            path = out / "comparison.md"
+            path.write_text(render_comparison_markdown(title, comparisons, notes=[f"- {n}" for n in notes if n]))
+            print(f"wrote {path}", file=sys.stderr)
+        else:
+            from kvref.reports.serving import write_serving_report
+
+            for path in write_serving_report(results, out, title=title, notes=notes, sizing=None):
+                print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        payload: dict[str, Any] = {"title": title, "notes": notes, "results": [r.to_json() for r in results]}
+        if args.compare:
+            payload["comparisons"] = [_comparison_json(name, c) for name, c in comparisons]
+        print(json.dumps(payload, indent=1))
+        return 0
+    if not args.compare:
+        _print_results(results, title, notes, None)
+        return 0
+    print(title)
+    table = Table(title="kvref's serving replay against vLLM's scheduler", box=box.SIMPLE_HEAD, padding=(0, 1))
+    for column in COMPARISON_COLUMNS:
+        table.add_column(column, justify="left" if column == "configuration" else "right", overflow="fold")
+    for name, comparison in comparisons:
+        table.add_row(*comparison_row(name, comparison))
+    print_table(table)
+    for note in COMPARISON_NOTES + tuple(f"- {n}" for n in notes if n):
+        print(note)
+    differing = [row for name, c in comparisons for row in difference_rows(name, c.differences)]
+    if differing:
+        diffs = Table(title="requests that differ (the first ten of each)", box=box.SIMPLE_HEAD, padding=(0, 1))
+        for column in DIFFERENCE_COLUMNS:
+            diffs.add_column(
+                column, justify="left" if column in ("configuration", "side") else "right", overflow="fold"
+            )
+        for row in differing:
+            diffs.add_row(*row)
+        print_table(diffs)
+    return 0
+
+
+def _comparison_json(name: str, comparison: Any) -> dict[str, Any]:
+    """One comparison for ``--json``: its counts, both results, and the differing requests' records."""
+    import dataclasses
+
+    c = comparison
+    return {
+        "configuration": name,
+        "requests": c.requests,
+        "exact": c.exact,
+        "cached_equal": c.cached_equal,
+        "preemptions_equal": c.preemptions_equal,
+        "first_step_equal": c.first_step_equal,
+        "hit_rate_error_pp": c.hit_rate_error_pp,
+        "kvref": c.kvref.to_json(),
+        "engine": c.engine.to_json(),
+        "differences": [dataclasses.asdict(d) for d in c.differences],
+    }
 
 
 def _sizing_status(sizing: Any) -> int:

@@ -30,6 +30,11 @@ class StepModel:
     defaults stand for one H100 serving an 8B model (about 50,000 prefill tokens a second, a
     decode step of 64 requests in about 11 ms); they are a model, not a measurement of an engine.
     ``preemption`` is ``"recompute"`` (vLLM, TRACE-1035) or ``"pause"`` (Megatron-Core, TRACE-1036).
+    ``reserve_full_sequence``: a waiting request is admitted only when blocks for all its tokens fit,
+    not only for its first chunk (vLLM's ``scheduler_reserve_full_isl``, on by default, TRACE-1032).
+    ``chunked_prefill=False``: a waiting request is admitted only when all the tokens it has left to
+    compute fit the step's budget (vLLM's ``enable_chunked_prefill``; the budget must then be at
+    least ``max_model_len``, as vLLM requires).
     """
 
     max_num_batched_tokens: int = 8192
@@ -39,6 +44,8 @@ class StepModel:
     prefill_ms_per_token: float = 0.02
     decode_ms_per_token: float = 0.1
     preemption: str = "recompute"
+    reserve_full_sequence: bool = True
+    chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
@@ -49,6 +56,17 @@ class StepModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise InvalidValueError("TRACE-1033", f"StepModel: {name} must be a finite number >= 0, got {value!r}")
+        for name in ("reserve_full_sequence", "chunked_prefill"):
+            if type(getattr(self, name)) is not bool:
+                raise InvalidValueError(
+                    "TRACE-1032", f"StepModel: {name} must be True or False, got {getattr(self, name)!r}"
+                )
+        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise InvalidValueError(
+                "TRACE-1032",
+                f"StepModel: without chunked prefill the token budget ({self.max_num_batched_tokens:,}) must be at "
+                f"least max_model_len ({self.max_model_len:,}), or a long prompt could never be admitted",
+            )
         if self.preemption not in PREEMPTION_MODES:
             raise InvalidValueError(
                 "TRACE-1035", f"StepModel: preemption must be one of {list(PREEMPTION_MODES)}, got {self.preemption!r}"
@@ -77,5 +95,7 @@ class StepModel:
         return (
             f"budget {self.max_num_batched_tokens:,} tokens and {self.max_num_seqs} requests a step; a step costs "
             f"{self.step_ms:g} ms + {self.prefill_ms_per_token:g} ms per prefill token + "
-            f"{self.decode_ms_per_token:g} ms per decode token; preemption by {self.preemption}"
+            f"{self.decode_ms_per_token:g} ms per decode token; preemption by {self.preemption}; "
+            + ("admission reserves the whole sequence" if self.reserve_full_sequence else "admission reserves a chunk")
+            + ("" if self.chunked_prefill else "; no chunked prefill")
         )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PERCENTILES", "Percentiles", "ServingResult", "nearest_rank", "thin_timeline"]
+__all__ = ["PERCENTILES", "Percentiles", "RequestRecord", "ServingResult", "nearest_rank", "thin_timeline"]
 
 #: The percentiles every latency is reported at.
 PERCENTILES = (50, 90, 99)
@@ -36,6 +36,24 @@ class Percentiles:
         """The nearest-rank percentiles of ``values``."""
         ordered = sorted(values)
         return cls(*(nearest_rank(ordered, p) for p in PERCENTILES))
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What one request met in a serving replay, for comparing two replays request by request (TRACE-1050).
+
+    ``index``: the request's place in the workload. ``cached_tokens``: prompt tokens hit at its first
+    admission (TRACE-1039). ``preemptions``: how often it was preempted (TRACE-1035).
+    ``first_token_step``: the step, counted from 1 over the whole replay, that sampled its first
+    token (or ended its prefill, for a request with no output); ``first_token_us``: that step's end
+    on the step model's clock. A rejected request has no record (TRACE-1037).
+    """
+
+    index: int
+    cached_tokens: int
+    preemptions: int
+    first_token_step: int
+    first_token_us: int
 
 
 def thin_timeline(points: Sequence[tuple[int, int]], most: int = 2000) -> list[tuple[float, int]]:

@@ -22,7 +22,7 @@ from kvref.contract.requests import Request, RequestStatus
 from kvref.oracle.manager import RequestManager
 from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
-from kvref.simulation.serving.results import Percentiles, ServingResult, thin_timeline
+from kvref.simulation.serving.results import Percentiles, RequestRecord, ServingResult, thin_timeline
 from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
 
 __all__ = ["ServingReplay"]
@@ -39,12 +39,14 @@ class _Live:
         "appended",
         "arrival_us",
         "decoding",
+        "first_token_step",
         "first_token_us",
         "generated",
         "hit_blocks",
         "hit_tokens",
         "index",
         "paused",
+        "preemptions",
         "req",
         "spec",
     )
@@ -60,6 +62,8 @@ class _Live:
         self.paused = False
         self.admitted_us = -1
         self.first_token_us = -1
+        self.first_token_step = -1
+        self.preemptions = 0
         self.hit_tokens = -1
         self.hit_blocks = 0
 
@@ -139,6 +143,13 @@ class ServingReplay:
     def running(self) -> list[tuple[str, bool]]:
         """The running requests in admission order, each with whether it is paused (TRACE-1036)."""
         return [(live.req.request_id, live.paused) for live in self._running]
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        """What each finished request met, in workload order, warm-up included (TRACE-1050)."""
+        return tuple(
+            RequestRecord(live.index, live.hit_tokens, live.preemptions, live.first_token_step, live.first_token_us)
+            for live in sorted(self._finished, key=lambda live: live.index)
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -257,16 +268,23 @@ class ServingReplay:
         return quiet, duration
 
     def _admit(self, scheduled: list[tuple[_Live, int]], budget: int) -> int:
-        """Admit waiting requests first come first served until one does not fit (TRACE-1032); the budget left."""
+        """Admit waiting requests first come first served until one does not fit (TRACE-1032); the budget left.
+
+        Under ``reserve_full_sequence`` a request fits when blocks for all its tokens do, as vLLM asks;
+        without ``chunked_prefill`` only when what it has left to compute fits the budget."""
         manager = self.manager
         waiting = self._waiting
         running = self._running
+        whole = self.model.reserve_full_sequence
+        chunked = self.model.chunked_prefill
         while waiting and budget > 0 and len(running) < self.model.max_num_seqs:
             live = waiting[0]
             req = live.req
             blocks, hit = manager.get_computed_blocks(req)
+            if not chunked and req.num_tokens - hit > budget:
+                break
             n = min(req.num_tokens - hit, budget)
-            got = manager.allocate_slots(req, n, hit, blocks)
+            got = manager.allocate_slots(req, n, hit, blocks, full_sequence_must_fit=whole)
             if got is None:
                 break
             waiting.popleft()
@@ -287,6 +305,7 @@ class ServingReplay:
         self.manager.preempt(live.catch_up())
         live.decoding = False
         live.paused = False
+        live.preemptions += 1
         self._waiting.appendleft(live)
         self._tally.preemptions += 1
 
@@ -304,13 +323,12 @@ class ServingReplay:
             if not live.decoding and req.num_computed_tokens < req.num_tokens:
                 continue
             spec = live.spec
-            if spec.output_length:
-                if live.first_token_us < 0:
-                    live.first_token_us = now
-                    eventful = True
-                live.generated += 1
-            elif live.first_token_us < 0:
+            if live.first_token_us < 0:
                 live.first_token_us = now
+                live.first_token_step = self._tally.steps
+                eventful = True
+            if spec.output_length:
+                live.generated += 1
             if live.generated >= spec.output_length:
                 self._finish(live)
                 eventful = True

@@ -1,0 +1,117 @@
+"""kvref's serving replay beside vLLM's scheduler as a table: one row per configuration, then the
+requests that differ (TRACE-1051). Used by ``kvref serve-replay --compare`` and results/sim-to-real.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvref.simulation.serving.comparison import Comparison, RequestDifference
+from kvref.simulation.serving.results import RequestRecord
+
+__all__ = [
+    "COMPARISON_COLUMNS",
+    "COMPARISON_NOTES",
+    "DIFFERENCE_COLUMNS",
+    "comparison_row",
+    "difference_rows",
+    "render_comparison_markdown",
+]
+
+#: Columns of a comparison's row, after the configuration's name.
+COMPARISON_COLUMNS = (
+    "configuration",
+    "requests",
+    "exact",
+    "cached equal",
+    "preemptions equal",
+    "first-token step equal",
+    "kvref hits",
+    "vLLM hits",
+    "error (pp)",
+    "preemptions kvref / vLLM",
+    "kvref s",
+    "vLLM s",
+)
+
+#: Columns of a differing request's row.
+DIFFERENCE_COLUMNS = ("configuration", "request", "side", "cached tokens", "preemptions", "first-token step", "at (ms)")
+
+#: What the columns mean, printed under the tables.
+COMPARISON_NOTES = (
+    "- *exact*: requests whose cached tokens, preemption count, first-token step and first-token time "
+    "are all equal on both sides (TRACE-1051); the *equal* columns count one field each.",
+    "- *kvref hits*, *vLLM hits*: prompt tokens cached at each request's first admission over prompt "
+    "tokens, requests after the warm-up; *error*: kvref's minus vLLM's, in percentage points.",
+    "- *kvref s*, *vLLM s*: each replay's own wall time on this machine.",
+)
+
+
+def _share(count: int, total: int) -> str:
+    return f"{100 * count / total:.2f}%" if total else "-"
+
+
+def comparison_row(name: str, comparison: Comparison) -> list[str]:
+    """One configuration's row, every number whole (COMPARISON_COLUMNS)."""
+    c = comparison
+    n = c.requests
+    return [
+        name,
+        f"{n:,}",
+        f"{_share(c.exact, n)} ({c.exact:,})",
+        _share(c.cached_equal, n),
+        _share(c.preemptions_equal, n),
+        _share(c.first_step_equal, n),
+        f"{100 * c.kvref.token_hit_rate:.4f}%",
+        f"{100 * c.engine.token_hit_rate:.4f}%",
+        f"{c.hit_rate_error_pp:+.4f}",
+        f"{c.kvref.preemptions:,} / {c.engine.preemptions:,}",
+        f"{c.kvref.seconds:.2f}",
+        f"{c.engine.seconds:.2f}",
+    ]
+
+
+def _side(record: RequestRecord | None) -> list[str]:
+    if record is None:
+        return ["not finished", "-", "-", "-"]
+    return [
+        f"{record.cached_tokens:,}",
+        f"{record.preemptions:,}",
+        f"{record.first_token_step:,}",
+        f"{record.first_token_us / 1000:,.3f}",
+    ]
+
+
+def difference_rows(name: str, differences: Sequence[RequestDifference]) -> list[list[str]]:
+    """Two rows per differing request, kvref's then vLLM's (DIFFERENCE_COLUMNS)."""
+    rows = []
+    for d in differences:
+        rows.append([name, f"r{d.index}", "kvref", *_side(d.kvref)])
+        rows.append([name, f"r{d.index}", "vLLM", *_side(d.engine)])
+    return rows
+
+
+def _markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def render_comparison_markdown(
+    title: str, comparisons: Sequence[tuple[str, Comparison]], *, notes: Sequence[str] = ()
+) -> str:
+    """The Markdown of ``comparisons``: the table, its notes, then each configuration's differing requests."""
+    lines = [f"# {title}", ""]
+    lines += list(notes)
+    if notes:
+        lines.append("")
+    lines += _markdown_table(COMPARISON_COLUMNS, [comparison_row(name, c) for name, c in comparisons])
+    lines += ["", *COMPARISON_NOTES, ""]
+    differing = [row for name, c in comparisons for row in difference_rows(name, c.differences)]
+    lines.append("## Requests that differ (the first ten of each configuration)")
+    lines.append("")
+    if differing:
+        lines += _markdown_table(DIFFERENCE_COLUMNS, differing)
+    else:
+        lines.append("None: every request is exactly equal in every configuration.")
+    return "\n".join(lines) + "\n"

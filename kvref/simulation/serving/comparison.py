@@ -1,0 +1,134 @@
+"""kvref's serving replay beside vLLM's own scheduler on the same arrivals, request by request (TRACE-1051).
+
+:func:`compare_with_vllm` replays one workload at one capacity twice, through kvref's
+:class:`~kvref.simulation.serving.ServingReplay` over the oracle's request manager and through
+:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`, under one step model, and
+holds the two side by side: for each request whether its cached tokens, preemptions and
+first-token step are equal, and the aggregate token hit rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvref.simulation.serving.model import StepModel
+from kvref.simulation.serving.results import RequestRecord, ServingResult
+from kvref.simulation.serving.workload import ServingWorkload
+
+__all__ = ["Comparison", "RequestDifference", "compare_records", "compare_with_vllm", "kvref_replay"]
+
+#: How many differing requests a comparison keeps to show.
+SHOWN_DIFFERENCES = 10
+
+
+@dataclass(frozen=True)
+class RequestDifference:
+    """One request on which the two replays differ: each side's record, or None where it has none."""
+
+    index: int
+    kvref: RequestRecord | None
+    engine: RequestRecord | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two replays of one workload, request by request (TRACE-1051).
+
+    ``requests``: the requests either side finished; ``cached_equal``, ``preemptions_equal``,
+    ``first_step_equal``: on how many of them the two agree on that field (a request one side
+    has and the other has not agrees on none); ``exact``: on how many they agree on all three and
+    on the first token's time. ``differences``: the first ten requests that are not exact.
+    """
+
+    kvref: ServingResult
+    engine: ServingResult
+    requests: int
+    cached_equal: int
+    preemptions_equal: int
+    first_step_equal: int
+    exact: int
+    differences: tuple[RequestDifference, ...]
+
+    @property
+    def exact_share(self) -> float:
+        """The share of requests exactly equal on both sides (1.0 for none)."""
+        return self.exact / self.requests if self.requests else 1.0
+
+    @property
+    def hit_rate_error_pp(self) -> float:
+        """The aggregate token hit rates' difference, kvref's minus the engine's, in percentage points."""
+        return 100 * (self.kvref.token_hit_rate - self.engine.token_hit_rate)
+
+
+def compare_records(
+    kvref: ServingResult,
+    kvref_records: Sequence[RequestRecord],
+    engine: ServingResult,
+    engine_records: Sequence[RequestRecord],
+) -> Comparison:
+    """Hold two replays' records side by side, request by request (TRACE-1051)."""
+    ours = {r.index: r for r in kvref_records}
+    theirs = {r.index: r for r in engine_records}
+    cached = preempted = first = exact = 0
+    differences: list[RequestDifference] = []
+    indices = sorted(ours.keys() | theirs.keys())
+    for index in indices:
+        a, b = ours.get(index), theirs.get(index)
+        if a is not None and b is not None:
+            cached += a.cached_tokens == b.cached_tokens
+            preempted += a.preemptions == b.preemptions
+            first += a.first_token_step == b.first_token_step
+            if a == b:
+                exact += 1
+                continue
+        if len(differences) < SHOWN_DIFFERENCES:
+            differences.append(RequestDifference(index, a, b))
+    return Comparison(kvref, engine, len(indices), cached, preempted, first, exact, tuple(differences))
+
+
+def kvref_replay(
+    workload: ServingWorkload,
+    capacity: int,
+    model: StepModel,
+    *,
+    prefix_caching: bool = True,
+    warmup: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[ServingResult, tuple[RequestRecord, ...]]:
+    """kvref's replay as vLLM's scheduler is configured: the oracle's pool under ``lru`` (vLLM's own
+    eviction order), the manager with prefix caching on or off (TRACE-1030, TRACE-1051)."""
+    from kvref.config.registry import create_pool
+    from kvref.oracle.manager import RequestManager
+    from kvref.simulation.serving.scheduler import ServingReplay
+
+    pool = create_pool(capacity + 1, backend="oracle", policy="lru")
+    manager = RequestManager(
+        pool, block_size=workload.block_size, max_model_len=model.max_model_len, enable_caching=prefix_caching
+    )
+    replay = ServingReplay(workload, manager, model, warmup=warmup, progress=progress)
+    result = replay.run(backend="oracle", policy="lru" if prefix_caching else "none")
+    return result, replay.records()
+
+
+def compare_with_vllm(
+    workload: ServingWorkload,
+    capacity: int,
+    model: StepModel,
+    *,
+    prefix_caching: bool = True,
+    warmup: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Comparison:
+    """Replay ``workload`` at ``capacity`` through kvref and through vLLM's scheduler and compare them
+    (TRACE-1050, TRACE-1051). ``progress(done, total)`` counts the requests of both replays."""
+    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
+
+    engine = VllmSchedulerReplay(
+        workload, capacity, model, prefix_caching=prefix_caching, warmup=warmup, progress=progress
+    )
+    ours, our_records = kvref_replay(
+        workload, capacity, model, prefix_caching=prefix_caching, warmup=warmup, progress=progress
+    )
+    theirs = engine.run()
+    return compare_records(ours, our_records, theirs, engine.records())

