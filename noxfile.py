@@ -6,7 +6,8 @@ of README.md.
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
-``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak.
+``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak;
+``nox -s sim-to-real`` holds the serving replay to vLLM's own scheduler on the whole traces.
 Every conformance session writes its verdict files; ``conformance`` fails when the oracle's, torch's
 or CuPy's differ from the committed ones in ``results/verdicts``, and ``nox -s verdicts`` rewrites them.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
@@ -294,6 +295,21 @@ def peer_vllm(session: nox.Session) -> None:
     )
     # The exact lru curve (TRACE-1023) against vLLM's real BlockPool, three capacities of each workload.
     session.run("python", "scripts/curve_against_peer.py", "--backend", "vllm")
+    # The serving replay against vLLM's own Scheduler, request by request, on short workloads
+    # (TRACE-1050..TRACE-1052); `nox -s sim-to-real` runs the whole traces.
+    session.install("-c", CONSTRAINTS, "pytest-benchmark")
+    session.run("pytest", "-W", "ignore::DeprecationWarning", "tests/test_sim_to_real.py")
+
+
+@ci_session(name="sim-to-real")
+def sim_to_real(session: nox.Session) -> None:
+    """kvref's serving replay against vLLM's own scheduler on the whole traces (``../shared/traces``);
+    writes results/sim-to-real.md. Not a default session: the whole traces take minutes per configuration.
+    ``nox -s sim-to-real -- --requests 2000`` replays the first 2,000 requests of each."""
+    install(session, "conformance")
+    session.install("-c", CONSTRAINTS, VLLM)
+    session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec", silent=True)
+    session.run("python", "scripts/sim_to_real.py", "--requests", "0", *session.posargs)
 
 
 @ci_session(name="bench-peers")

@@ -4,7 +4,8 @@
 traces fetch``) or a built-in workload with requests overlapping in time through the request
 manager (spec chapter 10, TRACE-1030..TRACE-1049), over a grid of policies, capacities and block
 sizes run as independent tasks, and prints the table; ``--out`` writes the report and plots;
-``--target-hit-rate`` / ``--target-ttft-p90`` search the smallest capacity meeting a target.
+``--target-hit-rate`` / ``--target-ttft-p90`` search the smallest capacity meeting a target;
+``--engine vllm`` replays on vLLM's own scheduler instead, and ``--compare`` beside kvref's (TRACE-1050..TRACE-1052).
 """
 
 from __future__ import annotations
