@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +192,19 @@ def mooncake(requests: int) -> ServingWorkload:
     return dataclasses.replace(workload, requests=workload.requests[:requests])
 
 
-CONFIGURATIONS = {
-    "chat, ample cache": (lambda: chat(), 2000, StepModel(), True),
-    "chat, preempting": (lambda: chat(), 60, StepModel(), True),
-    "chat, no prefix caching": (lambda: chat(), 60, StepModel(), False),
-    "chat, first chunk reserved": (lambda: chat(), 60, StepModel(reserve_full_sequence=False), True),
-    "chat, no chunked prefill": (lambda: chat(), 60, StepModel(chunked_prefill=False, max_model_len=8192), True),
-    "chat, small budget and seats": (lambda: chat(), 200, StepModel(max_num_batched_tokens=256, max_num_seqs=4), True),
-    "mooncake, preempting": (lambda: mooncake(150), 300, StepModel(), True),
+def preempting_mooncake() -> ServingWorkload:
+    return mooncake(150)
+
+
+#: name: (workload, capacity, step model, prefix caching)
+CONFIGURATIONS: dict[str, tuple[Callable[[], ServingWorkload], int, StepModel, bool]] = {
+    "chat, ample cache": (chat, 2000, StepModel(), True),
+    "chat, preempting": (chat, 60, StepModel(), True),
+    "chat, no prefix caching": (chat, 60, StepModel(), False),
+    "chat, first chunk reserved": (chat, 60, StepModel(reserve_full_sequence=False), True),
+    "chat, no chunked prefill": (chat, 60, StepModel(chunked_prefill=False, max_model_len=8192), True),
+    "chat, small budget and seats": (chat, 200, StepModel(max_num_batched_tokens=64, max_num_seqs=2), True),
+    "mooncake, preempting": (preempting_mooncake, 300, StepModel(), True),
 }
 
 
