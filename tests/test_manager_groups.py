@@ -13,8 +13,16 @@ from typing import Any
 
 import pytest
 
-from kvref.contract.errors import InvalidValueError
-from kvref.contract.manager import FULL_ATTENTION, NULL_BLOCK, CacheGroup, KVCacheBlocks, RequestBlockStored
+from kvref.contract.errors import ConfigError, InvalidValueError
+from kvref.contract.hashing import ROOT_HASH, hash_block
+from kvref.contract.manager import (
+    FULL_ATTENTION,
+    NULL_BLOCK,
+    CacheGroup,
+    KVCacheBlocks,
+    RequestBlockStored,
+    group_key,
+)
 from kvref.contract.requests import Request
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
@@ -195,3 +203,53 @@ def test_a_freed_request_id_may_come_back_as_a_new_request_object() -> None:
     m.free(first)
     again = Request("a", list(range(50, 55)), block_size=4)
     assert m.allocate_slots(again, 5) is not None, "after free, the id names no request: a new object may take it"
+
+
+@rule("REQ-733")
+@pytest.mark.parametrize("group", [1, 2, 7])
+def test_no_group_key_is_the_hash_of_a_block(group: int) -> None:
+    first = hash_block(ROOT_HASH, [5])
+    key = group_key(first, group)
+    assert key != first
+    assert key != hash_block(first, [group]), "one-token blocks: the block after it holding token g"
+    assert key == group_key(first, group), "a key is a function of the hash and the group"
+    assert group_key(first, 0) == first
+    assert len({group_key(first, g) for g in range(4)}) == 4
+
+
+@rule("REQ-733")
+def test_a_hybrid_manager_serves_one_token_blocks_whose_tokens_are_group_indices() -> None:
+    # with one-token blocks, tokens 0, 1, 2 give the hashes hash_block(h, [1]) that a group key
+    # formed that way would repeat; every request must still be admitted and cached as its own
+    manager = RequestManager(
+        OracleBlockPool(64), block_size=1, max_model_len=64, groups=(FULL_ATTENTION, CacheGroup.window(2))
+    )
+    for n, tokens in enumerate(([0, 1, 2], [0, 1, 2], [0, 1, 2, 1])):
+        req = Request(f"r{n}", tokens, block_size=1)
+        blocks, hit = manager.get_computed_blocks(req)
+        assert manager.allocate_slots(req, len(tokens) - hit, hit, blocks) is not None
+        req.num_computed_tokens = hit  # admitted with its hit, as a scheduler does
+        manager.check_invariants()
+
+
+@rule("REQ-724")
+def test_a_full_sequence_admission_reserves_at_most_a_window_and_the_tokens_in_flight() -> None:
+    def admitted(**kwargs: Any) -> bool:
+        manager = RequestManager(
+            OracleBlockPool(7), block_size=4, max_model_len=64, groups=(CacheGroup.window(4),), **kwargs
+        )
+        req = Request("long", list(range(40)), block_size=4)  # 10 blocks; 6 usable
+        blocks, hit = manager.get_computed_blocks(req)
+        return manager.allocate_slots(req, 8, hit, blocks, full_sequence_must_fit=True) is not None
+
+    # 8 tokens in flight: the window's 3 tokens and 8 more span ceil(11 / 4) + 1 = 4 blocks at most
+    assert admitted(max_in_flight_tokens=8)
+    # 60 in flight: min(3 + 60, 64) tokens, 17 blocks, cap nothing: all 10 blocks must fit
+    assert not admitted(max_in_flight_tokens=60)
+    assert not admitted()  # max_model_len in flight, as vLLM's KVCacheManager defaults
+
+
+@rule("REQ-724")
+def test_a_manager_refuses_no_tokens_in_flight() -> None:
+    with pytest.raises(ConfigError, match="REQ-724"):
+        RequestManager(OracleBlockPool(7), block_size=4, max_model_len=64, max_in_flight_tokens=0)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kvref.config.registry import backend_statuses
 from kvref.contract.hashing import hash_token_blocks
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.contract.requests import Request
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
@@ -66,10 +67,17 @@ def workloads(draw: st.DrawFn) -> tuple[ServingWorkload, int, StepModel, str]:
 
 
 def run(
-    w: ServingWorkload, capacity: int, model: StepModel, policy: str, *, fast_forward: bool, warmup: float = 0.0
+    w: ServingWorkload,
+    capacity: int,
+    model: StepModel,
+    policy: str,
+    *,
+    fast_forward: bool,
+    warmup: float = 0.0,
+    groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
 ) -> tuple[object, ...]:
     pool = OracleBlockPool(capacity + 1, policy=policy)
-    manager = RequestManager(pool, block_size=w.block_size, max_model_len=model.max_model_len)
+    manager = RequestManager(pool, block_size=w.block_size, max_model_len=model.max_model_len, groups=groups)
     result = ServingReplay(w, manager, model, fast_forward=fast_forward, warmup=warmup).run()
     manager.check_invariants()
     assert manager.pool.num_in_use == 0, "every request's blocks are freed by the end"
@@ -78,13 +86,19 @@ def run(
 
 @rule("TRACE-1040")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.sampled_from([0.0, 0.0, 0.5]))
+@given(workloads(), st.sampled_from([0.0, 0.0, 0.5]), st.sampled_from(["full", "full", "window", "mamba"]))
 def test_quiet_stretches_and_skipped_decode_calls_count_exactly_as_stepping_with_every_call(
-    case: tuple[ServingWorkload, int, StepModel, str], warmup: float
+    case: tuple[ServingWorkload, int, StepModel, str], warmup: float, beside: str
 ) -> None:
     w, capacity, model, policy = case
-    quick = run(w, capacity, model, policy, fast_forward=True, warmup=warmup)
-    slow = run(w, capacity, model, policy, fast_forward=False, warmup=warmup)
+    # a window or mamba group frees blocks at tokens that neither open nor fill one
+    groups = {
+        "full": (FULL_ATTENTION,),
+        "window": (FULL_ATTENTION, CacheGroup.window(5)),
+        "mamba": (FULL_ATTENTION, CacheGroup.mamba()),
+    }[beside]
+    quick = run(w, capacity, model, policy, fast_forward=True, warmup=warmup, groups=groups)
+    slow = run(w, capacity, model, policy, fast_forward=False, warmup=warmup, groups=groups)
     assert quick == slow, f"with shortcuts {quick}\nstep by step {slow}\n({policy}, {capacity} blocks, {model})"
 
 

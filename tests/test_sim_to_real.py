@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kvref.contract.errors import InvalidValueError
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.manager import RequestManager
 from kvref.simulation.serving import ServedRequest, ServingReplay, ServingWorkload, StepModel, serving_workload
@@ -206,6 +207,20 @@ CONFIGURATIONS: dict[str, tuple[Callable[[], ServingWorkload], int, StepModel, b
     "chat, small budget and seats": (chat, 200, StepModel(max_num_batched_tokens=64, max_num_seqs=2), True),
     "mooncake, preempting": (preempting_mooncake, 300, StepModel(), True),
 }
+#: name: the KV cache groups beside the configuration's (the default: one full-attention group)
+HYBRIDS: dict[str, tuple[CacheGroup, ...]] = {
+    "chat, sliding window + full, preempting": (FULL_ATTENTION, CacheGroup.window(64)),
+    "chat, mamba + full, preempting": (FULL_ATTENTION, CacheGroup.mamba()),
+    "mooncake, sliding window + full, admission capped": (FULL_ATTENTION, CacheGroup.window(1024)),
+}
+CONFIGURATIONS["chat, sliding window + full, preempting"] = (chat, 120, StepModel(), True)
+CONFIGURATIONS["chat, mamba + full, preempting"] = (chat, 120, StepModel(), True)
+CONFIGURATIONS["mooncake, sliding window + full, admission capped"] = (
+    preempting_mooncake,
+    600,
+    StepModel(max_num_batched_tokens=2048),
+    True,
+)
 
 
 @needs_vllm
@@ -215,7 +230,8 @@ def test_vllm_s_own_scheduler_agrees_with_kvref_request_by_request(name: str) ->
     from kvref.simulation.serving.comparison import compare_with_vllm
 
     make, capacity, model, caching = CONFIGURATIONS[name]
-    comparison = compare_with_vllm(make(), capacity, model, prefix_caching=caching)
+    groups = HYBRIDS.get(name, (FULL_ATTENTION,))
+    comparison = compare_with_vllm(make(), capacity, model, prefix_caching=caching, groups=groups)
     assert comparison.differences == ()
     assert comparison.exact == comparison.requests > 0
     assert comparison.engine.counts() == comparison.kvref.counts()

@@ -32,6 +32,7 @@ __all__ = [
     "block_extra_keys",
     "encode_block",
     "hash_block",
+    "hash_group_key",
     "hash_token_blocks",
 ]
 
@@ -176,6 +177,20 @@ def hash_block(
     """Hash one full block chained on ``parent`` (:data:`ROOT_HASH` for the first block)."""
     digest = _digest_of(algorithm, "hash_block")
     return digest(encode_block(parent, tokens, extra))
+
+
+def hash_group_key(block_hash: int, group: int, *, algorithm: str = DEFAULT_ALGORITHM) -> int:
+    """The key a block of hash ``block_hash`` is cached under in KV cache group ``group`` >= 1 (REQ-733):
+    the digest of the CBOR array ``[block_hash, group]``. Two items where every block's encoding has
+    three (HASH-203), so no group key is ever the hash of a block: with one-token blocks,
+    ``hash_block(h, [g])`` would be the hash of the block after ``h`` holding token ``g``."""
+    parent = as_hash(block_hash, op="hash_group_key", arg="block_hash")
+    index = as_int(group, op="hash_group_key", arg="group")
+    if index < 1:
+        raise InvalidValueError(
+            "REQ-733", f"hash_group_key: group must be >= 1 (group 0 keys by the hash), got {index}"
+        )
+    return _digest_of(algorithm, "hash_group_key")(cbor2.dumps([parent, index]))
 
 
 def block_extra_keys(

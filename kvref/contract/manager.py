@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from kvref.contract.errors import ConfigError, InvalidValueError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved
-from kvref.contract.hashing import BlockExtraKeys, hash_block
+from kvref.contract.hashing import BlockExtraKeys, hash_group_key
 from kvref.contract.requests import Request
 
 __all__ = [
@@ -91,9 +91,9 @@ FULL_ATTENTION = CacheGroup()
 
 def group_key(block_hash: int, group: int) -> int:
     """The key block ``block_hash`` is cached under in group ``group`` (REQ-733): the hash itself in
-    group 0, a hash of it and the group's index in any other, so that a block of one group never
-    serves another and each group's keys chain as the hashes do."""
-    return block_hash if group == 0 else hash_block(block_hash, [group])
+    group 0, :func:`~kvref.contract.hashing.hash_group_key` of it and the group's index in any other,
+    so that a block of one group never serves another, nor is any group's key a block's hash."""
+    return block_hash if group == 0 else hash_group_key(block_hash, group)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ class EvictableHitsNotCounted(RequestManager):
     """The fit check counts new blocks only, though pinning a cached hit takes it out of the free
     queue (vLLM's ``get_num_blocks_to_allocate`` had to count ``new_computed_blocks`` with ref 0)."""
 
-    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
+    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int, *, capped: bool = False) -> bool:
         new = 0
         for g, group_hits in zip(self.groups, hits, strict=True):
             table = g.tables.get(rid)

@@ -53,7 +53,10 @@ class RequestManager:
     reserved, the null block (REQ-730). ``last_block`` chooses REQ-701's (``"recompute"``,
     vLLM) or REQ-705's (``"share"``, Megatron-Core) treatment of a prompt of whole blocks;
     ``use_eagle`` drops the last block of a hit (REQ-707); ``stats_at`` where requests are
-    counted (REQ-716).
+    counted (REQ-716). ``max_in_flight_tokens``: the most tokens scheduled and not yet settled
+    (vLLM's ``VllmConfig.max_in_flight_tokens``, a step's token budget for one engine), which caps
+    what a sliding-window group reserves at a full-sequence admission (REQ-724); ``max_model_len``
+    when not given.
     """
 
     def __init__(
@@ -69,11 +72,17 @@ class RequestManager:
         last_block: str = "recompute",
         stats_at: str = "admission",
         groups: Sequence[CacheGroup] = (FULL_ATTENTION,),
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         size = as_count(block_size, op="RequestManager", arg="block_size")
         limit = as_count(max_model_len, op="RequestManager", arg="max_model_len")
         if size == 0 or limit == 0:
             raise ConfigError("REQ-708", f"RequestManager: block_size {size} and max_model_len {limit} must be >= 1")
+        in_flight = limit
+        if max_in_flight_tokens is not None:
+            in_flight = as_count(max_in_flight_tokens, op="RequestManager", arg="max_in_flight_tokens", rule="REQ-724")
+            if in_flight == 0:
+                raise ConfigError("REQ-724", "RequestManager: max_in_flight_tokens must be >= 1")
         if stats_at not in ("admission", "lookup"):
             raise ConfigError(
                 "REQ-716",
@@ -100,6 +109,12 @@ class RequestManager:
         self.last_block = last_block
         self.stats_at = stats_at
         self.groups = [GroupTables(i, spec, p, size) for i, (spec, p) in enumerate(zip(specs, pools, strict=True))]
+        #: Per group, the most blocks a full-sequence admission reserves (vLLM's
+        #: ``max_admission_blocks_per_request``): a window's tokens and those in flight, plus one (REQ-724).
+        self.admission_caps = [
+            None if spec.sliding_window is None else -(-min(spec.sliding_window - 1 + in_flight, limit) // size) + 1
+            for spec in specs
+        ]
         self._empty = KVCacheBlocks.empty(len(specs))
         self._requests: dict[str, Request] = {}
         self._pool_events: list[KVEvent] = []  # over several pools: their events in call order (REQ-735)
@@ -271,7 +286,7 @@ class RequestManager:
         required = -(-min(total + new + lookahead, self._max_model_len) // size)
         if full_sequence_must_fit:
             whole = -(-min(req.num_tokens, self._max_model_len) // size)
-            if not self._fits(rid, whole, hits, total):
+            if not self._fits(rid, whole, hits, total, capped=True):
                 self._drain()
                 return None
         if not self._fits(rid, required, hits, total):
@@ -290,12 +305,14 @@ class RequestManager:
         self._drain()
         return KVCacheBlocks(tuple(tuple(f) for f in fresh)) if any(fresh) else self._empty
 
-    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int) -> bool:
+    def _fits(self, rid: str, required: int, hits: list[list[int]], num_computed: int, *, capped: bool = False) -> bool:
         """Whether every group's new blocks and the cached hits it pins fit, pool by pool, in the available
-        blocks of the pool it draws from (REQ-709, REQ-734, REQ-735)."""
+        blocks of the pool it draws from (REQ-709, REQ-734, REQ-735); ``capped``: a group with an
+        admission cap counts at most that many blocks as required (REQ-724)."""
         need: dict[int, int] = {}
-        for g, h in zip(self.groups, hits, strict=True):
-            need[id(g.pool)] = need.get(id(g.pool), 0) + g.blocks_to_take(rid, required, h, num_computed)
+        for g, h, cap in zip(self.groups, hits, self.admission_caps, strict=True):
+            wanted = required if cap is None or not capped else min(required, cap)
+            need[id(g.pool)] = need.get(id(g.pool), 0) + g.blocks_to_take(rid, wanted, h, num_computed)
         return all(need.get(id(p), 0) <= p.num_available for p in self.pools)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:

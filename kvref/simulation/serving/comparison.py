@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import RequestRecord, ServingResult
 from kvref.simulation.serving.workload import ServingWorkload
@@ -93,18 +94,25 @@ def kvref_replay(
     model: StepModel,
     *,
     prefix_caching: bool = True,
+    groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
     warmup: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[ServingResult, tuple[RequestRecord, ...]]:
     """kvref's replay as vLLM's scheduler is configured: the oracle's pool under ``lru`` (vLLM's own
-    eviction order), the manager with prefix caching on or off (TRACE-1030, TRACE-1051)."""
+    eviction order), the manager with prefix caching on or off and ``groups`` over the one pool
+    (TRACE-1030, TRACE-1051)."""
     from kvref.config.registry import create_pool
     from kvref.oracle.manager import RequestManager
     from kvref.simulation.serving.scheduler import ServingReplay
 
     pool = create_pool(capacity + 1, backend="oracle", policy="lru")
     manager = RequestManager(
-        pool, block_size=workload.block_size, max_model_len=model.max_model_len, enable_caching=prefix_caching
+        pool,
+        block_size=workload.block_size,
+        max_model_len=model.max_model_len,
+        enable_caching=prefix_caching,
+        groups=groups,
+        max_in_flight_tokens=model.max_num_batched_tokens,  # one engine, one step in flight (vLLM's default)
     )
     replay = ServingReplay(workload, manager, model, warmup=warmup, progress=progress)
     result = replay.run(backend="oracle", policy="lru" if prefix_caching else "none")
@@ -117,6 +125,7 @@ def compare_with_vllm(
     model: StepModel,
     *,
     prefix_caching: bool = True,
+    groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
     warmup: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
@@ -125,10 +134,10 @@ def compare_with_vllm(
     from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
 
     engine = VllmSchedulerReplay(
-        workload, capacity, model, prefix_caching=prefix_caching, warmup=warmup, progress=progress
+        workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress
     )
     ours, our_records = kvref_replay(
-        workload, capacity, model, prefix_caching=prefix_caching, warmup=warmup, progress=progress
+        workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress
     )
     theirs = engine.run()
     return compare_records(ours, our_records, theirs, engine.records())

@@ -106,7 +106,8 @@ class ServingReplay:
 
     ``warmup``: the fraction of requests, in arrival order, that run but are not counted
     (TRACE-1013). ``fast_forward=False`` steps one by one and asks the manager for every token (the
-    definition TRACE-1040's shortcuts must equal). ``progress(done, total)`` is called as requests finish.
+    definition TRACE-1040's shortcuts must equal); a manager with a sliding-window or mamba group is
+    always stepped so. ``progress(done, total)`` is called as requests finish.
     """
 
     def __init__(
@@ -122,12 +123,16 @@ class ServingReplay:
         self.workload = workload
         self.manager = manager
         self.model = model
-        self.fast_forward = fast_forward
+        # A window (or mamba) group frees the blocks that slide out of it at any token, not only where a
+        # block opens or fills: its steps are never quiet, so they run one by one (TRACE-1040).
+        self.fast_forward = fast_forward and all(g.spec.window_tokens is None for g in manager.groups)
         self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
         self._size = manager.block_size
         self._pools = manager.pools  # one, or one per KV cache group (REQ-735): every count sums them
         self._capacity = sum(p.num_usable for p in self._pools)
+        # each pool's usable blocks and how many groups draw from it (TRACE-1037)
+        self._pool_groups = [(p.num_usable, sum(g.pool is p for g in manager.groups)) for p in self._pools]
         self._waiting: deque[_Live] = deque()
         self._running: list[_Live] = []
         self._finished: list[_Live] = []
@@ -179,7 +184,8 @@ class ServingReplay:
 
     def _arrive(self, index: int, spec: ServedRequest) -> None:
         """A request joins the waiting queue, or is rejected when it could never run (TRACE-1037)."""
-        if not spec.fits(self._size, self._capacity, self.model.max_model_len):
+        limit = self.model.max_model_len
+        if not all(spec.fits(self._size, usable, limit, groups=n) for usable, n in self._pool_groups):
             self._tally.rejected += 1
             if self._progress:
                 self._progress(1, len(self.workload.requests))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kvref.contract.errors import InvalidValueError
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import Percentiles, RequestRecord, ServingResult, thin_timeline
@@ -99,6 +100,7 @@ class VllmSchedulerReplay:
         model: StepModel,
         *,
         prefix_caching: bool = True,
+        groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
         warmup: float = 0.0,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
@@ -113,6 +115,7 @@ class VllmSchedulerReplay:
         self.capacity = capacity
         self.model = model
         self.prefix_caching = prefix_caching
+        self.groups = groups
         self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
         self._records: list[RequestRecord] = []
@@ -124,10 +127,9 @@ class VllmSchedulerReplay:
     def _scheduler(self) -> Any:
         """vLLM's scheduler as its engine core builds it, over a model config read from a local ``config.json``."""
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import KVCacheConfig
         from vllm.v1.structured_output import StructuredOutputManager
 
         size = self.workload.block_size
@@ -163,9 +165,13 @@ class VllmSchedulerReplay:
         vllm_config = VllmConfig(
             scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config
         )
-        spec = FullAttentionSpec(block_size=size, num_kv_heads=1, head_size=1, dtype=torch.float32)
         kv_cache_config = KVCacheConfig(
-            num_blocks=self.capacity + 1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
+            num_blocks=self.capacity + 1,
+            kv_cache_tensors=[],
+            kv_cache_groups=[self._group_spec(i, group, size) for i, group in enumerate(self.groups)],
+            # every full block of every group cached, as chapter 07 specifies (REQ-730); the engine's
+            # default for a hybrid (0) keeps only a window's tail at prompt ends
+            prefix_cache_retention_interval=None if self._hybrid else 0,
         )
         return Scheduler(
             vllm_config=vllm_config,
@@ -174,6 +180,24 @@ class VllmSchedulerReplay:
             block_size=size,
             log_stats=True,
         )
+
+    @property
+    def _hybrid(self) -> bool:
+        return len(self.groups) > 1 or self.groups[0].window_tokens is not None
+
+    @staticmethod
+    def _group_spec(index: int, group: CacheGroup, size: int) -> Any:
+        """vLLM's spec of one KV cache group of ``size``-token blocks (REQ-730, REQ-757)."""
+        import torch
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, MambaSpec, SlidingWindowSpec
+
+        shape: dict[str, Any] = {"block_size": size, "num_kv_heads": 1, "head_size": 8, "dtype": torch.float16}
+        if group.kind == "mamba":
+            spec = MambaSpec(block_size=size, shapes=((8,),), dtypes=(torch.float16,), mamba_cache_mode="all")
+            return KVCacheGroupSpec([f"mamba.{index}"], spec)
+        if group.sliding_window is None:
+            return KVCacheGroupSpec([f"full.{index}"], FullAttentionSpec(**shape))
+        return KVCacheGroupSpec([f"window.{index}"], SlidingWindowSpec(**shape, sliding_window=group.sliding_window))
 
     def _block_hasher(self) -> Any:
         """vLLM's own block hasher under its configured hash, as its engine core makes it."""
@@ -217,7 +241,7 @@ class VllmSchedulerReplay:
         while nxt < total or live:
             while nxt < total and specs[nxt].arrival_us <= now:
                 spec = specs[nxt]
-                if spec.fits(size, self.capacity, model.max_model_len):
+                if spec.fits(size, self.capacity, model.max_model_len, groups=len(self.groups)):
                     request = Request(
                         request_id=f"r{nxt}",
                         prompt_token_ids=prompt_token_ids(spec, size),

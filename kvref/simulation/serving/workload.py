@@ -85,10 +85,11 @@ class ServedRequest:
         """The most tokens the request ever has computed: its prompt and every output token but the last."""
         return self.prompt_length + max(self.output_length - 1, 0)
 
-    def fits(self, block_size: int, capacity: int, max_model_len: int) -> bool:
-        """Whether the request could ever run in ``capacity`` blocks of ``block_size`` tokens (TRACE-1037)."""
+    def fits(self, block_size: int, capacity: int, max_model_len: int, *, groups: int = 1) -> bool:
+        """Whether the request could ever run in ``capacity`` blocks of ``block_size`` tokens shared by
+        ``groups`` KV cache groups, each counted as holding a block per block of tokens (TRACE-1037)."""
         return (
-            -(-self.max_computed_tokens() // block_size) <= capacity
+            groups * -(-self.max_computed_tokens() // block_size) <= capacity
             and self.prompt_length + self.output_length <= max_model_len
         )
 
