@@ -248,3 +248,18 @@ def test_vllm_s_evictions_and_preemptions_are_its_own_counts() -> None:
     assert result.evictions > 0
     assert result.preemptions == sum(r.preemptions for r in replay.records()) > 0
     assert all(isinstance(r, RequestRecord) for r in replay.records())
+
+
+@needs_vllm
+@rule("TRACE-1050")
+def test_a_workload_whose_last_requests_are_rejected_ends_on_vllm_as_on_kvref() -> None:
+    from kvref.simulation.serving.comparison import compare_with_vllm
+
+    fits = ServedRequest(0, 20, 2, prompt_tokens=tuple(range(20)))
+    too_long = ServedRequest(1_000, 200, 2, prompt_tokens=tuple(range(200)))
+    workload = ServingWorkload(
+        (fits, too_long, too_long), 16, "two too long", outputs_hit=False, fixed_block_size=False
+    )
+    comparison = compare_with_vllm(workload, 4, StepModel())
+    assert comparison.engine.rejected == comparison.kvref.rejected == 2
+    assert comparison.exact == comparison.requests == 1

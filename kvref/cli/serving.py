@@ -106,6 +106,14 @@ def add_serving_commands(sub: Any) -> None:
         "--no-prefix-caching", action="store_true", help="with --engine vllm: prefix caching off (on both sides)"
     )
     serve.add_argument(
+        "--sliding-window",
+        type=whole("REQ-730", "a sliding window (tokens)"),
+        help="with --engine vllm: a sliding-window group of this many tokens beside the full-attention one",
+    )
+    serve.add_argument(
+        "--mamba", action="store_true", help="with --engine vllm: a mamba group beside the full-attention one"
+    )
+    serve.add_argument(
         "--no-chunked-prefill",
         action="store_true",
         help="admit a prompt only when all of it fits the step's budget (needs --budget >= --max-model-len)",
@@ -281,7 +289,13 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
     from kvref.contract.errors import InvalidValueError
 
     if args.engine != "vllm":
-        for flag, given in (("--compare", args.compare), ("--no-prefix-caching", args.no_prefix_caching)):
+        engine_only = (
+            ("--compare", args.compare),
+            ("--no-prefix-caching", args.no_prefix_caching),
+            ("--sliding-window", args.sliding_window is not None),
+            ("--mamba", args.mamba),
+        )
+        for flag, given in engine_only:
             if given:
                 raise InvalidValueError("TRACE-1051", f"{flag} goes with --engine vllm")
         return
@@ -310,6 +324,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
     from rich.table import Table
 
     from kvref.cli.replay import trace_name
+    from kvref.contract.manager import FULL_ATTENTION, CacheGroup
     from kvref.reports.comparison import (
         COMPARISON_COLUMNS,
         COMPARISON_NOTES,
@@ -323,6 +338,11 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
     from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay, vllm_version
 
     caching = not args.no_prefix_caching
+    groups = (
+        FULL_ATTENTION,
+        *([CacheGroup.window(args.sliding_window)] if args.sliding_window is not None else []),
+        *([CacheGroup.mamba()] if args.mamba else []),
+    )
     workloads = [load_workload(spec) for spec in specs]
     first = workloads[0]
     sides = 2 if args.compare else 1
@@ -331,7 +351,8 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
     notes = [
         first.note,
         f"step model: {model.describe()}",
-        f"vLLM {vllm_version()}, prefix caching {'on' if caching else 'off'}",
+        f"vLLM {vllm_version()}, prefix caching {'on' if caching else 'off'}, KV cache groups: "
+        + ", ".join(g.kind if g.sliding_window is None else f"window {g.sliding_window:,}" for g in groups),
     ]
     comparisons: list[tuple[str, Any]] = []
     results = []
@@ -345,13 +366,25 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
                 name = f"block size {workload.block_size}, {capacity:,} blocks"
                 if args.compare:
                     comparison = compare_with_vllm(
-                        workload, capacity, model, prefix_caching=caching, warmup=args.warmup, progress=progress
+                        workload,
+                        capacity,
+                        model,
+                        prefix_caching=caching,
+                        groups=groups,
+                        warmup=args.warmup,
+                        progress=progress,
                     )
                     comparisons.append((name, comparison))
                     results.append(comparison.engine)
                 else:
                     replay = VllmSchedulerReplay(
-                        workload, capacity, model, prefix_caching=caching, warmup=args.warmup, progress=progress
+                        workload,
+                        capacity,
+                        model,
+                        prefix_caching=caching,
+                        groups=groups,
+                        warmup=args.warmup,
+                        progress=progress,
                     )
                     results.append(replay.run())
     if args.out:

@@ -257,8 +257,9 @@ class VllmSchedulerReplay:
                     if self._progress:
                         self._progress(1, total)
                 nxt += 1
-            if not live:
-                now = specs[nxt].arrival_us
+            if not live:  # idle: the clock moves to the next arrival, if any (TRACE-1031)
+                if nxt < total:
+                    now = specs[nxt].arrival_us
                 continue
             output = scheduler.schedule()
             scheduled = output.num_scheduled_tokens
