@@ -159,7 +159,15 @@ def test_compare_without_vllm_s_engine_is_refused_before_any_work() -> None:
 @rule("TRACE-1050")
 @pytest.mark.parametrize(
     "flags",
-    [["--target-hit-rate", "0.5"], ["--preemption", "pause"], ["--policy", "lru-leaf"], ["--backend", "torch"]],
+    [
+        ["--target-hit-rate", "0.5"],
+        ["--preemption", "pause"],
+        ["--policy", "lru-leaf"],
+        ["--backend", "torch"],
+        ["--results", "points.jsonl"],
+        ["--workers", "2"],
+        ["--budget", "64"],  # fewer tokens than the 256 seats
+    ],
 )
 def test_what_vllm_s_scheduler_cannot_be_asked_is_refused_before_any_work(flags: list[str]) -> None:
     done = kvref_command("serve-replay", "--engine", "vllm", *flags)
@@ -209,12 +217,12 @@ CONFIGURATIONS: dict[str, tuple[Callable[[], ServingWorkload], int, StepModel, b
 }
 #: name: the KV cache groups beside the configuration's (the default: one full-attention group)
 HYBRIDS: dict[str, tuple[CacheGroup, ...]] = {
-    "chat, sliding window + full, preempting": (FULL_ATTENTION, CacheGroup.window(64)),
-    "chat, mamba + full, preempting": (FULL_ATTENTION, CacheGroup.mamba()),
+    "chat, sliding window + full, preempting": (FULL_ATTENTION, CacheGroup.window(32)),
+    "chat, mamba + full, small cache": (FULL_ATTENTION, CacheGroup.mamba()),
     "mooncake, sliding window + full, admission capped": (FULL_ATTENTION, CacheGroup.window(1024)),
 }
-CONFIGURATIONS["chat, sliding window + full, preempting"] = (chat, 120, StepModel(), True)
-CONFIGURATIONS["chat, mamba + full, preempting"] = (chat, 120, StepModel(), True)
+CONFIGURATIONS["chat, sliding window + full, preempting"] = (chat, 50, StepModel(), True)
+CONFIGURATIONS["chat, mamba + full, small cache"] = (chat, 60, StepModel(), True)
 CONFIGURATIONS["mooncake, sliding window + full, admission capped"] = (
     preempting_mooncake,
     600,
@@ -235,7 +243,10 @@ def test_vllm_s_own_scheduler_agrees_with_kvref_request_by_request(name: str) ->
     assert comparison.differences == ()
     assert comparison.exact == comparison.requests > 0
     assert comparison.engine.counts() == comparison.kvref.counts()
+    assert comparison.agrees
     assert comparison.engine.backend.startswith("vllm ")
+    if "preempting" in name:
+        assert comparison.engine.preemptions > 0, "the configuration is meant to preempt"
 
 
 @needs_vllm
@@ -263,3 +274,32 @@ def test_a_workload_whose_last_requests_are_rejected_ends_on_vllm_as_on_kvref() 
     comparison = compare_with_vllm(workload, 4, StepModel())
     assert comparison.engine.rejected == comparison.kvref.rejected == 2
     assert comparison.exact == comparison.requests == 1
+
+
+@rule("TRACE-1051")
+def test_a_comparison_of_no_request_does_not_agree() -> None:
+    result, _ = kvref_replay(chat(5), 2000, StepModel())
+    comparison = compare_records(result, (), result, ())
+    assert comparison.requests == 0
+    assert comparison.exact_share == 0.0
+    assert not comparison.agrees
+
+
+@rule("TRACE-1037")
+def test_a_prompt_as_long_as_the_model_leaves_no_room_for_a_token_and_is_rejected() -> None:
+    at_limit = ServedRequest(0, 16, 0, prompt_tokens=tuple(range(16)))
+    assert not at_limit.fits(4, 100, 16)
+    assert at_limit.fits(4, 100, 17)
+    assert not at_limit.fits(4, 7, 17, groups=2)  # two groups of 4 blocks each
+
+
+@needs_vllm
+@rule("TRACE-1050")
+def test_requests_without_output_run_on_vllm_as_on_kvref() -> None:
+    from kvref.simulation.serving.comparison import compare_with_vllm
+
+    requests = tuple(ServedRequest(i * 100, 20, 0, prompt_tokens=tuple(range(20)), output_tokens=()) for i in range(3))
+    workload = ServingWorkload(requests, 4, "no outputs", outputs_hit=True, fixed_block_size=False)
+    comparison = compare_with_vllm(workload, 20, StepModel(max_model_len=20 + 1))
+    assert comparison.agrees
+    assert comparison.kvref.token_hits > 0

@@ -228,7 +228,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     first = load_workload(specs[0])
     model = _model(args)
     policies = list(dict.fromkeys(args.policy or [p.value for p in EvictionPolicy]))
-    bounds = [_default_capacities(load_workload(spec)) for spec in specs]
+    groups = 1 + (args.sliding_window is not None) + args.mamba  # each group holds its own blocks (TRACE-1037)
+    bounds = [tuple(groups * b for b in _default_capacities(load_workload(spec))) for spec in specs]
     fits, never = max(b[0] for b in bounds), max(b[1] for b in bounds)
     asked = sorted(set(args.capacity or []))
     if asked and asked[-1] > never:  # a cache that never evicts counts the same at any larger size
@@ -305,6 +306,8 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
         ("--preemption pause", args.preemption != "recompute"),
         ("--backend", args.backend != "oracle"),
         ("--policy other than lru", any(p != "lru" for p in args.policy or [])),
+        ("--results", args.results is not None),
+        ("--workers", args.workers not in (None, 1)),
     ]
     for flag, given in refused:
         if given:
@@ -313,6 +316,10 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
                 f"{flag}: --engine vllm replays the given capacities through vLLM's own scheduler, which evicts "
                 "by its own LRU, preempts by recompute and runs in this process",
             )
+    if args.budget < args.max_seqs:
+        raise InvalidValueError(
+            "TRACE-1050", f"--budget {args.budget:,} is less than --max-seqs {args.max_seqs:,}: vLLM refuses that"
+        )
     from kvref.simulation.serving.vllm_scheduler import vllm_version
 
     vllm_version()  # refuses with how to install it
@@ -403,7 +410,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
         if args.compare:
             payload["comparisons"] = [_comparison_json(name, c) for name, c in comparisons]
         print(json.dumps(payload, indent=1))
-        return 0
+        return _comparison_status(comparisons)
     if not args.compare:
         _print_results(results, title, notes, None)
         return 0
@@ -426,7 +433,20 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
         for row in differing:
             diffs.add_row(*row)
         print_table(diffs)
-    return 0
+    return _comparison_status(comparisons)
+
+
+def _comparison_status(comparisons: list[tuple[str, Any]]) -> int:
+    """0 where every configuration agrees (TRACE-1051); 1, with a line each, where one does not."""
+    status = 0
+    for name, c in comparisons:
+        if not c.agrees:
+            status = 1
+            why = "no request was compared" if not c.requests else f"{c.requests - c.exact:,} requests differ"
+            if c.requests and c.exact == c.requests:
+                why = "the aggregate counts differ"
+            print(f"kvref serve-replay: {name}: kvref and vLLM do not agree: {why}", file=sys.stderr)
+    return status
 
 
 def _comparison_json(name: str, comparison: Any) -> dict[str, Any]:
@@ -442,6 +462,8 @@ def _comparison_json(name: str, comparison: Any) -> dict[str, Any]:
         "preemptions_equal": c.preemptions_equal,
         "first_step_equal": c.first_step_equal,
         "hit_rate_error_pp": c.hit_rate_error_pp,
+        "counts_equal": c.counts_equal,
+        "agrees": c.agrees,
         "kvref": c.kvref.to_json(),
         "engine": c.engine.to_json(),
         "differences": [dataclasses.asdict(d) for d in c.differences],

@@ -22,7 +22,9 @@ __all__ = [
 COMPARISON_COLUMNS = (
     "configuration",
     "requests",
+    "rejected",
     "exact",
+    "counts equal",
     "cached equal",
     "preemptions equal",
     "first-token step equal",
@@ -43,6 +45,9 @@ COMPARISON_NOTES = (
     "are all equal on both sides (TRACE-1051); the *equal* columns count one field each.",
     "- *kvref hits*, *vLLM hits*: prompt tokens cached at each request's first admission over prompt "
     "tokens, requests after the warm-up; *error*: kvref's minus vLLM's, in percentage points.",
+    "- *rejected*: requests that could never fit, kvref / vLLM, left out of the comparison (TRACE-1037); "
+    "*counts equal*: every aggregate count and time of the two replays is equal (steps, evictions, "
+    "prefill tokens, blocks in use, makespan).",
     "- *kvref s*, *vLLM s*: each replay's own wall time on this machine.",
 )
 
@@ -58,7 +63,9 @@ def comparison_row(name: str, comparison: Comparison) -> list[str]:
     return [
         name,
         f"{n:,}",
+        f"{c.kvref.rejected:,} / {c.engine.rejected:,}",
         f"{_share(c.exact, n)} ({c.exact:,})",
+        "yes" if c.counts_equal else "no",
         _share(c.cached_equal, n),
         _share(c.preemptions_equal, n),
         _share(c.first_step_equal, n),

@@ -53,8 +53,18 @@ class Comparison:
 
     @property
     def exact_share(self) -> float:
-        """The share of requests exactly equal on both sides (1.0 for none)."""
-        return self.exact / self.requests if self.requests else 1.0
+        """The share of requests exactly equal on both sides (0.0 when none was compared)."""
+        return self.exact / self.requests if self.requests else 0.0
+
+    @property
+    def counts_equal(self) -> bool:
+        """Whether every aggregate count and time of the two replays is equal (TRACE-1041's counts)."""
+        return self.kvref.counts() == self.engine.counts()
+
+    @property
+    def agrees(self) -> bool:
+        """Whether the two agree: some request compared, every one exact, every count equal (TRACE-1051)."""
+        return self.requests > 0 and self.exact == self.requests and self.counts_equal
 
     @property
     def hit_rate_error_pp(self) -> float:
@@ -112,7 +122,7 @@ def kvref_replay(
         max_model_len=model.max_model_len,
         enable_caching=prefix_caching,
         groups=groups,
-        max_in_flight_tokens=model.max_num_batched_tokens,  # one engine, one step in flight (vLLM's default)
+        max_in_flight_tokens=model.max_num_batched_tokens,  # one step in flight: vLLM's CPU build, no async
     )
     replay = ServingReplay(workload, manager, model, warmup=warmup, progress=progress)
     result = replay.run(backend="oracle", policy="lru" if prefix_caching else "none")

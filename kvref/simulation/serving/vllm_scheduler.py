@@ -106,6 +106,12 @@ class VllmSchedulerReplay:
     ) -> None:
         if type(capacity) is not int or capacity < 1:
             raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {capacity!r}")
+        if model.max_num_batched_tokens < model.max_num_seqs:
+            raise InvalidValueError(
+                "TRACE-1050",
+                f"vLLM needs a token budget of at least its seats: budget {model.max_num_batched_tokens:,} "
+                f"< {model.max_num_seqs:,} seats",
+            )
         if model.preemption != "recompute":
             raise InvalidValueError(
                 "TRACE-1050", f"vLLM's scheduler preempts by recompute; preemption {model.preemption!r} is not its own"
@@ -263,6 +269,13 @@ class VllmSchedulerReplay:
                 continue
             output = scheduler.schedule()
             scheduled = output.num_scheduled_tokens
+            if not scheduled and nxt >= total:
+                stuck = ", ".join(sorted(live)[:5])
+                raise InvalidValueError(
+                    "TRACE-1050",
+                    f"vLLM's scheduler scheduled nothing with {len(live):,} requests left ({stuck}) and none to "
+                    "arrive: it would never finish them",
+                )
             prefill = decode = 0
             sampled: list[list[int]] = []
             for request_id, n in scheduled.items():
@@ -277,7 +290,11 @@ class VllmSchedulerReplay:
                     running.add(request_id)
                     admitted.setdefault(index, now)
                 if request.num_computed_tokens >= request.num_tokens:
-                    sampled.append([specs[index].output_token(index, request.num_output_tokens)])
+                    spec = specs[index]
+                    position = request.num_output_tokens
+                    # a request with no output samples one token that vLLM then stops at (TRACE-1034)
+                    token = spec.output_token(index, position) if position < spec.output_length else 0
+                    sampled.append([token])
                 else:
                     sampled.append([])
             duration = model.duration_us(prefill, decode)

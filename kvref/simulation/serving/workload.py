@@ -87,10 +87,12 @@ class ServedRequest:
 
     def fits(self, block_size: int, capacity: int, max_model_len: int, *, groups: int = 1) -> bool:
         """Whether the request could ever run in ``capacity`` blocks of ``block_size`` tokens shared by
-        ``groups`` KV cache groups, each counted as holding a block per block of tokens (TRACE-1037)."""
+        ``groups`` KV cache groups, each counted as holding a block per block of tokens, with its prompt
+        and output (at least one token: an engine keeps room for the one it samples) within
+        ``max_model_len`` (TRACE-1037)."""
         return (
             groups * -(-self.max_computed_tokens() // block_size) <= capacity
-            and self.prompt_length + self.output_length <= max_model_len
+            and self.prompt_length + max(self.output_length, 1) <= max_model_len
         )
 
 
