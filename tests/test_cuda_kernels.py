@@ -261,6 +261,40 @@ def test_calls_of_thousands_of_slots_agree_with_the_array_path(library: str, pag
     assert launches >= 10, f"{library}: the calls made {launches} CUDA kernel launches; they did not reach the kernels"
 
 
+def message(call: Any) -> str | None:
+    """The words of the error a call raised (the offending entry's position and value among them), or None."""
+    try:
+        call()
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+@rule("ERR-511", "ERR-512")
+@pytest.mark.parametrize("m", [1025, 4096])
+@LIBRARIES
+def test_a_call_whose_every_entry_offends_names_its_first_entry(library: str, m: int) -> None:
+    """Each thread holds a run of several entries here, every one offending: the record must name
+    the call's first entry (position 0, its value), as the array path does, for slots and blocks."""
+    from kvref_arraypool.block_arrays import DeviceBlockPool
+    from kvref_arraypool.slot_arrays import DeviceSlotAllocator
+
+    setup = cuda_library(library)
+    fused_slots = DeviceSlotAllocator(8192, ops=setup["ops"](), kernels=setup["slot_kernels"]())
+    plain_slots = DeviceSlotAllocator(8192, ops=setup["ops"]())
+    fused_blocks = DeviceBlockPool(8192, ops=setup["ops"](), max_requests=4, kernels=setup["block_kernels"]())
+    plain_blocks = DeviceBlockPool(8192, ops=setup["ops"](), max_requests=4)
+    offending = [-(i + 1) for i in range(m)]
+    for slots in (fused_slots, plain_slots):
+        slots.free(setup["as_input"](offending))
+    for blocks in (fused_blocks, plain_blocks):
+        blocks.free(setup["as_ids"](offending), 1)
+    for fused, plain in ((fused_slots.check, plain_slots.check), (fused_blocks.check, plain_blocks.check)):
+        got, want = message(fused), message(plain)
+        assert want is not None and "-1" in want, f"the array path's error names no first entry: {want}"
+        assert got == want, f"{library}: a free of {m} offending entries raised {got!r}, expected {want!r}"
+
+
 @rule("ERR-511", "ERR-512", "ERR-518", "ERR-519")
 @LIBRARIES
 def test_block_calls_of_thousands_of_entries_agree_with_the_array_path(library: str) -> None:

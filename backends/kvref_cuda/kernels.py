@@ -3,7 +3,7 @@
 :class:`CudaSlotKernels` is a :class:`kvref_arraypool.slot_arrays.SlotKernels` and
 :class:`CudaBlockKernels` a :class:`kvref_arraypool.block_errors.BlockKernels`, over the kernels of
 :mod:`kvref_cuda.source`. One launch a call costs far less than the forty to seventy array
-operations of the array path (a slot pair took 32-43 us on an H100, against 790-1,650 us), so
+operations of the array path (a slot pair took 23-35 us on an H100, against 790-1,650 us), so
 these are what a CUDA build of the ``cupy`` backend runs, and what the ``torch`` backend runs on
 CUDA where CuPy is installed. The launch goes to the driver itself: on that H100 CuPy's
 ``RawKernel`` call cost 8.7 us and a Triton kernel through Python 13-19 us.

@@ -9,7 +9,8 @@ path, on a GPU or compiled for the CPU under ``tests/cuda_emulation.py``):
   the pages held, bump the slots' versions, write the fresh output; thread 0 lowers the ring's
   device length (:class:`kvref_arraypool.slot_arrays.DeviceSlotAllocator`);
 * ``slot_free_*``: one thread block over the whole call (up to 4,096 entries, each thread a
-  contiguous run): the per-entry codes, the first offending entry into the record, then, when the
+  contiguous run of at most four, read and divided by the page size once, into registers, so a
+  thread's loads go out together): the per-entry codes, the first offending entry into the record, then, when the
   call is accepted, the first occurrence of each page (an ``atomicMin`` of positions between two
   barriers) and the release to the back of the ring or release list at ``count + rank`` (a block
   scan), or in an open group the mark and the group's parts;
@@ -37,6 +38,7 @@ MAX_THREADS = 1024
 _COMMON = r"""
 typedef long long i64;
 #define KVREF_MAX_THREADS @MAX_THREADS@
+#define KVREF_PER @PER@
 
 // The exclusive prefix sum of `value` over the block's threads, in thread order; `total` gets the sum.
 __device__ i64 kvref_scan(i64 value, i64* total) {
@@ -79,18 +81,32 @@ __device__ i64 kvref_note(i64* rec, i64 m, i64 mine, i64 code, i64 value) {
     return pos;
 }
 
-// The contiguous run of entries [lo, hi) of this thread.
+// The contiguous run of entries [lo, hi) of this thread: at most KVREF_PER of them, since a call
+// has at most MAX_CALL entries and a block of fewer than MAX_THREADS threads has a warp per 32 entries.
 __device__ void kvref_run(i64 m, i64* lo, i64* hi) {
     const i64 per = (m + blockDim.x - 1) / blockDim.x;
     *lo = min(m, (i64)threadIdx.x * per);
     *hi = min(m, *lo + per);
+}
+
+// a / b for 0 <= a and 0 < b, in 32 bits where both fit: a 64-bit division is a long software
+// routine on a GPU, and a call divides each of its thousands of slots by the page size.
+__device__ __forceinline__ i64 kvref_div(i64 a, i64 b) {
+    if ((unsigned long long)(a | b) <= 0xffffffffull) return (i64)((unsigned)a / (unsigned)b);
+    return a / b;
+}
+
+// a % n for 0 <= a, one subtraction where a < 2n: every ring index is the head (below n) plus a
+// count of at most n pages.
+__device__ __forceinline__ i64 kvref_wrap(i64 a, i64 n) {
+    return a < n ? a : a - n < n ? a - n : a % n;
 }
 """
 
 _SLOT = r"""
 // A slot's page, 0 (the padding page) for a slot out of range.
 __device__ __forceinline__ i64 kvref_page(i64 s, i64 top, i64 page_size) {
-    return (s < 0 || s >= top) ? 0 : s / page_size;
+    return (s < 0 || s >= top) ? 0 : kvref_div(s, page_size);
 }
 
 // Slot i of an allocation of pages from the ring at `head`: its page marked held (by the page's
@@ -98,8 +114,8 @@ __device__ __forceinline__ i64 kvref_page(i64 s, i64 top, i64 page_size) {
 template <typename T>
 __device__ __forceinline__ void kvref_take(const i64* ring, i64* state, i64* version, T* out, i64 head, i64 i,
                                            i64 num_pages, i64 page_size) {
-    const i64 k = i / page_size, offset = i % page_size;
-    const i64 page = ring[(head + k) % num_pages];
+    const i64 k = kvref_div(i, page_size), offset = i - k * page_size;
+    const i64 page = ring[kvref_wrap(head + k, num_pages)];
     if (offset == 0) state[page] = 1;
     const i64 slot = page * page_size + offset;
     version[slot] += 1;
@@ -121,47 +137,63 @@ __device__ void slot_free(const T* slots, i64 m, i64* state, i64* first, i64* ri
     i64 lo, hi;
     kvref_run(m, &lo, &hi);
     const i64 top = (num_pages + 1) * page_size;
+    // This thread's entries and their pages, read and divided once (the loops below are unrolled over
+    // them, so their loads go out together).
+    i64 slot[KVREF_PER], page[KVREF_PER];
+    bool mine_entry[KVREF_PER];
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k) {
+        mine_entry[k] = lo + k < hi;
+        slot[k] = mine_entry[k] ? (i64)slots[lo + k] : 0;
+        page[k] = kvref_page(slot[k], top, page_size);
+    }
     i64 mine = m, code = 0, value = 0;
-    for (i64 i = lo; i < hi && mine == m; ++i) {
-        const i64 s = (i64)slots[i];
-        const i64 page = kvref_page(s, top, page_size);
-        const i64 c = (s < 0 || s >= top) ? 1 : page == 0 ? 2 : state[page] == 1 ? 0 : 3;
-        if (c) { mine = i; code = c; value = s; }
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k) {
+        const i64 s = slot[k];
+        const i64 c = (s < 0 || s >= top) ? 1 : page[k] == 0 ? 2 : state[page[k]] == 1 ? 0 : 3;
+        if (mine_entry[k] && c && mine == m) { mine = lo + k; code = c; value = s; }
     }
     const i64 pos = kvref_note(rec, m, mine, code, value);
     if (pos < m) {  // refused: the record and, in a group, parts that keep nothing (ERR-501)
-        for (i64 i = lo; group && i < hi; ++i) {
-            page_out[i] = kvref_page((i64)slots[i], top, page_size);
-            keep_out[i] = false;
+        for (int k = 0; group && k < KVREF_PER; ++k) {
+            if (!mine_entry[k]) continue;
+            page_out[lo + k] = page[k];
+            keep_out[lo + k] = false;
         }
         return;
     }
-    for (i64 i = lo; i < hi; ++i) first[(i64)slots[i] / page_size] = m;
+    // Accepted: every slot is in range, on a held page. The first entry naming each page keeps it.
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k)
+        if (mine_entry[k]) first[page[k]] = m;
     __syncthreads();
-    for (i64 i = lo; i < hi; ++i) atomicMin(&first[(i64)slots[i] / page_size], i);
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k)
+        if (mine_entry[k]) atomicMin(&first[page[k]], lo + k);
     __syncthreads();
+    bool keep[KVREF_PER];
     i64 kept = 0;
-    for (i64 i = lo; i < hi; ++i) {
-        const i64 page = (i64)slots[i] / page_size;
-        const bool keep = first[page] == i;
-        kept += keep;
-        if (group) { page_out[i] = page; keep_out[i] = keep; }
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k) {
+        keep[k] = mine_entry[k] && first[page[k]] == lo + k;
+        kept += keep[k];
+        if (group && mine_entry[k]) { page_out[lo + k] = page[k]; keep_out[lo + k] = keep[k]; }
     }
     __syncthreads();  // every read of `first` is done before the pages' state changes
-    for (i64 i = lo; i < hi; ++i) {
-        const i64 page = (i64)slots[i] / page_size;
-        if (first[page] == i) state[page] = group ? 2 : 0;
-    }
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k)
+        if (keep[k]) state[page[k]] = group ? 2 : 0;
     if (group) return;
     i64 total;
     i64 rank = kvref_scan(kept, &total);
     i64* counter = sort ? rec + 7 : rec + 6;
     const i64 count = *counter;
-    for (i64 i = lo; i < hi; ++i) {
-        const i64 page = (i64)slots[i] / page_size;
-        if (first[page] != i) continue;
-        if (sort) released[count + rank] = page;
-        else ring[(head + count + rank) % num_pages] = page;
+#pragma unroll
+    for (int k = 0; k < KVREF_PER; ++k) {
+        if (!keep[k]) continue;
+        if (sort) released[count + rank] = page[k];
+        else ring[kvref_wrap(head + count + rank, num_pages)] = page[k];
         ++rank;
     }
     __syncthreads();  // every thread has read the counter
@@ -295,7 +327,11 @@ KVREF_STEP(i64_i64, long long, long long)
 
 #: The whole translation unit, compiled once per device by NVRTC (CuPy's ``RawModule``). The one-block
 #: kernels are compiled for :data:`MAX_THREADS` threads (``__launch_bounds__``), the size of their scan.
-SOURCE = (_COMMON + _SLOT + _BLOCK + _ENTRY).replace("@MAX_THREADS@", str(MAX_THREADS))
+SOURCE = (
+    (_COMMON + _SLOT + _BLOCK + _ENTRY)
+    .replace("@MAX_THREADS@", str(MAX_THREADS))
+    .replace("@PER@", str(-(-MAX_CALL // MAX_THREADS)))
+)
 
 #: How many parameters each kernel takes (every one 8 bytes).
 PARAMETERS = {"slot_alloc": 9, "slot_free": 14, "slot_free_alloc": 14, "block_allocate": 10, "block_call": 13}
