@@ -137,3 +137,32 @@ def test_sizing_the_chat_workload_for_a_p90_ttft_on_real_replays() -> None:
     assert by[answer.capacity].ttft_ms.p90 <= 100.0
     assert answer.capacity == 57 or by[answer.capacity - 1].ttft_ms.p90 > 100.0, "the one below misses the target"
     assert isinstance(answer, SizingAnswer)
+
+
+@rule("TRACE-1043")
+def test_a_worker_that_dies_is_reported_with_how_it_ended_and_the_other_points_finish(tmp_path: Path) -> None:
+    """A point that ends its worker process breaks the whole pool: the points left without an answer
+    run again alone, so only the one that kills its process fails, named with its exit status."""
+    results = tmp_path / "sweep.jsonl"
+    dying = grid([CHAT], ["lru"], [64, 114, 200, 400], model=StepModel(), belady=False)
+    dying = [
+        ServingPoint(
+            p.workload, p.capacity, p.policy, model=p.model, belady=False, backend="tests.dying_backends:EndsItsProcess"
+        )
+        for p in dying
+    ]
+    with pytest.raises(SweepError) as raised:
+        run_sweep(dying, results_file=results, workers=2)
+    message = str(raised.value)
+    assert "1 of 4 points failed" in message and "exited with status 3" in message, message
+    assert "BrokenProcessPool" not in message, message
+    assert sorted(r.capacity for r in read_results(results).values()) == [64, 200, 400]
+
+
+@rule("TRACE-1043")
+def test_a_point_out_of_memory_is_said_in_words() -> None:
+    point = ServingPoint(
+        CHAT, 114, "lru", model=StepModel(), belady=False, backend="tests.dying_backends:RunsOutOfMemory"
+    )
+    with pytest.raises(SweepError, match="ran out of memory"):
+        run_sweep([point], workers=1)

@@ -168,10 +168,12 @@ def milliseconds(text: str) -> float:
 
 
 def nonnegative_milliseconds(text: str) -> float:
-    """A cost of the step model, in milliseconds: a finite number >= 0 (TRACE-1033)."""
+    """A cost of the step model, in milliseconds: a number in [0, 1e9] (TRACE-1033)."""
+    from kvref.simulation.serving.model import MAX_COST_MS
+
     value = _number(text, "TRACE-1033", "a step cost (ms)")
-    if value < 0:
-        raise _refuse("TRACE-1033", f"a step cost (ms) must be at least 0, got {text!r}")
+    if not 0 <= value <= MAX_COST_MS:
+        raise _refuse("TRACE-1033", f"a step cost (ms) must be in [0, {MAX_COST_MS:.0e}], got {text!r}")
     return value
 
 
@@ -194,6 +196,14 @@ def existing_path(text: str) -> Path:
     path = Path(text).expanduser()
     if not path.exists():
         raise _refuse("CONF-912", f"{text} does not exist")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    """A file to read: it must exist and not be a directory (CONF-912)."""
+    path = existing_path(text)
+    if path.is_dir():
+        raise _refuse("CONF-912", f"{text} is a directory; a file is wanted")
     return path
 
 

@@ -1,4 +1,4 @@
-"""``kvref events check``: a recorded KV-event stream, checked as a router would rebuild it (PFX-322, PFX-323)."""
+"""``kvref events check``: a recorded KV-event stream, checked as a router would rebuild it (PFX-322..PFX-326)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ __all__ = ["run_events"]
 
 def run_events(args: argparse.Namespace) -> int:
     """Check the stream ``args.stream``: 0 when a conforming cache could have sent it, 1 with the first
-    event that breaks PFX-322 and the window that shows it."""
-    from kvref.simulation.event_streams import check_stream, read_stream
+    event that breaks PFX-322..PFX-326 and the window that shows it."""
+    from kvref.simulation.event_streams import check_stream
+    from kvref.simulation.stream_files import read_stream
 
-    count, finding = check_stream(read_stream(Path(args.stream)))
+    count, finding = check_stream(read_stream(Path(args.stream)), copies=args.copies)
     if args.json:
         print(json.dumps({"events": count, "finding": None if finding is None else finding.to_json()}, indent=1))
     elif finding is None:
-        print(f"{args.stream}: {count:,} events, each one a conforming cache could have sent (PFX-322)")
+        rules = "PFX-324, PFX-325, PFX-326" if args.copies else "PFX-322, PFX-325, PFX-326"
+        print(f"{args.stream}: {count:,} events, each one a conforming cache could have sent ({rules})")
     else:
         print(f"{args.stream}: the first of {count:,} events read that no conforming cache could have sent:")
         print(finding.describe())

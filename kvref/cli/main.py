@@ -147,7 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     events = sub.add_parser("events", help="check a recorded KV-event stream as a router would rebuild it")
     events.add_argument("action", choices=["check"], help="check: report the first event no conforming cache sends")
     events.add_argument(
-        "stream", type=arg.existing_path, help="a stream in kvref's JSON Lines form (kvref replay --events)"
+        "stream",
+        type=arg.existing_file,
+        help="a recorded stream: kvref's JSON Lines (kvref replay --events), or vLLM's or SGLang's "
+        "KVEventBatch messages in MessagePack (kvref serve-replay --engine vllm --events)",
+    )
+    events.add_argument(
+        "--copies",
+        action="store_true",
+        help="the engine reports every copy of a hash (vLLM does): count copies per hash (PFX-324) "
+        "instead of requiring a store only for a hash's first copy and a removal only for its last",
     )
     events.add_argument("--json", action="store_true", help="machine-readable output")
     events.set_defaults(func=run_events)

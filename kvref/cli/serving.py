@@ -114,6 +114,12 @@ def add_serving_commands(sub: Any) -> None:
         "--mamba", action="store_true", help="with --engine vllm: a mamba group beside the full-attention one"
     )
     serve.add_argument(
+        "--events",
+        type=arg.output_file,
+        help="with --engine vllm: record vLLM's KV event batches of the one replay asked for, as its publisher "
+        "sends them (MessagePack; kvref events check --copies reads them)",
+    )
+    serve.add_argument(
         "--no-chunked-prefill",
         action="store_true",
         help="admit a prompt only when all of it fits the step's budget (needs --budget >= --max-model-len)",
@@ -223,6 +229,11 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         raise InvalidValueError(
             "CONF-912", "--range bounds a capacity search: give --target-hit-rate or --target-ttft-p90"
         )
+    searching = args.target_hit_rate is not None or args.target_ttft_p90 is not None
+    if searching and (len(set(args.policy or [])) > 1 or len(set(args.block_size or [])) > 1):
+        raise InvalidValueError(
+            "TRACE-1042", "a capacity search sizes one cache: give at most one --policy and one --block-size"
+        )
     _check_engine_arguments(args)
     specs = _workloads(args)
     first = load_workload(specs[0])
@@ -246,10 +257,9 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
     results_file = Path(args.results) if args.results else None
-    searching = args.target_hit_rate is not None or args.target_ttft_p90 is not None
     if searching:  # the search replays what it needs; the grid only where capacities are asked for too
         sizing = _size(args, specs[0], policies[0], common, fits, never)
-        notes.append(sizing.sentence())
+        notes.append(f"{sizing.sentence()}; policy {policies[0]}, block size {first.block_size}")
     points = grid(specs, policies, capacities, **common) if args.capacity or not searching else []
     in_process = not args.scheduler and (args.workers == 1 or len(points) == 1)
     if not points:
@@ -270,6 +280,16 @@ def run_serve_replay(args: argparse.Namespace) -> int:
                 progress=lambda p: advance_point(1),
             )
     title = f"kvref serve-replay: {trace_name(first.source)}, {len(first.requests):,} requests"
+    empty = [] if searching else [r for r in results if r.counted_requests == 0]
+    if empty:  # nothing was measured there: a table of zeros would read as an answer (a probe may be so)
+        shown = ", ".join(f"{r.policy} at {r.capacity:,} blocks" for r in empty[:3])
+        print(
+            f"kvref serve-replay: no request was measured ({shown}{' and more' if len(empty) > 3 else ''}): "
+            f"every one was rejected (TRACE-1037: none fits --max-model-len {args.max_model_len:,} and the "
+            "cache) or fell in the warm-up",
+            file=sys.stderr,
+        )
+        return 1
     if args.out:
         from kvref.reports.serving import write_serving_report
 
@@ -295,6 +315,7 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
             ("--no-prefix-caching", args.no_prefix_caching),
             ("--sliding-window", args.sliding_window is not None),
             ("--mamba", args.mamba),
+            ("--events", args.events is not None),
         )
         for flag, given in engine_only:
             if given:
@@ -320,6 +341,8 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
         raise InvalidValueError(
             "TRACE-1050", f"--budget {args.budget:,} is less than --max-seqs {args.max_seqs:,}: vLLM refuses that"
         )
+    if args.events is not None and args.no_prefix_caching:
+        raise InvalidValueError("PFX-323", "--events: vLLM sends no KV events with prefix caching off")
     from kvref.simulation.serving.vllm_scheduler import vllm_version
 
     vllm_version()  # refuses with how to install it
@@ -361,6 +384,15 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
         f"vLLM {vllm_version()}, prefix caching {'on' if caching else 'off'}, KV cache groups: "
         + ", ".join(g.kind if g.sliding_window is None else f"window {g.sliding_window:,}" for g in groups),
     ]
+    if args.events is not None and len(workloads) * len(capacities) != 1:
+        from kvref.contract.errors import InvalidValueError
+
+        raise InvalidValueError(
+            "PFX-323", "--events records one replay on vLLM: give one --capacity and one --block-size"
+        )
+    events = Path(args.events) if args.events is not None else None
+    if events is not None:
+        events.parent.mkdir(parents=True, exist_ok=True)
     comparisons: list[tuple[str, Any]] = []
     results = []
     with progress_bar(f"replaying {len(first.requests):,} requests on vLLM", total) as advance:
@@ -380,6 +412,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
                         groups=groups,
                         warmup=args.warmup,
                         progress=progress,
+                        events=events,
                     )
                     comparisons.append((name, comparison))
                     results.append(comparison.engine)
@@ -392,6 +425,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
                         groups=groups,
                         warmup=args.warmup,
                         progress=progress,
+                        events=events,
                     )
                     results.append(replay.run())
     if args.out:
@@ -520,7 +554,7 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
     from rich import box
     from rich.table import Table
 
-    from kvref.reports.serving import TABLE_COLUMNS, TABLE_GROUPS, table_row
+    from kvref.reports.serving import COLUMN_NOTES, TABLE_COLUMNS, TABLE_GROUPS, table_row
 
     rows = [dict(zip(TABLE_COLUMNS, table_row(r, results), strict=True)) for r in results]
     print(title)
@@ -531,10 +565,9 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
         for row in rows:
             table.add_row(*(row[c] for c in columns))
         print_table(table)
-    for note in notes:
-        print(f"- {note}")
-    if sizing is not None:
-        print(sizing.sentence())
+    for note in (*(f"- {n}" for n in notes), *COLUMN_NOTES):
+        print(note)
+    if sizing is not None:  # its answer is among the notes
         curve = Table(title="the capacities the search replayed", box=box.SIMPLE_HEAD, padding=(0, 1))
         for column in ("blocks", sizing.measure, "meets"):
             curve.add_column(column, justify="right", overflow="fold")

@@ -62,6 +62,10 @@ def _instantiate(obj: Any, name: str) -> Backend:
             raise BackendUnavailableError(
                 "CONF-902", f"backend {name!r}: {obj.__name__} cannot be created without arguments ({exc})"
             ) from exc
+        except Exception as exc:  # the backend's own constructor failed: say so, in its words
+            raise BackendUnavailableError(
+                "CONF-902", f"backend {name!r}: creating {obj.__name__} raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(obj, Backend):
         raise BackendUnavailableError("CONF-901", f"backend {name!r} resolves to {obj!r}, which is not a kvref Backend")
     return obj

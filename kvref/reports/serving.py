@@ -54,7 +54,8 @@ COLUMN_NOTES = (
     "- *token hits*, *block hits*: prompt tokens and blocks found cached at each request's first "
     "admission, over the requests after the warm-up that were not rejected (TRACE-1039).",
     "- *Belady*: the same hits under Belady's offline MIN over the prompts (TRACE-1017); "
-    '"-" where it was not computed (`--no-belady`).',
+    '"-" where it was not computed: with `--no-belady`, and for a token-level workload, whose outputs '
+    "later requests hit, where MIN over the prompts alone is no bound.",
     "- *prefill saved*: prompt tokens not recomputed thanks to the cache, re-admissions after a "
     "preemption included; so it can be largest at the smallest capacity, where requests are "
     "preempted and re-admitted most.",

@@ -25,6 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kvref.contract.errors import InvalidValueError
+
 __all__ = [
     "by_machine",
     "json_documents",
@@ -46,7 +48,14 @@ def json_documents(paths: list[Path]) -> list[tuple[Path, Any]]:
     files: list[Path] = []
     for path in paths:
         files.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
-    return [(file, json.loads(file.read_text(encoding="utf-8"))) for file in files]
+    documents = []
+    for file in files:
+        try:
+            documents.append((file, json.loads(file.read_text(encoding="utf-8"))))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+            raise InvalidValueError("CONF-912", f"{file} is not a results file of kvref's: {why}") from None
+    return documents
 
 
 def this_machine() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.simulation.serving.model import StepModel
@@ -138,13 +139,22 @@ def compare_with_vllm(
     groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
     warmup: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
+    events: Path | None = None,
 ) -> Comparison:
     """Replay ``workload`` at ``capacity`` through kvref and through vLLM's scheduler and compare them
-    (TRACE-1050, TRACE-1051). ``progress(done, total)`` counts the requests of both replays."""
+    (TRACE-1050, TRACE-1051). ``progress(done, total)`` counts the requests of both replays; ``events``
+    records vLLM's KV event batches (:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`)."""
     from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
 
     engine = VllmSchedulerReplay(
-        workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress
+        workload,
+        capacity,
+        model,
+        prefix_caching=prefix_caching,
+        groups=groups,
+        warmup=warmup,
+        progress=progress,
+        events=events,
     )
     ours, our_records = kvref_replay(
         workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress

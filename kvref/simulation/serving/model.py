@@ -7,15 +7,17 @@ and in spec chapter 10, so that two implementations of the replay give the same 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kvref.contract.errors import InvalidValueError
 
-__all__ = ["PREEMPTION_MODES", "StepModel"]
+__all__ = ["MAX_COST_MS", "PREEMPTION_MODES", "StepModel"]
 
 #: How a running request that cannot get its next block is handled (TRACE-1035, TRACE-1036).
 PREEMPTION_MODES = ("recompute", "pause")
+#: The largest step cost taken, in ms (about 11.6 days): no server takes longer for a step or a token,
+#: and a larger one overflows the clock's arithmetic (TRACE-1033).
+MAX_COST_MS = 1e9
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,10 @@ class StepModel:
                 raise InvalidValueError("TRACE-1032", f"StepModel: {name} must be an integer >= 1, got {value!r}")
         for name in ("step_ms", "prefill_ms_per_token", "decode_ms_per_token"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise InvalidValueError("TRACE-1033", f"StepModel: {name} must be a finite number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_COST_MS:
+                raise InvalidValueError(
+                    "TRACE-1033", f"StepModel: {name} must be a number in [0, {MAX_COST_MS:.0e}] ms, got {value!r}"
+                )
         for name in ("reserve_full_sequence", "chunked_prefill"):
             if type(getattr(self, name)) is not bool:
                 raise InvalidValueError(

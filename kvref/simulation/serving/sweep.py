@@ -18,6 +18,7 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from kvref.contract.errors import BackendUnavailableError, KVRefError
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.runner import ServingPoint, run_point
 
-__all__ = ["SweepError", "grid", "read_results", "run_sweep"]
+__all__ = ["SweepError", "WorkerDied", "describe_error", "grid", "read_results", "run_sweep"]
 
 
 class SweepError(KVRefError, RuntimeError):
@@ -93,12 +94,27 @@ def _leave_interrupts_to_the_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class WorkerDied(RuntimeError):
+    """The process that ran a point ended without an answer (killed, out of memory, or exited)."""
+
+
 def _pooled(points: Sequence[ServingPoint], workers: int) -> Iterator[Outcome]:
+    """The points over a pool of ``workers`` processes. A worker that dies breaks the whole pool, so
+    the points it left without an answer run again, each alone in a process of its own: the one
+    that killed its worker is reported with how it ended, and the others finish."""
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_leave_interrupts_to_the_parent)
+    unanswered: list[ServingPoint] = []
     try:
         futures = {pool.submit(run_point, p): p for p in points}
         for future in as_completed(futures):
-            yield futures[future], _outcome(future)
+            outcome = _outcome(future)
+            if isinstance(outcome, BrokenProcessPool):
+                unanswered.append(futures[future])
+            else:
+                yield futures[future], outcome
+        pool.shutdown(wait=True)
+        for point in unanswered:
+            yield point, _alone(point)
     except BaseException:  # Ctrl-C, or the caller stopped: no point waits, no worker is left running
         pool.shutdown(wait=False, cancel_futures=True)
         for child in multiprocessing.active_children():
@@ -106,7 +122,43 @@ def _pooled(points: Sequence[ServingPoint], workers: int) -> Iterator[Outcome]:
         for child in multiprocessing.active_children():
             child.join(timeout=5)
         raise
-    pool.shutdown(wait=True)
+
+
+def _run_and_send(point: ServingPoint, sender: Any) -> None:
+    _leave_interrupts_to_the_parent()
+    try:
+        outcome: ServingResult | BaseException = run_point(point)
+    except Exception as exc:
+        outcome = exc
+    sender.send(outcome)
+    sender.close()
+
+
+def _alone(point: ServingPoint) -> ServingResult | BaseException:
+    """Run ``point`` in a process of its own: its result, the error it raised, or how its process ended."""
+    context = multiprocessing.get_context()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_run_and_send, args=(point, sender), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        outcome: ServingResult | BaseException = receiver.recv()
+    except EOFError:  # the process ended without sending
+        process.join()
+        code = process.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+        outcome = WorkerDied(f"the worker process running it {how} before it answered")
+    process.join()
+    return outcome
+
+
+def describe_error(error: BaseException) -> str:
+    """An error as one phrase: its message, or what it means where it carries none (a MemoryError)."""
+    if isinstance(error, MemoryError):
+        return f"ran out of memory{f' ({error})' if str(error) else ''}"
+    if isinstance(error, WorkerDied):
+        return str(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _dask(points: Sequence[ServingPoint], address: str) -> Iterator[Outcome]:
@@ -117,7 +169,13 @@ def _dask(points: Sequence[ServingPoint], address: str) -> Iterator[Outcome]:
         raise BackendUnavailableError(
             "TRACE-1041", "a sweep on a Dask cluster needs dask[distributed]: pip install 'kvref[sweep]'"
         ) from None
-    with Client(address) as client:
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise BackendUnavailableError(
+            "TRACE-1041", f"no Dask scheduler answers at {address} ({type(exc).__name__}: {exc})"
+        ) from None
+    with client:
         futures = {client.submit(run_point, p, pure=False): p for p in points}
         for future in dask_completed(list(futures)):
             try:
@@ -165,7 +223,7 @@ def run_sweep(
     failed: list[tuple[str, str]] = []
     for point, outcome in outcomes:
         if isinstance(outcome, BaseException):
-            failed.append((point.describe(), f"{type(outcome).__name__}: {outcome}"))
+            failed.append((point.describe(), describe_error(outcome)))
         else:
             done[point.key()] = outcome
             if results_file:

@@ -64,19 +64,34 @@ def prompt_token_ids(spec: ServedRequest, block_size: int) -> list[int]:
     return tokens
 
 
-class _EvictionCounter:
-    """Stands where vLLM's KV event publisher stands and counts the blocks its ``BlockRemoved`` events name."""
+class _EventTap:
+    """Stands where vLLM's KV event publisher stands: counts the blocks its ``BlockRemoved`` events name
+    and, given a file, records each batch as a subscriber of its ZeroMQ publisher receives it, a
+    ``[sequence, payload]`` pair of MessagePack (the payload from vLLM's own encoder), which
+    ``kvref events check`` reads (PFX-323)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.evicted = 0
+        self.batches = 0
+        self._out = None
+        if path is not None:
+            import msgspec
+
+            self._encode = msgspec.msgpack.Encoder().encode
+            self._out = path.open("wb")
 
     def publish(self, batch: Any) -> None:
         for event in batch.events:
             if type(event).__name__ == "BlockRemoved":
                 self.evicted += len(event.block_hashes)
+        if self._out is not None:
+            self._out.write(self._encode([self.batches, self._encode(batch)]))
+        self.batches += 1
 
     def shutdown(self) -> None:
-        return None
+        if self._out is not None:
+            self._out.close()
+            self._out = None
 
 
 class VllmSchedulerReplay:
@@ -100,6 +115,7 @@ class VllmSchedulerReplay:
         groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
         warmup: float = 0.0,
         progress: Callable[[int, int], None] | None = None,
+        events: Path | None = None,
     ) -> None:
         if type(capacity) is not int or capacity < 1:
             raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {capacity!r}")
@@ -121,6 +137,7 @@ class VllmSchedulerReplay:
         self.groups = groups
         self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
+        self.events = events
         self._records: list[RequestRecord] = []
 
     def records(self) -> tuple[RequestRecord, ...]:
@@ -214,13 +231,21 @@ class VllmSchedulerReplay:
         return get_request_block_hasher(self.workload.block_size, hash_fn)
 
     def run(self) -> ServingResult:
-        """Replay every request to completion (or rejection) and return what was measured (TRACE-1039, TRACE-1050)."""
+        """Replay every request to completion (or rejection) and return what was measured (TRACE-1039, TRACE-1050);
+        with ``events``, vLLM's KV event batches are recorded there as they are published."""
+        scheduler = self._scheduler()
+        tap = _EventTap(self.events)
+        try:
+            return self._replay(scheduler, tap)
+        finally:
+            tap.shutdown()
+
+    def _replay(self, scheduler: Any, evictions: _EventTap) -> ServingResult:
+        """The steps of :meth:`run` on ``scheduler``, its events through ``evictions``."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
 
-        scheduler = self._scheduler()
-        evictions = _EvictionCounter()
         if self.prefix_caching:
             scheduler.kv_event_publisher = evictions
             scheduler.enable_kv_cache_events = True
