@@ -163,3 +163,14 @@ def test_spec_show_prints_a_rule_by_id_from_the_checkout_or_the_installed_copy(
     monkeypatch.setattr(commands, "installed_spec", lambda: installed)
     assert main(["spec", "show", "radix-624", "--spec", str(tmp_path / "no-checkout")]) == 0
     assert capsys.readouterr().out.startswith("RADIX-624 (06-radix, MUST)")
+
+
+@pytest.mark.rule("CONF-912")
+def test_spec_show_works_outside_the_checkout_from_the_spec_kvref_was_installed_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run from another directory, ``kvref spec show`` finds the spec of the installed kvref (here the
+    checkout an editable install points at; in a wheel, share/kvref/spec)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["spec", "show", "POOL-105"]) == 0
+    assert capsys.readouterr().out.startswith("POOL-105 (01-pool, MUST)")

@@ -45,14 +45,18 @@ def test_the_search_replays_only_its_probes_and_a_rerun_replays_none(
 ) -> None:
     results = tmp_path / "probes.jsonl"
     assert cli_main.main([*SEARCH, "--results", str(results)]) == 0
-    first = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    first = json.loads(out)
     probed = sorted(replays)
+    assert err.count("sizing: ") == len(probed), f"each probe is said on stderr, in a log too:\n{err}"
     assert probed == sorted(r["capacity"] for r in first["results"]), "the search replayed more than its probes"
     assert len(results.read_text().splitlines()) == len(probed), "not every probe was written to --results"
     replays.clear()
     assert cli_main.main([*SEARCH, "--results", str(results)]) == 0
-    again = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    again = json.loads(out)
     assert replays == [], f"the rerun replayed {replays} though --results holds every probe"
+    assert f"{len(probed)} of {len(probed)} probes read back from" in err, err
     assert again["sizing"] == first["sizing"], "the resumed search found another capacity"
 
 

@@ -80,13 +80,24 @@ def run_conformance(args: argparse.Namespace) -> int:
 
 
 def installed_spec() -> Path:
-    """Where the wheel puts the spec: ``share/kvref/spec`` under the environment's prefix."""
-    return Path(sys.prefix) / "share" / "kvref" / "spec"
+    """Where the installed spec is: the checkout kvref was imported from (an editable install), else
+    ``share/kvref/spec`` where the wheel puts it, under the environment's prefix or the user's base
+    (``pip install --user``); the first of them that holds ``rules.json`` (the prefix's, where none does)."""
+    import site
+
+    import kvref
+
+    checkout = Path(kvref.__file__).resolve().parents[1] / "spec"
+    shared = [Path(base) / "share" / "kvref" / "spec" for base in (sys.prefix, site.getuserbase())]
+    for place in (checkout, *shared):
+        if (place / "rules.json").is_file():
+            return place
+    return shared[0]
 
 
 def spec_rules(spec_dir: Path) -> dict[str, dict[str, Any]]:
-    """``{rule id: rule}`` (id, chapter, level, text) from ``spec_dir/rules.json``, or from the copy the
-    wheel installs; in the spec's order."""
+    """``{rule id: rule}`` (id, chapter, level, text) from ``spec_dir/rules.json``, or from the installed
+    spec (:func:`installed_spec`); in the spec's order."""
     from kvref.contract.errors import ConfigError
 
     index = spec_dir / "rules.json"

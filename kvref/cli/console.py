@@ -26,6 +26,11 @@ def use_quiet(quiet: bool) -> None:
     _QUIET[0] = quiet
 
 
+def quiet() -> bool:
+    """Whether ``--quiet`` was given: no progress and no running commentary on standard error."""
+    return _QUIET[0]
+
+
 def showing_progress() -> bool:
     """Whether progress is shown: standard error is a terminal and ``--quiet`` was not given."""
     import sys

@@ -32,9 +32,12 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.events and (len(runs) != 1 or runs[0][1] == "belady" or runs[0][1].startswith("radix-")):
         from kvref.contract.errors import ConfigError
 
-        raise ConfigError(
-            "PFX-323", "--events records one replay of the hash-block cache: give one --capacity and one --policy"
+        why = (
+            f"{runs[0][1]} is not a policy of the hash-block cache"
+            if len(runs) == 1
+            else f"{len(runs)} were asked for: give one --capacity and one --policy"
         )
+        raise ConfigError("PFX-323", f"--events records one replay of the hash-block cache; {why}")
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
     results = []

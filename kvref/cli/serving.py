@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvref.cli.console import print_table, progress_bar, showing_progress
+from kvref.cli.console import print_table, progress_bar, quiet
 
 __all__ = ["add_serving_commands", "run_serve_replay", "run_traces"]
 
@@ -230,9 +230,11 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             "CONF-912", "--range bounds a capacity search: give --target-hit-rate or --target-ttft-p90"
         )
     searching = args.target_hit_rate is not None or args.target_ttft_p90 is not None
-    if searching and (len(set(args.policy or [])) > 1 or len(set(args.block_size or [])) > 1):
+    if searching and not args.capacity and (len(set(args.policy or [])) > 1 or len(set(args.block_size or [])) > 1):
         raise InvalidValueError(
-            "TRACE-1042", "a capacity search sizes one cache: give at most one --policy and one --block-size"
+            "TRACE-1042",
+            "a capacity search sizes one cache (the first --policy at the first --block-size, beside a grid of "
+            "--capacity points): give one --policy and one --block-size, or the --capacity points to replay",
         )
     _check_engine_arguments(args)
     specs = _workloads(args)
@@ -516,7 +518,7 @@ def _size(args: argparse.Namespace, spec: Any, policy: str, common: dict[str, An
     """Bisect for the smallest capacity meeting the target (TRACE-1042, TRACE-1048)."""
     from kvref.simulation.serving.runner import ServingPoint
     from kvref.simulation.serving.sizing import SizingAnswer, size_cache
-    from kvref.simulation.serving.sweep import run_sweep
+    from kvref.simulation.serving.sweep import read_results, run_sweep
 
     low, high = args.range or (fits, never)
     if high > never:  # a cache that never evicts answers for every larger one
@@ -534,19 +536,28 @@ def _size(args: argparse.Namespace, spec: Any, policy: str, common: dict[str, An
     results_file = Path(args.results) if args.results else None
     probe = SizingAnswer(measure, target, low, high, None, ())
     with progress_bar("sizing", max(1, (high - low).bit_length() + 2)) as advance:
+        read_back = 0
 
         def replay_at(capacity: int) -> Any:
+            nonlocal read_back
             point = ServingPoint(spec, capacity, policy, **common)
+            on_file = results_file is not None and point.key() in read_results(results_file)
             [result] = run_sweep([point], results_file=results_file, workers=1)  # a rerun reads it back
+            read_back += on_file
             advance(1)
-            if showing_progress():  # each probe and its result, beside the bar
+            if not quiet():  # each probe and its result, in a log too
                 said = "meets" if probe.meets(result) else "misses"
+                where = ", read back from --results" if on_file else ""
                 print(
-                    f"sizing: {capacity:,} blocks: {measure} {probe.shown(result)}, {said} the target", file=sys.stderr
+                    f"sizing: {capacity:,} blocks{where}: {measure} {probe.shown(result)}, {said} the target",
+                    file=sys.stderr,
                 )
             return result
 
-        return size_cache(replay_at, measure=measure, target=target, low=low, high=high)
+        answer = size_cache(replay_at, measure=measure, target=target, low=low, high=high)
+    if read_back:
+        print(f"sizing: {read_back} of {len(answer.tried)} probes read back from {results_file}", file=sys.stderr)
+    return answer
 
 
 def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any) -> None:

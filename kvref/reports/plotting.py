@@ -9,7 +9,11 @@ from typing import Any
 
 from kvref.contract.errors import BackendUnavailableError
 
-__all__ = ["capacity_axis", "finish_figure", "pyplot", "series_style"]
+__all__ = ["SeriesLabels", "capacity_axis", "finish_figure", "hit_rate_axis", "pyplot", "series_style"]
+
+#: Series of hit rates closer than this everywhere (percentage points) would hide one another: the
+#: later one's label names the earlier one.
+NEAR_PP = 0.5
 
 #: Colour-blind-safe colours (Okabe and Ito's, then Tol's muted ones), ten before any repeats and
 #: none black (Belady's) or pale yellow (unreadable on white); then line styles and markers: series
@@ -56,6 +60,42 @@ def series_style(index: int, name: str) -> dict[str, Any]:
         "linewidth": 1.4,
         "alpha": 0.9,
     }
+
+
+class SeriesLabels:
+    """Labels for series of hit rates drawn one after another: a series that coincides with one drawn
+    before it (the same capacities, every rate equal, or within :data:`NEAR_PP` percentage points)
+    says so in its label, ``lru-leaf (= lru)`` or ``radix-lru (~ lru, within 0.1 pp)``, so that a
+    reader knows both are there though one line hides the other."""
+
+    def __init__(self) -> None:
+        self._drawn: list[tuple[str, dict[int, float]]] = []
+
+    def label(self, name: str, points: Sequence[tuple[int, float]]) -> str:
+        """The label of series ``name`` with ``points`` (capacity, hit rate as a fraction)."""
+        mine = dict(points)
+        shown = name
+        for other, theirs in self._drawn:
+            if theirs.keys() != mine.keys():
+                continue
+            gap = max(abs(mine[c] - theirs[c]) for c in mine) * 100 if mine else 0.0
+            if gap < 1e-4:
+                shown = f"{name} (= {other})"
+                break
+            if gap < NEAR_PP:
+                shown = f"{name} (~ {other}, within {max(gap, 0.1):.1f} pp)"
+                break
+        self._drawn.append((name, mine))
+        return shown
+
+
+def hit_rate_axis(ax: Any) -> None:
+    """A hit-rate axis in percent from 0, with a little room below so a series at 0% is not hidden
+    behind the axis line."""
+    ax.set_ylim(bottom=-1.5)
+    top = ax.get_ylim()[1]
+    ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= top])
+    ax.set_ylabel("token hit rate (%)")
 
 
 def capacity_axis(ax: Any, capacities: Sequence[int]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from kvref.reports.plotting import capacity_axis, finish_figure, pyplot, series_style
+from kvref.reports.plotting import SeriesLabels, capacity_axis, finish_figure, hit_rate_axis, pyplot, series_style
 from kvref.simulation.curves import HitRateCurve
 from kvref.simulation.replay import ReplayResult
 
@@ -69,16 +69,14 @@ def _plot(results: list[ReplayResult], title: str, path: Path) -> None:
     one drawn before it says so in its label, so both are seen."""
     plt = pyplot("the replay plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn: dict[tuple[tuple[int, float], ...], str] = {}
+    labels = SeriesLabels()
     for index, policy in enumerate(dict.fromkeys(r.policy for r in results)):
-        points = tuple(sorted((r.capacity, round(r.token_hit_rate, 6)) for r in results if r.policy == policy))
-        label = f"{policy} (= {drawn[points]})" if points in drawn else policy
-        drawn.setdefault(points, policy)
+        points = sorted((r.capacity, r.token_hit_rate) for r in results if r.policy == policy)
+        label = labels.label(policy, points)
         ax.plot([c for c, _ in points], [h * 100 for _, h in points], label=label, **series_style(index, policy))
     ax.axhline(results[0].infinite_token_hit_rate * 100, color="grey", linestyle=":", label="no eviction")
     capacity_axis(ax, [r.capacity for r in results])
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("token hit rate (%)")
+    hit_rate_axis(ax)
     finish_figure(plt, fig, ax, title, path)
 
 

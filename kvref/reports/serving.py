@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvref.reports.plotting import capacity_axis, finish_figure, pyplot, series_style
+from kvref.reports.plotting import SeriesLabels, capacity_axis, finish_figure, hit_rate_axis, pyplot, series_style
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.sizing import SizingAnswer
 
@@ -153,15 +153,13 @@ def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rat
     plt = pyplot("the serving replay's plots")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = list(dict.fromkeys(curve_label(r, results) for r in results))
-    drawn: dict[tuple[tuple[int, float], ...], str] = {}
+    coinciding = SeriesLabels()
     for index, label in enumerate(labels):
         runs = sorted((r for r in results if curve_label(r, results) == label), key=lambda r: r.capacity)
         capacities = [r.capacity for r in runs]
         style = series_style(index, label)
         if hit_rate:  # a series that coincides with one drawn before says so, so both are seen
-            points = tuple((r.capacity, round(r.token_hit_rate, 6)) for r in runs)
-            shown = f"{label} (= {drawn[points]})" if points in drawn else label
-            drawn.setdefault(points, label)
+            shown = coinciding.label(label, [(r.capacity, r.token_hit_rate) for r in runs])
             ax.plot(capacities, [r.token_hit_rate * 100 for r in runs], label=shown, **style)
         else:
             ax.plot(capacities, [r.ttft_ms.p90 / 1000 for r in runs], label=f"{label} (p90)", **style)
@@ -176,8 +174,7 @@ def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rat
                 label="Belady (offline)",
                 **series_style(len(labels), "Belady"),
             )
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("token hit rate (%)")
+        hit_rate_axis(ax)
     else:
         ax.set_yscale("log")
         ax.set_ylabel("time to first token (s): p90, band p50-p99")
