@@ -463,13 +463,26 @@ SGLANG_RADIX_IMPORTS = [
 def peer_sglang(session: nox.Session) -> None:
     """The conformance suite on SGLang's token and paged allocators with its RadixCache over them and,
     as ``sglang-unified*``, with its UnifiedRadixCache; writes results/conformance/sglang*.json."""
-    install(session, "conformance", torch=True)
+    install(session, "conformance", "events", torch=True)
     session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
     session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
     for backend in ("sglang", "sglang-paged", "sglang-unified", "sglang-unified-paged"):
         session.run(
             "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
         )
+    # SGLang's own KV-event encoder and radix caches writing the streams kvref reads (PFX-323).
+    session.install("-c", CONSTRAINTS, "pytest-benchmark")
+    # SGLang's import warns (deprecated torch calls, quantization kernels it has only for GPUs).
+    session.run(
+        "pytest",
+        "-W",
+        "ignore::DeprecationWarning",
+        "-W",
+        "ignore::UserWarning",
+        "tests/test_engine_events.py",
+        "-k",
+        "sglang",
+    )
 
 
 #: Megatron-Core's release for the peer session. 0.18 and later declare Python >= 3.12 (their wheels

@@ -220,7 +220,8 @@ def test_each_rank_group_and_medium_is_its_own_cache_and_a_clear_empties_its_ran
     ("value", "says"),
     [
         ([1.0, [{"type": "Evicted", "block_hashes": [1]}], 0], "it has type 'Evicted'"),
-        ([1.0, [{"type": "BlockRemoved", "block_hashes": [-1]}], 0], "'block_hashes' must be a list of hashes"),
+        ([1.0, [{"type": "BlockRemoved", "block_hashes": [1.5]}], 0], "'block_hashes' must be a list of hashes"),
+        ([1.0, [{"type": "BlockRemoved", "block_hashes": ["7"]}], 0], "'block_hashes' must be a list of hashes"),
         ([1.0, [{"type": "BlockStored", "block_hashes": [1], "token_ids": 3, "block_size": 4}], 0], "'token_ids'"),
         ([1.0, [{"type": "BlockStored", "block_hashes": [1], "token_ids": [], "block_size": "4"}], 0], "'block_size'"),
         ([1.0, [{"type": "BlockRemoved", "block_hashes": [1], "group_idx": "0"}], 0], "'group_idx'"),
@@ -334,14 +335,20 @@ SAMPLES = Path(__file__).parent / "data" / "engine-events"
 @rule("PFX-322", "PFX-324")
 @pytest.mark.parametrize(
     ("sample", "as_a_set", "counting_copies"),
-    [("vllm-chat-full", None, None), ("vllm-chat-window", "PFX-322", None), ("vllm-chat-mamba", "PFX-322", None)],
+    [
+        ("vllm-chat-full", None, None),
+        ("vllm-chat-window", "PFX-322", None),
+        ("vllm-chat-mamba", "PFX-322", None),
+        ("sglang-unified-chat", None, None),
+    ],
 )
 def test_the_recorded_vllm_samples_give_the_findings_recorded_for_them(
     sample: str, as_a_set: str | None, counting_copies: str | None
 ) -> None:
-    """The first messages of streams vLLM 0.32's scheduler published (``scripts/engine_event_streams.py``):
-    under full attention clean; with a sliding-window or mamba group, a store under a parent that
-    group already dropped (a set-keeping router cannot chain it)."""
+    """The first messages of streams vLLM 0.32's scheduler and SGLang 0.5.23's UnifiedRadixCache
+    published (``scripts/engine_event_streams.py``): under full attention and from SGLang clean; with
+    a sliding-window or mamba group, a second copy of a resident hash stored (a set-keeping router
+    sees a store of what it holds)."""
     path = SAMPLES / f"{sample}.msgpack"
     for copies, expected in ((False, as_a_set), (True, counting_copies)):
         _, finding = check_stream(read_stream(path), copies=copies)
@@ -361,3 +368,40 @@ def test_serve_replay_refuses_to_record_events_it_cannot_record(
 ) -> None:
     assert main(["serve-replay", "--capacity", "60", *argv]) == 2
     assert says in capsys.readouterr().err
+
+
+@rule("PFX-322", "PFX-324", "PFX-325", "PFX-326", "TRACE-1021")
+@pytest.mark.parametrize("backend", ["sglang-unified", "sglang"])
+def test_the_stream_sglangs_radix_caches_record_checks_clean(tmp_path: Path, backend: str) -> None:
+    """SGLang's radix caches replaying a workload with ``enable_kv_cache_events``, their events sent
+    after each request as SGLang's own ``EventBatch``: a tree keeps one copy of a page, so a set and
+    a count of copies read the stream alike, and both find nothing."""
+    pytest.importorskip("sglang", reason="SGLang is not installed here")
+    from kvref.config.registry import load_backend
+
+    if "radix-cache" not in load_backend(backend).capabilities():  # loads SGLang's radix cache first
+        pytest.skip(f"SGLang's radix cache does not import here ({backend})")
+    import msgspec
+    from sglang.srt.disaggregation import kv_events
+
+    from kvref.simulation.radix_replay import radix_replay
+    from kvref.simulation.workloads import workload_trace
+
+    path = tmp_path / "sglang.msgpack"
+    encode = msgspec.msgpack.Encoder().encode
+    with path.open("wb") as out:
+        sent = 0
+
+        def publish(tree: Any) -> None:
+            nonlocal sent
+            events = tree.cache.take_events()
+            if events:
+                out.write(encode([sent, encode(kv_events.EventBatch(ts=float(sent), events=events))]))
+                sent += 1
+
+        radix_replay(workload_trace("chat", seed=2), 200, backend=backend, after_request=publish)
+    assert sent > 100, f"SGLang's {backend} recorded events after {sent} requests"
+    for copies in (False, True):
+        count, finding = check_stream(read_stream(path), copies=copies)
+        assert finding is None, finding.describe()
+        assert count > 200

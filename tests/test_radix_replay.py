@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvref.contract.errors import InvalidValueError
+from kvref.oracle.backend import OracleBackend
 from kvref.oracle.blockpool.pool import OracleBlockPool
 from kvref.simulation.radix_replay import RADIX_POLICIES, radix_replay
 from kvref.simulation.replay import infinite_capacity_hits, replay
 from kvref.simulation.traces import Trace, TraceRequest
+from kvref.simulation.workloads import workload_trace
 
 
 def trace_of(*requests: list[int], block_size: int = 4) -> Trace:
@@ -106,3 +108,33 @@ def test_replay_cache_both_reports_both_caches_on_the_same_trace() -> None:
     assert len({(r["source"], r["requests"], r["blocks"]) for r in rows}) == 1, (
         "[TRACE-1022] the two caches replayed different requests"
     )
+
+
+class NoRadixCache(OracleBackend):
+    """The oracle's block pool alone: a backend that offers no radix cache."""
+
+    name = "no-radix"
+
+    def capabilities(self) -> frozenset[str]:
+        return super().capabilities() - {"radix-cache", "radix-events", "radix-capacity", "radix-receipts"}
+
+
+@pytest.mark.rule("TRACE-1021")
+@pytest.mark.parametrize("backend", ["torch", "cupy"])
+def test_a_device_backends_radix_cache_replays_a_workload_as_the_oracles_does(backend: str) -> None:
+    pytest.importorskip(backend, reason=f"{backend} is not installed here")
+    trace = workload_trace("chat", seed=2)
+    for policy in ("lru", "lfu"):
+        ours, theirs = radix_replay(trace, 200, policy=policy), radix_replay(trace, 200, policy=policy, backend=backend)
+        assert (theirs.token_hits, theirs.evictions, theirs.peak_occupancy) == (
+            ours.token_hits,
+            ours.evictions,
+            ours.peak_occupancy,
+        ), f"{backend} under {policy}: {theirs} against the oracle's {ours}"
+        assert theirs.backend == f"{backend} (radix)"
+
+
+@pytest.mark.rule("TRACE-1021")
+def test_a_radix_replay_refuses_a_backend_without_a_radix_cache() -> None:
+    with pytest.raises(InvalidValueError, match=r"\[TRACE-1021\].*offers no radix cache"):
+        radix_replay(workload_trace("chat", seed=2), 200, backend="tests.test_radix_replay:NoRadixCache")

@@ -51,15 +51,16 @@ def _msgpack() -> Any:
 
 
 def _is_hash(value: object) -> bool:
-    return (type(value) is int and 0 <= value < 2**64) or type(value) is bytes
+    return (type(value) is int and -(2**63) <= value < 2**64) or type(value) is bytes
 
 
 def _all_hashes(values: list[object]) -> bool:
-    """Whether every value is a hash: ints in [0, 2**64) (checked at once where all are ints) or bytes."""
+    """Whether every value is a hash: a 64-bit int, signed (SGLang's) or not (vLLM's), checked at once
+    where all are ints, or bytes (vLLM's digests)."""
     if len(values) == 1:
         return _is_hash(values[0])
     if all(type(v) is int for v in values):
-        return not values or (min(values) >= 0 and max(values) < 2**64)  # type: ignore[type-var, operator]
+        return not values or (min(values) >= -(2**63) and max(values) < 2**64)  # type: ignore[type-var, operator]
     return all(_is_hash(v) for v in values)
 
 
@@ -95,7 +96,7 @@ def _event(
         return StreamEvent(number, CLEARED, (), None, seq, scope, None, None, ts, index)
     hashes = fields.get("block_hashes")
     if not isinstance(hashes, list) or not _all_hashes(hashes):
-        why = f"'block_hashes' must be a list of hashes (ints in [0, 2**64), or bytes), got {hashes!r:.80}"
+        why = f"'block_hashes' must be a list of hashes (64-bit ints, or bytes), got {hashes!r:.80}"
         raise _refused(f"{where}, event {index + 1}", why)
     if tag == "BlockRemoved":
         return StreamEvent(number, REMOVED, tuple(hashes), None, seq, scope, None, None, ts, index)
