@@ -330,3 +330,33 @@ class RadixCacheSuite(ConformanceSuite):
         assert tree.total_size() == 3 * page and alloc.available_size() == size - 3 * page, "[RADIX-625]"
         tree.unlock(receipt)
         assert tree.protected_size() == 0 and tree.total_size() <= cap
+
+    @rule_ids("RADIX-629", "RADIX-628")
+    @pytest.mark.parametrize("walk", ["match", "insert"])
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_walk_ending_inside_a_node_leaves_the_part_it_did_not_walk_as_recent_as_before(
+        self, impl: Target, page: int, walk: str
+    ) -> None:
+        """Key ``a`` of 4 pages, then ``b`` of 2; a match (or insert) of ``a``'s first 2 pages and one
+        page more splits ``a`` and walks only its first half. Its other half was last used when ``a``
+        was inserted, before ``b``: evicting 2 pages under lru frees it, and ``b`` stays."""
+        alloc, tree = radix(impl, page)
+        a = tuple(range(1000, 1000 + 4 * page))
+        b = tuple(range(2000, 2000 + 2 * page))
+        for key in (a, b):
+            tree.insert(key, alloc.alloc(len(key)) or [])
+        probe = a[: 2 * page] + tuple(range(3000, 3000 + page))
+        if walk == "match":
+            tree.match(probe)
+        else:
+            row = alloc.alloc(len(probe)) or []
+            have = tree.insert(probe, row)
+            alloc.free(row[:have])  # the caller's duplicates of the cached half
+        freed = tree.evict(2 * page)
+        kept_a, kept_b = int(tree.match(a).length), int(tree.match(b).length)
+        assert (kept_a, kept_b) == (2 * page, 2 * page), (
+            f"[RADIX-629] after {'a match' if walk == 'match' else 'an insert'} of {len(probe)} tokens ending "
+            f"inside a's node and evict({2 * page}) "
+            f"(freed {freed}): a keeps {kept_a} tokens and b {kept_b}; expected a's unwalked half evicted "
+            f"(a keeps {2 * page}) and b kept ({2 * page}): the half the {walk} did not walk counted as accessed"
+        )
