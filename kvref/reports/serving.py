@@ -148,7 +148,7 @@ def render_serving_markdown(
 
 
 def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rate: bool) -> None:
-    """Token hit rate, or time to first token (seconds, log axis, p50-p99 band around p90), against
+    """Token hit rate, or time to first token (seconds, log axis, p90 with p50-p99 whiskers), against
     capacity: one styled series per policy and block size, Belady's offline reference beside."""
     plt = pyplot("the serving replay's plots")
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -161,10 +161,22 @@ def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rat
         if hit_rate:  # a series that coincides with one drawn before says so, so both are seen
             shown = coinciding.label(label, [(r.capacity, r.token_hit_rate) for r in runs])
             ax.plot(capacities, [r.token_hit_rate * 100 for r in runs], label=shown, **style)
-        else:
-            ax.plot(capacities, [r.ttft_ms.p90 / 1000 for r in runs], label=f"{label} (p90)", **style)
-            low, high = [r.ttft_ms.p50 / 1000 for r in runs], [r.ttft_ms.p99 / 1000 for r in runs]
-            ax.fill_between(capacities, low, high, color=style["color"], alpha=0.12, linewidth=0)
+        else:  # p90 on the line; p50 to p99 as whiskers, each series a little aside so none hides another
+            middle = [r.ttft_ms.p90 / 1000 for r in runs]
+            ax.plot(capacities, middle, label=f"{label} (p90)", **style)
+            aside = [c * 1.035 ** (index - (len(labels) - 1) / 2) for c in capacities]
+            below = [m - r.ttft_ms.p50 / 1000 for m, r in zip(middle, runs, strict=True)]
+            above = [r.ttft_ms.p99 / 1000 - m for m, r in zip(middle, runs, strict=True)]
+            ax.errorbar(
+                aside,
+                middle,
+                yerr=[below, above],
+                fmt="none",
+                ecolor=style["color"],
+                elinewidth=1,
+                capsize=2,
+                alpha=0.8,
+            )
     if hit_rate:
         belady = sorted({(r.capacity, r.belady_token_hit_rate) for r in results if r.belady_token_hit_rate is not None})
         if belady:
@@ -177,7 +189,7 @@ def _curves(results: Sequence[ServingResult], title: str, path: Path, *, hit_rat
         hit_rate_axis(ax)
     else:
         ax.set_yscale("log")
-        ax.set_ylabel("time to first token (s): p90, band p50-p99")
+        ax.set_ylabel("time to first token (s): p90, whiskers p50-p99")
     capacity_axis(ax, [r.capacity for r in results])
     finish_figure(plt, fig, ax, title, path)
 

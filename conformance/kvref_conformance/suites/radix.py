@@ -360,3 +360,43 @@ class RadixCacheSuite(ConformanceSuite):
             f"(freed {freed}): a keeps {kept_a} tokens and b {kept_b}; expected a's unwalked half evicted "
             f"(a keeps {2 * page}) and b kept ({2 * page}): the half the {walk} did not walk counted as accessed"
         )
+
+    @rule_ids("RADIX-628", "RADIX-629")
+    @pytest.mark.parametrize(("policy", "victim"), [("lru", "b"), ("mru", "a"), ("fifo", "a")])
+    @pytest.mark.parametrize("page", PAGES)
+    def test_eviction_takes_the_leaf_its_policy_names(self, impl: Target, page: int, policy: str, victim: str) -> None:
+        """Keys ``a`` then ``b``, 2 pages each, then a match of ``a``: ``evict`` of 2 pages frees ``b``
+        under lru (least recent access), ``a`` under mru (most recent) and ``a`` under fifo (oldest)."""
+        alloc, tree = radix(impl, page, policy)
+        keys = {"a": tuple(range(1000, 1000 + 2 * page)), "b": tuple(range(2000, 2000 + 2 * page))}
+        for key in keys.values():
+            tree.insert(key, alloc.alloc(len(key)) or [])
+        tree.match(keys["a"])
+        freed = tree.evict(2 * page)
+        kept = {name: int(tree.match(key).length) for name, key in keys.items()}
+        expected = {name: 0 if name == victim else 2 * page for name in keys}
+        assert kept == expected, (
+            f"[RADIX-628] under {policy}, after inserting a then b and matching a, evict({2 * page}) freed {freed} "
+            f"and left {kept} tokens cached; expected {victim} evicted: {expected}"
+        )
+
+    @rule_ids("RADIX-628", "RADIX-629")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_lfu_evicts_the_leaf_of_fewer_requests_though_it_was_used_last(self, impl: Target, page: int) -> None:
+        """Requests for keys a, b, a, a, b (each a match, an insert of the whole key and a free of the
+        caller's duplicate slots, as a scheduler makes them): under lfu ``evict`` of 2 pages frees
+        ``b``, hit by fewer requests, though ``b`` was used last (lru would free ``a``)."""
+        alloc, tree = radix(impl, page, "lfu")
+        keys = {"a": tuple(range(1000, 1000 + 2 * page)), "b": tuple(range(2000, 2000 + 2 * page))}
+        for name in ("a", "b", "a", "a", "b"):
+            key = keys[name]
+            hit = tree.match(key)
+            row = list(hit.slots) + (alloc.alloc(len(key) - int(hit.length)) or [])
+            have = tree.insert(key, row)
+            alloc.free(row[int(hit.length) : have])  # the caller's duplicates of what was cached
+        freed = tree.evict(2 * page)
+        kept = {name: int(tree.match(key).length) for name, key in keys.items()}
+        assert kept == {"a": 2 * page, "b": 0}, (
+            f"[RADIX-628] under lfu, after requests a, b, a, a, b, evict({2 * page}) freed {freed} and left {kept} "
+            "tokens cached; expected b (two requests) evicted before a (three), though b was used last"
+        )
