@@ -304,6 +304,16 @@ def peer_vllm(session: nox.Session) -> None:
     )
 
 
+@ci_session(name="events-consumer")
+def events_consumer(session: nox.Session) -> None:
+    """NVIDIA Dynamo's KV router index (``ai-dynamo-runtime``) fed the engines' recorded KV-event streams
+    (``tests/data/engine-events``) beside kvref's rebuild; writes results/events-consumer-dynamo.md.
+    Not a default session: the runtime is a 75 MB wheel."""
+    install(session, "events")
+    session.install("-c", CONSTRAINTS, "ai-dynamo-runtime==1.6.1")
+    session.run("python", "scripts/dynamo_consumer.py", *session.posargs, env={"DYN_LOG": "error"})
+
+
 @ci_session(name="sim-to-real")
 def sim_to_real(session: nox.Session) -> None:
     """kvref's serving replay against vLLM's own scheduler on the whole traces (``../shared/traces``);

@@ -72,7 +72,14 @@ KINDS = "events are BlockStored, BlockRemoved or AllBlocksCleared"
 
 
 def _event(
-    where: str, number: int, index: int, raw: object, ts: float, rank: int | None, seq: int | None
+    where: str,
+    number: int,
+    index: int,
+    raw: object,
+    ts: float,
+    rank: int | None,
+    seq: int | None,
+    with_tokens: bool = False,
 ) -> StreamEvent:
     """One event of a batch as a :class:`StreamEvent`; TraceError naming ``where`` when it is none."""
     if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str):
@@ -109,13 +116,14 @@ def _event(
         raise _refused(f"{where}, event {index + 1}", f"'token_ids' must be a list, got {tokens!r:.40}")
     if type(size) is not int:
         raise _refused(f"{where}, event {index + 1}", f"'block_size' must be an int, got {size!r:.40}")
-    return StreamEvent(number, STORED, tuple(hashes), parent, seq, scope, len(tokens), size, ts, index)
+    kept = tuple(tokens) if with_tokens else None
+    return StreamEvent(number, STORED, tuple(hashes), parent, seq, scope, len(tokens), size, ts, index, kept)
 
 
-def read_engine_stream(path: Path) -> Iterator[StreamEvent]:
+def read_engine_stream(path: Path, *, with_tokens: bool = False) -> Iterator[StreamEvent]:
     """The events of an engine's recorded stream (see the module), message by message, in order; a
     sequence number that does not follow the one before is a finding the checker reports
-    (PFX-326), so the read goes on."""
+    (PFX-326), so the read goes on. ``with_tokens`` keeps each store's token ids."""
     msgpack = _msgpack()
     with path.open("rb") as source:
         unpacker = msgpack.Unpacker(source, raw=False, strict_map_key=False)
@@ -154,7 +162,7 @@ def read_engine_stream(path: Path) -> Iterator[StreamEvent]:
                 raise _refused(where, f"the batch's rank must be an int, got {rank!r:.40}")
             yield StreamEvent(number, MESSAGE, (), None, seq, Scope(rank), None, None, float(ts))
             for index, raw in enumerate(events):
-                yield _event(where, number, index, raw, float(ts), rank, seq)
+                yield _event(where, number, index, raw, float(ts), rank, seq, with_tokens)
 
 
 def write_engine_stream(batches: Iterable[EngineBatch], path: Path, *, sequenced: bool = True) -> int:

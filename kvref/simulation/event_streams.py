@@ -88,7 +88,8 @@ class StreamEvent(NamedTuple):
     message of a MessagePack one, 1-based; ``position``: its place in that message), the engine's
     ``batch`` id and timestamp ``ts`` where it has them (an engine's events have their message's),
     its :class:`Scope`, and for a store the number of token ids it carries and the block size it
-    names (None where the form has none)."""
+    names (None where the form has none), and the token ids themselves where the reader was asked
+    to keep them (a consumer that hashes tokens needs them; the checker does not)."""
 
     line: int
     kind: str
@@ -100,6 +101,7 @@ class StreamEvent(NamedTuple):
     block_size: int | None = None
     ts: float | None = None
     position: int = 0
+    token_ids: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, line: int, event: KVEvent, batch: int | None = None) -> StreamEvent:
