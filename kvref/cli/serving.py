@@ -537,11 +537,12 @@ def _size(args: argparse.Namespace, spec: Any, policy: str, common: dict[str, An
     probe = SizingAnswer(measure, target, low, high, None, ())
     with progress_bar("sizing", max(1, (high - low).bit_length() + 2)) as advance:
         read_back = 0
+        on_file_before = read_results(results_file) if results_file is not None else {}
 
         def replay_at(capacity: int) -> Any:
             nonlocal read_back
             point = ServingPoint(spec, capacity, policy, **common)
-            on_file = results_file is not None and point.key() in read_results(results_file)
+            on_file = point.key() in on_file_before
             [result] = run_sweep([point], results_file=results_file, workers=1)  # a rerun reads it back
             read_back += on_file
             advance(1)

@@ -82,40 +82,41 @@ def _event(
     with_tokens: bool = False,
 ) -> StreamEvent:
     """One event of a batch as a :class:`StreamEvent`; TraceError naming ``where`` when it is none."""
+    at = f"{where}, event {index + 1}"
     if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str):
         tag = raw[0]
         names = _ARRAY_FIELDS.get(tag)
         if names is None:
-            raise _refused(f"{where}, event {index + 1}", f"it is a {tag!r}; {KINDS}")
+            raise _refused(at, f"it is a {tag!r}; {KINDS}")
         fields: dict[Any, Any] = dict(zip(names, raw[1:], strict=False))
     elif isinstance(raw, dict):
         fields = raw
         tag = str(fields.get("type"))
     else:
-        raise _refused(f"{where}, event {index + 1}", f"it is neither a tagged map nor a tagged array: {raw!r:.80}")
+        raise _refused(at, f"it is neither a tagged map nor a tagged array: {raw!r:.80}")
     group, medium = fields.get("group_idx"), fields.get("medium")
     if not (group is None or type(group) is int):
-        raise _refused(f"{where}, event {index + 1}", f"'group_idx' must be an int, got {group!r:.40}")
+        raise _refused(at, f"'group_idx' must be an int, got {group!r:.40}")
     if medium is not None and not isinstance(medium, str):
-        raise _refused(f"{where}, event {index + 1}", f"'medium' must be a string, got {medium!r:.40}")
+        raise _refused(at, f"'medium' must be a string, got {medium!r:.40}")
     scope = Scope(rank, group, medium)
     if tag == "AllBlocksCleared":
         return StreamEvent(number, CLEARED, (), None, seq, scope, None, None, ts, index)
     hashes = fields.get("block_hashes")
     if not isinstance(hashes, list) or not _all_hashes(hashes):
         why = f"'block_hashes' must be a list of hashes (64-bit ints, or bytes), got {hashes!r:.80}"
-        raise _refused(f"{where}, event {index + 1}", why)
+        raise _refused(at, why)
     if tag == "BlockRemoved":
         return StreamEvent(number, REMOVED, tuple(hashes), None, seq, scope, None, None, ts, index)
     if tag != "BlockStored":
-        raise _refused(f"{where}, event {index + 1}", f"it has type {tag!r}; {KINDS}")
+        raise _refused(at, f"it has type {tag!r}; {KINDS}")
     parent, tokens, size = fields.get("parent_block_hash"), fields.get("token_ids"), fields.get("block_size")
     if parent is not None and not _is_hash(parent):
-        raise _refused(f"{where}, event {index + 1}", f"'parent_block_hash' must be a hash or None, got {parent!r:.40}")
+        raise _refused(at, f"'parent_block_hash' must be a hash or None, got {parent!r:.40}")
     if not isinstance(tokens, list):
-        raise _refused(f"{where}, event {index + 1}", f"'token_ids' must be a list, got {tokens!r:.40}")
+        raise _refused(at, f"'token_ids' must be a list, got {tokens!r:.40}")
     if type(size) is not int:
-        raise _refused(f"{where}, event {index + 1}", f"'block_size' must be an int, got {size!r:.40}")
+        raise _refused(at, f"'block_size' must be an int, got {size!r:.40}")
     kept = tuple(tokens) if with_tokens else None
     return StreamEvent(number, STORED, tuple(hashes), parent, seq, scope, len(tokens), size, ts, index, kept)
 
@@ -133,14 +134,13 @@ def read_engine_stream(path: Path, *, with_tokens: bool = False) -> Iterator[Str
                 value = next(unpacker)
             except StopIteration:
                 if unpacker.tell() < path.stat().st_size:
-                    raise TraceError(
-                        "PFX-323", f"{path}: message {number + 1} is cut short: the file ends inside it"
+                    raise _refused(
+                        f"{path}: message {number + 1}", "it is cut short: the file ends inside it"
                     ) from None
                 return
             except Exception as exc:  # msgpack's own errors for a torn or foreign file
-                raise TraceError(
-                    "PFX-323", f"{path}: message {number + 1} is not MessagePack ({type(exc).__name__}: {exc})"
-                ) from None
+                why = f"it is not MessagePack ({type(exc).__name__}: {exc})"
+                raise _refused(f"{path}: message {number + 1}", why) from None
             number += 1
             where = f"{path}: message {number}"
             seq = None
@@ -149,9 +149,7 @@ def read_engine_stream(path: Path, *, with_tokens: bool = False) -> Iterator[Str
                 try:
                     value = msgpack.unpackb(value[1], raw=False, strict_map_key=False)
                 except Exception as exc:
-                    raise TraceError(
-                        "PFX-323", f"{where}: its payload is not MessagePack ({type(exc).__name__})"
-                    ) from None
+                    raise _refused(where, f"its payload is not MessagePack ({type(exc).__name__})") from None
             if not (isinstance(value, list) and 2 <= len(value) <= 3 and isinstance(value[1], list)):
                 raise _refused(where, f"a batch is [ts, events, rank], got {value!r:.80}")
             ts, events = value[0], value[1]

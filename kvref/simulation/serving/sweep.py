@@ -142,13 +142,14 @@ def _alone(point: ServingPoint) -> ServingResult | BaseException:
     process.start()
     sender.close()
     try:
-        outcome: ServingResult | BaseException = receiver.recv()
+        outcome: ServingResult | BaseException | None = receiver.recv()
     except EOFError:  # the process ended without sending
-        process.join()
+        outcome = None
+    process.join()
+    if outcome is None:
         code = process.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
         outcome = WorkerDied(f"the worker process running it {how} before it answered")
-    process.join()
     return outcome
 
 
