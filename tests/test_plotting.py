@@ -9,6 +9,7 @@ from kvref.reports.plotting import SeriesLabels, hit_rate_axis, pyplot
 rule = pytest.mark.rule
 
 
+@rule("TRACE-1053")
 def test_a_series_on_top_of_an_earlier_one_names_it_exactly_or_within_how_many_points() -> None:
     labels = SeriesLabels()
     lru = [(100, 0.40), (200, 0.55)]
@@ -19,6 +20,7 @@ def test_a_series_on_top_of_an_earlier_one_names_it_exactly_or_within_how_many_p
     assert labels.label("ref-zero", [(100, 0.40)]) == "ref-zero", "other capacities: not the same series"
 
 
+@rule("TRACE-1053")
 def test_a_hit_rate_axis_starts_at_zero_with_room_for_a_series_at_zero() -> None:
     plt = pytest.importorskip("matplotlib.pyplot") and pyplot("the test plot")
     fig, ax = plt.subplots()

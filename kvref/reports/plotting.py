@@ -66,7 +66,7 @@ class SeriesLabels:
     """Labels for series of hit rates drawn one after another: a series that coincides with one drawn
     before it (the same capacities, every rate equal, or within :data:`NEAR_PP` percentage points)
     says so in its label, ``lru-leaf (= lru)`` or ``radix-lru (~ lru, within 0.1 pp)``, so that a
-    reader knows both are there though one line hides the other."""
+    reader knows both are there though one line hides the other (TRACE-1053)."""
 
     def __init__(self) -> None:
         self._drawn: list[tuple[str, dict[int, float]]] = []
@@ -91,7 +91,7 @@ class SeriesLabels:
 
 def hit_rate_axis(ax: Any) -> None:
     """A hit-rate axis in percent from 0, with a little room below so a series at 0% is not hidden
-    behind the axis line."""
+    behind the axis line (TRACE-1053)."""
     ax.set_ylim(bottom=-1.5)
     top = ax.get_ylim()[1]
     ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= top])
