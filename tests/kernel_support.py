@@ -9,8 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant
 from hypothesis.stateful import rule as step
-from kvref_arraypool.block_arrays import DeviceBlockPool
-from kvref_arraypool.block_errors import BlockKernels
+from kvref_arraypool.block_arrays import BlockKernels, DeviceBlockPool
 from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator, SlotKernels
 

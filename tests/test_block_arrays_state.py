@@ -3,7 +3,7 @@
 The conformance suite drives :class:`DeviceBlockPool` beside the oracle through its public calls;
 here its views are held to exact values, its constructor's defaults are pinned, each call is held
 to the host reads ERR-513 allows, and the fused path is held to its protocol: a call of one
-request slot goes to :class:`~kvref_arraypool.block_errors.BlockKernels` with the pool's own arrays,
+request slot goes to :class:`~kvref_arraypool.block_arrays.BlockKernels` with the pool's own arrays,
 and anything else takes the array path. The same holds for the token-slot allocator's
 :class:`~kvref_arraypool.slot_arrays.SlotKernels`. Each test runs on NumPy (CuPy's host path) and
 on torch's CPU tensors.

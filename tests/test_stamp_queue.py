@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from kvref_arraypool.ops import ArrayOps
-from kvref_arraypool.queue import StampQueue
+from kvref_arraypool.orders import StampQueue
 
 rule = pytest.mark.rule
 

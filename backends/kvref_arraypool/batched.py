@@ -18,12 +18,12 @@ from kvref.contract.checks import explain_release
 from kvref.contract.errors import InvalidValueError, InvariantViolation
 from kvref.contract.pausing import PausedHolders
 from kvref.contract.validate import IntsLike, as_count, as_holder_list, as_list
+from kvref_arraypool.eviction import BlockSupply
 from kvref_arraypool.holders import HolderIds
 from kvref_arraypool.inputs import hash_array, index_array, plain_ints
 from kvref_arraypool.ops import Array
 from kvref_arraypool.prefix_index import PrefixIndex
 from kvref_arraypool.references import ReferenceCounts
-from kvref_arraypool.supply import BlockSupply
 
 __all__ = ["BatchedCalls"]
 

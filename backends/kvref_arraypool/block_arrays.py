@@ -27,28 +27,87 @@ section): a block whose last reference goes is free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, SupportsIndex
+from typing import Any, Protocol, SupportsIndex
 
 import numpy as np
 
-from kvref.contract.errors import BlockIdError, InvalidValueError, OutOfBlocksError
-from kvref.contract.validate import IntsLike, as_count, as_int, as_pool_shape
-from kvref_arraypool.block_errors import (
-    BAD_SLOT,
-    BLOCK_ERRORS,
-    FREE_BLOCK,
-    HELD_ALREADY,
-    NOT_HELD,
-    RANGE,
-    RESERVED,
-    TWICE,
-    BlockKernels,
+from kvref.contract.errors import (
+    BlockIdError,
+    BlockStateError,
+    InvalidValueError,
+    NotHeldError,
+    OutOfBlocksError,
+    ReservedBlockError,
 )
-from kvref_arraypool.deferred import CallNames, DeviceErrorRecord
+from kvref.contract.validate import IntsLike, as_count, as_int, as_pool_shape
+from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
 from kvref_arraypool.inputs import host_sequence, index_array
 from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["DeviceBlockPool"]
+__all__ = ["BLOCK_ERRORS", "BlockKernels", "DeviceBlockPool"]
+
+#: The codes (the fused kernels write the same numbers).
+RANGE, RESERVED, NOT_HELD, BAD_SLOT, TWICE, FREE_BLOCK, HELD_ALREADY = 1, 2, 3, 4, 5, 6, 7
+
+#: The errors a device-checked ``free`` or ``acquire`` records (ERR-511), by code.
+BLOCK_ERRORS = {
+    RANGE: ErrorKind("POOL-103", BlockIdError, "is outside the pool's block ids"),
+    RESERVED: ErrorKind("POOL-118", ReservedBlockError, "is a reserved block, never handed out"),
+    NOT_HELD: ErrorKind(
+        "POOL-108", NotHeldError, "is a block its request slot holds no reference to (a double or foreign free?)"
+    ),
+    BAD_SLOT: ErrorKind("ERR-517", InvalidValueError, "is a request slot outside [0, max_requests)"),
+    TWICE: ErrorKind("POOL-109", NotHeldError, "names a (block, request slot) pair the call named before"),
+    FREE_BLOCK: ErrorKind("POOL-119", BlockStateError, "is a free block, whose content is undefined"),
+    HELD_ALREADY: ErrorKind(
+        "ERR-518", InvalidValueError, "is a block its request slot holds already (one reference per slot and block)"
+    ),
+}
+
+
+class BlockKernels(Protocol):
+    """Fused one-slot calls for one array library and device (:class:`kvref_cuda.CudaBlockKernels`).
+
+    Each does in one launch what the array path of :class:`DeviceBlockPool` does for a call
+    whose entries all belong to one request slot, over the same arrays and record, with the same
+    result; ``call`` (a ``free``, or an ``acquire``) takes up to ``max_call`` entries.
+    """
+
+    name: str
+    max_call: int
+
+    def allocate(
+        self,
+        *,
+        stack: Array,
+        ref: Array,
+        gen: Array,
+        bits: Array,
+        record: Array,
+        total: int,
+        words: int,
+        slot: int,
+        dtype: str,
+    ) -> Array:
+        """Pop ``total`` blocks for ``slot``; the fresh ids in ``dtype``."""
+
+    def call(
+        self,
+        *,
+        ids: Array,
+        ref: Array,
+        bits: Array,
+        reserved: Array,
+        first: Array,
+        stack: Array,
+        record: Array,
+        num_blocks: int,
+        words: int,
+        slot: int,
+        free: bool,
+    ) -> None:
+        """Check and apply a ``free`` (``free=True``) or an ``acquire`` of ``ids`` by ``slot``."""
+
 
 _DTYPES = ("int32", "int64")
 _BITS = 32  # request slots per int64 word of the holding bitmap

@@ -23,7 +23,7 @@ import numpy as np
 from kvref.contract.errors import BlockIdError
 from kvref.contract.protocol import BlockState
 from kvref.contract.validate import as_int
-from kvref_arraypool.host_flags import all_true, any_true, positions
+from kvref_arraypool.host_arrays import all_true, any_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["NOBODY", "SHARED", "BlockArrays"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvref_arraypool.host_flags import all_true, positions
+from kvref_arraypool.host_arrays import all_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.table import HashTable
 

@@ -16,7 +16,7 @@ from kvref.contract.errors import InvariantViolation
 from kvref.contract.policies import EvictionPolicy
 from kvref_arraypool.blocks import BlockArrays
 from kvref_arraypool.holders import HolderIds
-from kvref_arraypool.host_sets import count_distinct
+from kvref_arraypool.host_arrays import count_distinct
 from kvref_arraypool.orders import CacheOrders
 from kvref_arraypool.prefix_index import PrefixIndex
 from kvref_arraypool.references import ReferenceCounts

@@ -58,16 +58,15 @@ from kvref.contract.validate import (
 )
 from kvref_arraypool.batched import BatchedCalls
 from kvref_arraypool.blocks import BlockArrays
-from kvref_arraypool.eviction import Eviction
+from kvref_arraypool.eviction import BlockSupply, Eviction
 from kvref_arraypool.holders import HolderIds
-from kvref_arraypool.host_sets import count_distinct
+from kvref_arraypool.host_arrays import count_distinct
 from kvref_arraypool.inputs import hash_array, index_array
 from kvref_arraypool.invariants import check_pool_invariants
 from kvref_arraypool.ops import Array, ArrayOps
 from kvref_arraypool.orders import CacheOrders
 from kvref_arraypool.prefix_index import PrefixIndex
 from kvref_arraypool.references import ReferenceCounts
-from kvref_arraypool.supply import BlockSupply
 
 __all__ = ["ArrayBlockPool"]
 

@@ -23,8 +23,7 @@ from kvref.contract.checks import HashEntry
 from kvref.contract.errors import UnknownHashError
 from kvref.contract.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvref_arraypool.blocks import NOBODY, SHARED, BlockArrays
-from kvref_arraypool.host_flags import any_true, count_true, positions
-from kvref_arraypool.host_sets import count_distinct, sorted_counts, sorted_distinct
+from kvref_arraypool.host_arrays import any_true, count_distinct, count_true, positions, sorted_counts, sorted_distinct
 from kvref_arraypool.ops import Array
 from kvref_arraypool.orders import CacheOrders
 from kvref_arraypool.table import HashTable

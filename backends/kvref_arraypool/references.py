@@ -18,7 +18,7 @@ import numpy as np
 from kvref.contract.checks import stale_reference
 from kvref_arraypool.blocks import NOBODY, SHARED, BlockArrays
 from kvref_arraypool.holder_counts import HID_BITS, HID_MASK, HolderCounts
-from kvref_arraypool.host_flags import all_true, any_true, positions
+from kvref_arraypool.host_arrays import all_true, any_true, positions
 from kvref_arraypool.ops import Array
 from kvref_arraypool.orders import CacheOrders
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvref_arraypool.host_flags import count_true, positions
+from kvref_arraypool.host_arrays import count_true, positions
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["EMPTY", "TOMB", "HashTable"]

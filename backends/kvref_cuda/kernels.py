@@ -1,7 +1,7 @@
 """The fused calls of the array surfaces as CUDA C kernels, launched through CuPy (one launch a call).
 
 :class:`CudaSlotKernels` is a :class:`kvref_arraypool.slot_arrays.SlotKernels` and
-:class:`CudaBlockKernels` a :class:`kvref_arraypool.block_errors.BlockKernels`, over the kernels of
+:class:`CudaBlockKernels` a :class:`kvref_arraypool.block_arrays.BlockKernels`, over the kernels of
 :mod:`kvref_cuda.source`. One launch a call costs far less than the forty to seventy array
 operations of the array path (a slot pair took 23-35 us on an H100, against 790-1,650 us), so
 these are what a CUDA build of the ``cupy`` backend runs, and what the ``torch`` backend runs on
@@ -284,27 +284,9 @@ class CudaSlotKernels(_Kernels):
             page, keep = arrays.empty(m, "int64"), arrays.empty(m, "bool")
         else:  # nothing is written there
             page, keep = first, state
-        self._launch(
-            f"slot_free_{suffix}",
-            1,
-            _threads(m),
-            (
-                at(slots),
-                m,
-                at(state),
-                at(first),
-                at(ring),
-                at(released),
-                at(record),
-                at(page),
-                at(keep),
-                head,
-                num_pages,
-                page_size,
-                int(sort),
-                int(group),
-            ),
-        )
+        pointers = map(at, (state, first, ring, released, record, page, keep))
+        arguments = (at(slots), m, *pointers, head, num_pages, page_size, int(sort), int(group))
+        self._launch(f"slot_free_{suffix}", 1, _threads(m), arguments)
         return (page, keep) if group else None
 
     def free_then_alloc(
@@ -329,32 +311,14 @@ class CudaSlotKernels(_Kernels):
         m, n = len(slots), want * page_size
         slots, suffix = self._ids(slots)
         out = arrays.empty(n, dtype)
-        self._launch(
-            f"slot_free_alloc_{suffix}_{_DTYPE_SUFFIX[dtype]}",
-            1,
-            _threads(max(m, n)),
-            (
-                at(slots),
-                m,
-                at(state),
-                at(first),
-                at(ring),
-                at(released),
-                at(record),
-                at(version),
-                at(out),
-                head,
-                want,
-                num_pages,
-                page_size,
-                int(sort),
-            ),
-        )
+        pointers = map(at, (state, first, ring, released, record, version, out))
+        arguments = (at(slots), m, *pointers, head, want, num_pages, page_size, int(sort))
+        self._launch(f"slot_free_alloc_{suffix}_{_DTYPE_SUFFIX[dtype]}", 1, _threads(max(m, n)), arguments)
         return out
 
 
 class CudaBlockKernels(_Kernels):
-    """:class:`~kvref_arraypool.block_errors.BlockKernels` in CUDA C: one launch per call of one request slot."""
+    """:class:`~kvref_arraypool.block_arrays.BlockKernels` in CUDA C: one launch per call of one request slot."""
 
     max_call = MAX_CALL
 
@@ -393,23 +357,6 @@ class CudaBlockKernels(_Kernels):
         at = self.arrays.address
         m = len(ids)
         ids, suffix = self._ids(ids)
-        self._launch(
-            f"block_call_{suffix}",
-            1,
-            _threads(m),
-            (
-                at(ids),
-                m,
-                num_blocks,
-                at(ref),
-                at(bits),
-                at(reserved),
-                at(first),
-                at(stack),
-                at(record),
-                words,
-                slot // 32,
-                1 << (slot % 32),
-                int(free),
-            ),
-        )
+        pointers = map(at, (ref, bits, reserved, first, stack, record))
+        arguments = (at(ids), m, num_blocks, *pointers, words, slot // 32, 1 << (slot % 32), int(free))
+        self._launch(f"block_call_{suffix}", 1, _threads(m), arguments)

@@ -1,4 +1,5 @@
-"""The host path's distinct values (``kvref_arraypool.host_sets``) answer exactly as ``np.unique``."""
+"""The host path's questions about flags and distinct values (``kvref_arraypool.host_arrays``) answer
+exactly as NumPy's own calls (``np.flatnonzero``, ``any``, ``all``, ``np.unique``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,28 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kvref_arraypool.host_sets import count_distinct, sorted_counts, sorted_distinct
+from kvref_arraypool.host_arrays import (
+    all_true,
+    any_true,
+    count_distinct,
+    count_true,
+    positions,
+    sorted_counts,
+    sorted_distinct,
+)
 
 rule = pytest.mark.rule
+
+
+@rule("STATE-002")
+@given(st.lists(st.booleans(), max_size=70), st.integers(1, 3))
+def test_flag_questions_answer_as_numpy_does(flags: list[bool], stride: int) -> None:
+    a = np.array(flags, dtype=bool)[::stride]  # views too: the core asks about slices of host reads
+    seen = (positions(a).tolist(), any_true(a), all_true(a), count_true(a))
+    want = (np.flatnonzero(a).tolist(), bool(a.any()), bool(a.all()), int(a.sum()))
+    assert seen == want, f"for flags {a.tolist()}: (positions, any, all, count) = {seen}, NumPy says {want}"
+    assert positions(a).dtype == np.int64, f"positions gave {positions(a).dtype}; the core indexes with int64"
+
 
 values_st = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 3), max_size=50)
 
