@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import ARRAY_CAPABILITIES, DATA_CAPABILITIES, SLOT_CAPABILITIES
 
 if TYPE_CHECKING:
@@ -48,9 +49,38 @@ class ArrayBackend(ABC):
     def availability(self) -> str | None:
         """None when the library imports; else why not (CONF-906)."""
 
+    #: The name the backend gives the CPU, and every name of it a caller may ask for.
+    host_device: str
+    host_names: tuple[str, ...]
+    #: Why CUDA cannot be used, said when ``cuda:N`` is asked for where the library sees no device.
+    no_cuda: str
+
     @abstractmethod
+    def cuda_devices(self) -> int:
+        """How many CUDA devices the library can use here (0 where it cannot use CUDA)."""
+
     def device(self, requested: str | None = None) -> str:
-        """The device a call runs on: the default where ``requested`` is None; refuses what cannot be had (CONF-907)."""
+        """The device a call runs on: ``cuda:0`` where the library sees a CUDA device, else the host, by
+        default; ``cuda`` means ``cuda:0``; refuses what cannot be had (CONF-907)."""
+        if requested is None:
+            return "cuda:0" if self.cuda_devices() else self.host_device
+        if requested in self.host_names:
+            return self.host_device
+        where = f"backend {self.name!r}: device {requested!r}"
+        if requested == "cuda" or requested.startswith("cuda:"):
+            index = requested.partition(":")[2] or "0"
+            if not index.isdigit():
+                raise ConfigError("CONF-907", f"{where} is not cuda:N")
+            count = self.cuda_devices()
+            if not count:
+                raise ConfigError("CONF-907", f"{where} needs CUDA, {self.no_cuda}")
+            if int(index) >= count:
+                raise ConfigError("CONF-907", f"{where} does not exist here")
+            return f"cuda:{index}"
+        raise ConfigError(
+            "CONF-907",
+            f"backend {self.name!r} runs on {self.host_device!r} or 'cuda:N'; device {requested!r} is not possible",
+        )
 
     @abstractmethod
     def ops(self, device: str) -> ArrayOps:

@@ -41,7 +41,7 @@ from kvref.contract.errors import (
 )
 from kvref.contract.validate import IntsLike, as_count, as_int, as_pool_shape
 from kvref_arraypool.deferred import CallNames, DeviceErrorRecord, ErrorKind
-from kvref_arraypool.inputs import host_sequence, index_array
+from kvref_arraypool.inputs import device_array, host_sequence
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["BLOCK_ERRORS", "BlockKernels", "DeviceBlockPool"]
@@ -337,9 +337,7 @@ class DeviceBlockPool:
         kernels = self.kernels
         if kernels is None or not _is_int(slots):
             return False
-        ids = self.ops.device_ints(block_ids, any_width=True)
-        if ids is None:
-            ids = self._device(block_ids, op, "block_ids")
+        ids = device_array(self.ops, block_ids, op=op, arg="block_ids", any_width=True)
         if not 0 < len(ids) <= kernels.max_call:
             return False
         slot = self.request_slot(slots, op)
@@ -368,10 +366,11 @@ class DeviceBlockPool:
         the operation's own (ERR-517, POOL-103, POOL-118).
         """
         ops, n = self.ops, self.num_blocks
-        ids = self._device(block_ids, op, "block_ids")
+        ids = device_array(ops, block_ids, op=op, arg="block_ids")
         m = len(ids)
         one = _is_int(slots)
-        slot: Any = self.request_slot(slots, op) if one else self._device(slots, op, "slots")  # a host slot: at once
+        # a host slot is checked at once
+        slot: Any = self.request_slot(slots, op) if one else device_array(ops, slots, op=op, arg="slots")
         if not one and len(slot) != m:
             raise InvalidValueError("ERR-506", f"{op}: {m} block ids for {len(slot)} request slots")
         if m == 0:
@@ -406,14 +405,6 @@ class DeviceBlockPool:
     def _positions(self, m: int) -> Array:
         """``0 .. m - 1`` on the device (a view of a kept range for calls up to the pool's size)."""
         return self._iota[:m] if m <= len(self._iota) else self.ops.arange(m)
-
-    def _device(self, values: Any, op: str, arg: str) -> Array:
-        """``values`` as a 1-d int64 device array: taken as it is, or checked and copied in (ERR-514)."""
-        given = self.ops.device_ints(values)
-        if given is not None:
-            return given
-        host, _ = index_array(values, op=op, arg=arg)  # ids beyond int64 become -1: still out of range
-        return self.ops.asarray(host)
 
     def request_slot(self, value: object, op: str) -> int:
         """``value`` as a request slot of this pool: ERR-503 for a non-int, ERR-517 outside ``[0, max_requests)``."""

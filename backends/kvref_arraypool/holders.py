@@ -55,18 +55,7 @@ class HolderIds:
 
     def entry_ids(self, counts: Sequence[int], holders: Sequence[Hashable]) -> list[int]:
         """The id of each entry's holder (-1 for an empty entry), given in entry order, as single calls would."""
-        known, spare, holder_of = self.ids, self.spare, self.holder_of
-        out = []
-        for c, h in zip(counts, holders, strict=True):
-            hid = known.get(h) if c else -1
-            if hid is None:
-                if spare:  # ``give`` inlined for a batch of new holders
-                    hid = known[h] = spare.pop()
-                    holder_of[hid] = h
-                else:
-                    hid = self.give(h)
-            out.append(hid)
-        return out
+        return [self.give(h) if c else -1 for c, h in zip(counts, holders, strict=True)]
 
     def per_position(self, ops: ArrayOps, counts: Sequence[int], holders: Sequence[Hashable]) -> Array:
         """Holder id of each of ``counts[i]`` positions of entry ``i``, as one device array (one copy in)."""
@@ -90,16 +79,9 @@ class HolderIds:
             self.spare.append(self.ids.pop(holder))
 
     def drop_many(self, holders: Sequence[Hashable], counts: Sequence[int]) -> None:
-        """``drop(holders[i], counts[i])`` for each ``i``, inlined for a batch."""
-        held, known, spare = self.held, self.ids, self.spare
+        """``drop(holders[i], counts[i])`` for each ``i``."""
         for h, k in zip(holders, counts, strict=True):
-            if k:
-                left = held[h] - k
-                if left:
-                    held[h] = left
-                else:
-                    del held[h]
-                    spare.append(known.pop(h))
+            self.drop(h, k)
 
     def references_of(self, holder: Hashable) -> int:
         """References ``holder`` holds over all blocks."""

@@ -14,8 +14,9 @@ import numpy as np
 
 from kvref.contract.errors import InvalidTypeError
 from kvref.contract.validate import as_block_id_list, as_hash_list
+from kvref_arraypool.ops import Array, ArrayOps
 
-__all__ = ["hash_array", "host_sequence", "index_array", "plain_ints"]
+__all__ = ["device_array", "hash_array", "host_sequence", "index_array", "plain_ints"]
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -61,6 +62,18 @@ def index_array(values: Any, *, op: str, arg: str = "block_ids") -> tuple[np.nda
     except OverflowError:
         clipped = [x if _I64_MIN <= x <= _I64_MAX else -1 for x in items]
         return np.array(clipped, dtype=np.int64), items
+
+
+def device_array(ops: ArrayOps, values: Any, *, op: str, arg: str, any_width: bool = False) -> Array:
+    """``values`` as a 1-d integer array on ``ops``' device: an integer array of that library on that
+    device taken as it is (int64, or any width where ``any_width``: for a kernel that reads it),
+    anything else checked at once (ERR-514) and copied in as int64 (ids beyond int64 become -1:
+    still out of range)."""
+    given = ops.device_ints(values, any_width=any_width)
+    if given is not None:
+        return given
+    host, _ = index_array(values, op=op, arg=arg)
+    return ops.asarray(host)
 
 
 def hash_array(values: Any, *, op: str, arg: str = "block_hashes") -> np.ndarray:

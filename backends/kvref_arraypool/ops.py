@@ -170,7 +170,8 @@ class ArrayOps(ABC):
 
 
 class NumpyLikeOps(ArrayOps):
-    """NumPy on the host, or CuPy on a CUDA device, through one ``xp`` module (``numpy`` or ``cupy``)."""
+    """NumPy on the host, or CuPy on a CUDA device, through one ``xp`` module (``numpy`` or ``cupy``); a method
+    without a docstring does what :class:`ArrayOps` states."""
 
     def __init__(self, xp: Any, *, device: str, is_device: bool) -> None:
         self.xp = xp
@@ -188,19 +189,15 @@ class NumpyLikeOps(ArrayOps):
         return int(a.data.ptr) if self.is_device else int(a.ctypes.data)
 
     def zeros(self, n: int) -> Array:
-        """int64 zeros."""
         return self.xp.zeros(n, dtype=self.xp.int64)
 
     def full(self, n: int, value: int) -> Array:
-        """int64 filled with ``value``."""
         return self.xp.full(n, value, dtype=self.xp.int64)
 
     def falses(self, n: int) -> Array:
-        """bool zeros."""
         return self.xp.zeros(n, dtype=self.xp.bool_)
 
     def arange(self, start: int, stop: int | None = None) -> Array:
-        """int64 range."""
         if stop is None:
             return self.xp.arange(start, dtype=self.xp.int64)
         return self.xp.arange(start, stop, dtype=self.xp.int64)
@@ -218,15 +215,12 @@ class NumpyLikeOps(ArrayOps):
         return np.asarray(a)
 
     def copy(self, a: Array) -> Array:
-        """``a.copy()``."""
         return a.copy()
 
     def concat(self, parts: list[Array]) -> Array:
-        """``xp.concatenate``."""
         return self.xp.concatenate(parts)
 
     def flip(self, a: Array) -> Array:
-        """``a[::-1]``."""
         return a[::-1]
 
     def fill_at(self, a: Array, idx: Array, value: int) -> None:
@@ -238,11 +232,9 @@ class NumpyLikeOps(ArrayOps):
         self._add_at(a, idx, values)
 
     def scatter_max(self, a: Array, idx: Array, values: Array) -> None:
-        """``xp.maximum.at``."""
         self._max_at(a, idx, values)
 
     def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
-        """``xp.minimum.at``."""
         self._min_at(a, idx, values)
 
     def unique(self, a: Array) -> tuple[Array, Array, Array]:
@@ -251,7 +243,6 @@ class NumpyLikeOps(ArrayOps):
         return u, inv.reshape(-1).astype(self.xp.int64, copy=False), cnt.astype(self.xp.int64, copy=False)
 
     def argsort(self, a: Array) -> Array:
-        """Stable argsort."""
         return self.xp.argsort(a, kind="stable").astype(self.xp.int64, copy=False)
 
     def nonzero(self, mask: Array) -> Array:
@@ -259,15 +250,12 @@ class NumpyLikeOps(ArrayOps):
         return mask.nonzero()[0].astype(self.xp.int64, copy=False)
 
     def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
-        """``xp.where``."""
         return self.xp.where(mask, a, b)
 
     def cumsum(self, a: Array) -> Array:
-        """``xp.cumsum`` as int64."""
         return self.xp.cumsum(a, dtype=self.xp.int64)
 
     def isin(self, a: Array, values: Array) -> Array:
-        """``xp.isin``."""
         return self.xp.isin(a, values)
 
     def first_true(self, mask: Array) -> tuple[Array, Array]:
@@ -283,7 +271,6 @@ class NumpyLikeOps(ArrayOps):
         return mask[xp.arange(len(first)), first], first
 
     def argmax_bool(self, mask: Array) -> Array:
-        """``xp.argmax`` (the first maximum)."""
         return self.xp.argmax(mask)
 
     def device_ints(self, values: object, *, any_width: bool = False) -> Array | None:
@@ -300,7 +287,6 @@ class NumpyLikeOps(ArrayOps):
         return a.astype(dtype, copy=True)
 
     def count(self, mask: Array) -> int:
-        """``count_nonzero`` as a host int."""
         return int(self.xp.count_nonzero(mask))
 
     def any(self, mask: Array) -> bool:

@@ -30,7 +30,7 @@ from kvref.contract.checks import page_counts
 from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueError, NotHeldError, ReservedBlockError
 from kvref.contract.validate import as_count, as_int
 from kvref_arraypool.deferred import DeviceErrorRecord, ErrorKind
-from kvref_arraypool.inputs import index_array
+from kvref_arraypool.inputs import device_array
 from kvref_arraypool.ops import Array, ArrayOps
 
 __all__ = ["SLOT_ERRORS", "DeviceSlotAllocator", "SlotKernels"]
@@ -305,17 +305,8 @@ class DeviceSlotAllocator:
         is), or any sequence of ints (checked for type at once, ERR-514, then copied in). A refused
         free changes nothing; :meth:`check` raises its error.
         """
-        self._free_given(self._given(slots, "free"))
-
-    def _given(self, slots: Any, op: str) -> Array:
-        """``slots`` on this device: a device array as it is (any integer width where there are
-        kernels), anything else checked at once (ERR-514) and copied in."""
-        ops = self.ops
-        given = ops.device_ints(slots, any_width=self.kernels is not None)
-        if given is None:
-            host, _ = index_array(slots, op=op, arg="indices")
-            given = ops.asarray(host)
-        return given
+        any_width = self.kernels is not None
+        self._free_given(device_array(self.ops, slots, op="free", arg="indices", any_width=any_width))
 
     def _free_given(self, given: Array) -> None:
         ops, ps = self.ops, self.page_size
@@ -367,8 +358,8 @@ class DeviceSlotAllocator:
         """
         want = self._pages(need_size, "free_then_alloc")
         ps = self.page_size
-        given = self._given(slots, "free_then_alloc")
         kernels = self.kernels
+        given = device_array(self.ops, slots, op="free_then_alloc", arg="indices", any_width=kernels is not None)
         if (
             kernels is None
             or self._group is not None

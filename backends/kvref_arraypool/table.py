@@ -25,7 +25,6 @@ __all__ = ["EMPTY", "TOMB", "HashTable"]
 EMPTY = -1
 TOMB = -2
 _MIX = 0xFF51AFD7ED558CCD - (1 << 64)  # murmur3's fmix64 constant as a signed int64
-_U64 = (1 << 64) - 1
 _MAX_LOAD = 0.6
 _WIDTH = 8  # slots probed per round after the first (8 measured best on NumPy)
 

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvref_arraypool.backend import ArrayBackend
 
-from kvref.contract.errors import ConfigError
-
 if TYPE_CHECKING:
     from kvref_arraypool.ops import ArrayOps
 
@@ -39,6 +37,9 @@ class CupyBackend(ArrayBackend):
     name = "cupy"
     kernel_library = "cupy"
     probe_device = "host"
+    host_device = "host"
+    host_names = ("host", "cpu")
+    no_cuda = "and cupy.cuda.is_available() is False"
 
     def version(self) -> str:
         """The installed CuPy's version (any build: cupy-cuda12x, cupy-cuda13x, ...), or ``numpy <v>``."""
@@ -63,30 +64,13 @@ class CupyBackend(ArrayBackend):
             return "cupy is not installed"
         return None
 
-    def device(self, requested: str | None = None) -> str:
-        """``cuda:N`` when CUDA works (``cuda`` = ``cuda:0``), else ``host``; refuses what cannot be had."""
-        cuda = _cuda_available()
-        if requested is None:
-            return "cuda:0" if cuda else "host"
-        if requested in ("host", "cpu"):
-            return "host"
-        if requested == "cuda" or requested.startswith("cuda:"):
-            if not cuda:
-                raise ConfigError(
-                    "CONF-907",
-                    f"backend 'cupy': device {requested!r} needs CUDA, and cupy.cuda.is_available() is False",
-                )
-            index = requested.partition(":")[2] or "0"
-            if not index.isdigit():
-                raise ConfigError("CONF-907", f"backend 'cupy': device {requested!r} is not cuda:N")
-            import cupy
+    def cuda_devices(self) -> int:
+        """``cupy.cuda.runtime.getDeviceCount()`` where ``cupy.cuda.is_available()``, else 0."""
+        if not _cuda_available():
+            return 0
+        import cupy
 
-            if int(index) >= cupy.cuda.runtime.getDeviceCount():
-                raise ConfigError("CONF-907", f"backend 'cupy': device {requested!r} does not exist here")
-            return f"cuda:{index}"
-        raise ConfigError(
-            "CONF-907", f"backend 'cupy' runs on 'host' or 'cuda:N'; device {requested!r} is not possible"
-        )
+        return int(cupy.cuda.runtime.getDeviceCount())
 
     def pool_name(self, device: str) -> str:
         """``cupy (host: numpy)`` on the host, ``cupy`` on CUDA (CONF-909)."""

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvref_arraypool.backend import ArrayBackend
 
-from kvref.contract.errors import ConfigError
-
 if TYPE_CHECKING:
     from kvref_arraypool.ops import ArrayOps
 
@@ -28,6 +26,9 @@ class TorchBackend(ArrayBackend):
 
     name = "torch"
     kernel_library = "torch"
+    host_device = "cpu"
+    host_names = ("cpu",)
+    no_cuda = "which torch cannot use here"
 
     def version(self) -> str:
         """The installed torch version."""
@@ -48,28 +49,11 @@ class TorchBackend(ArrayBackend):
             return "numpy is not installed (the array core takes caller input through it)"
         return None
 
-    def device(self, requested: str | None = None) -> str:
-        """``cuda:0`` by default where torch sees a CUDA device, else ``cpu`` (as CuPy picks); ``cuda:N`` on request."""
+    def cuda_devices(self) -> int:
+        """``torch.cuda.device_count()`` where torch can use CUDA, else 0."""
         import torch
 
-        if requested is None:
-            return "cuda:0" if torch.cuda.is_available() else "cpu"
-        if requested == "cpu":
-            return "cpu"
-        if requested == "cuda" or requested.startswith("cuda:"):
-            index = requested.partition(":")[2] or "0"
-            if not index.isdigit():
-                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} is not cuda:N")
-            if not torch.cuda.is_available():
-                raise ConfigError(
-                    "CONF-907", f"backend 'torch': device {requested!r} needs CUDA, which torch cannot use here"
-                )
-            if int(index) >= torch.cuda.device_count():
-                raise ConfigError("CONF-907", f"backend 'torch': device {requested!r} does not exist here")
-            return f"cuda:{index}"
-        raise ConfigError(
-            "CONF-907", f"backend 'torch' runs on 'cpu' or 'cuda:N'; device {requested!r} is not possible"
-        )
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
     def ops(self, device: str) -> ArrayOps:
         """torch's operations on ``device``: the same on ``cpu`` as on CUDA."""

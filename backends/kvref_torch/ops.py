@@ -21,7 +21,7 @@ _DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
 
 class TorchOps(ArrayOps):
-    """int64/bool tensors on one torch device."""
+    """int64/bool tensors on one torch device; a method without a docstring does what :class:`ArrayOps` states."""
 
     name = "torch"
 
@@ -31,23 +31,18 @@ class TorchOps(ArrayOps):
         self.is_device = self.torch_device.type == "cuda"
 
     def address(self, a: Array) -> int:
-        """``a.data_ptr()``."""
         return int(a.data_ptr())
 
     def zeros(self, n: int) -> Array:
-        """int64 zeros."""
         return torch.zeros(n, dtype=torch.int64, device=self.torch_device)
 
     def full(self, n: int, value: int) -> Array:
-        """int64 filled with ``value``."""
         return torch.full((n,), value, dtype=torch.int64, device=self.torch_device)
 
     def falses(self, n: int) -> Array:
-        """bool zeros."""
         return torch.zeros(n, dtype=torch.bool, device=self.torch_device)
 
     def arange(self, start: int, stop: int | None = None) -> Array:
-        """int64 range."""
         if stop is None:
             return torch.arange(start, dtype=torch.int64, device=self.torch_device)
         return torch.arange(start, stop, dtype=torch.int64, device=self.torch_device)
@@ -75,15 +70,12 @@ class TorchOps(ArrayOps):
         return result
 
     def copy(self, a: Array) -> Array:
-        """``a.clone()``."""
         return a.clone()
 
     def concat(self, parts: list[Array]) -> Array:
-        """``torch.cat``."""
         return torch.cat(parts)
 
     def flip(self, a: Array) -> Array:
-        """``torch.flip`` (a copy)."""
         return torch.flip(a, dims=(0,))
 
     def _values(self, values: Array | int, like: Array) -> Any:
@@ -116,7 +108,6 @@ class TorchOps(ArrayOps):
         return u, inv, cnt
 
     def argsort(self, a: Array) -> Array:
-        """Stable ``torch.sort`` indices."""
         return torch.sort(a, stable=True).indices
 
     def nonzero(self, mask: Array) -> Array:
@@ -124,15 +115,12 @@ class TorchOps(ArrayOps):
         return torch.nonzero(mask).flatten()
 
     def where(self, mask: Array, a: Array | int, b: Array | int) -> Array:
-        """``torch.where``."""
         return torch.where(mask, a, b)
 
     def cumsum(self, a: Array) -> Array:
-        """``torch.cumsum`` as int64."""
         return torch.cumsum(a, 0, dtype=torch.int64)
 
     def isin(self, a: Array, values: Array) -> Array:
-        """``torch.isin``."""
         return torch.isin(a, values)
 
     def first_true(self, mask: Array) -> tuple[Array, Array]:
@@ -160,11 +148,9 @@ class TorchOps(ArrayOps):
         return None
 
     def cast(self, a: Array, dtype: str) -> Array:
-        """``a.to(dtype, copy=True)``."""
         return a.to(_DTYPES[dtype], copy=True)
 
     def count(self, mask: Array) -> int:
-        """``count_nonzero`` as a host int."""
         return int(torch.count_nonzero(mask))
 
     def synchronize(self) -> None:
