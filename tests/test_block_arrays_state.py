@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvref_arraypool import block_arrays
+from kvref_arraypool import inputs
 from kvref_arraypool.block_arrays import DeviceBlockPool
 from kvref_arraypool.deferred import CallNames
 from kvref_arraypool.ops import ArrayOps
@@ -207,7 +207,7 @@ def test_allocate_within_the_free_blocks_reads_nothing_and_a_free_costs_one_read
 def test_device_arrays_of_ids_and_slots_are_taken_with_no_host_copy(ops: ArrayOps, no_host_path: Any) -> None:
     pool = DeviceBlockPool(8, ops=ops, max_requests=4)
     ids, _ = pool.allocate([2], [1])
-    no_host_path(block_arrays, "index_array")
+    no_host_path(inputs, "index_array")
     pool.acquire(ids, at(ops, 2, 3))
     pool.free(ids, 1)
     pool.check()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kvref_arraypool import slot_arrays, slots
+from kvref_arraypool import inputs, slots
 from kvref_arraypool.ops import ArrayOps
 from kvref_arraypool.slot_arrays import DeviceSlotAllocator
 from kvref_arraypool.slots import ArraySlotAllocator
@@ -267,7 +267,7 @@ def test_check_runs_its_explanation_only_when_an_error_waits(ops: ArrayOps) -> N
 def test_a_device_array_of_slots_is_freed_on_the_device_with_no_host_copy(ops: ArrayOps, no_host_path: Any) -> None:
     a = DeviceSlotAllocator(8, ops=ops)
     got = a.alloc(4)
-    no_host_path(slot_arrays, "index_array")
+    no_host_path(inputs, "index_array")
     a.free(got)  # int32, as alloc made it
     a.free(ops.asarray(np.array([], dtype=np.int64)))
     a.check()
