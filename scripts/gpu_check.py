@@ -13,7 +13,8 @@ uses the interpreter it runs in:
    ``scripts/gpu_pairs.py`` (with SGLang's allocators where ``.sglang-allocators/`` holds them:
    ``scripts/sglang_allocators.py`` makes it) and the benchmarks on ``cuda:0``.
 
-Run it from the repository root: ``python scripts/gpu_check.py [--skip-bench] [-- PYTEST ARGS]``.
+Run it from the repository root: ``python scripts/gpu_check.py [--skip-bench] [--verdicts DIR] [-- PYTEST ARGS]``
+(``--verdicts results/verdicts`` adds the CUDA runs' verdict files to the committed set).
 It exits non-zero at the first step that fails, and with status 3 (saying why) where there is no
 CUDA device or something it needs is missing.
 """
@@ -54,6 +55,7 @@ def cuda_seen() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--skip-bench", action="store_true", help="conformance and CUDA tests only")
+    parser.add_argument("--verdicts", help="also write each conformance run's verdict file into this directory")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to the benchmark run")
     args = parser.parse_args()
     missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
@@ -80,6 +82,7 @@ def main() -> int:
             "ci",
             "--results",
             RESULTS,
+            *(["--verdicts", args.verdicts] if args.verdicts else []),
             "--",
             *spread,
         )
