@@ -11,6 +11,7 @@ import pytest
 
 from kvref.config.registry import backend_statuses, load_backend
 from kvref.contract.errors import InvalidValueError, OutOfBlocksError, PoolUnusableError
+from kvref.contract.containment import contain_faults
 from kvref.contract.locking import Locked
 from kvref.oracle import OracleBlockPool
 
@@ -65,6 +66,23 @@ def test_a_call_that_does_not_fit_the_signature_never_began_and_the_pool_goes_on
     with pytest.raises(TypeError):
         pool.allocate(1, owner="a")  # no such keyword
     assert pool.allocate(2, holder="a") == [1, 2], "a call that never began leaves the pool usable"
+
+
+@rule("ERR-515")
+def test_a_fault_inside_a_nested_public_call_is_named_by_the_call_the_caller_made() -> None:
+    @contain_faults
+    class Pool:
+        def step(self) -> None:
+            self.allocate()
+
+        def allocate(self) -> None:
+            raise RuntimeError("library failed")
+
+    pool = Pool()
+    with pytest.raises(PoolUnusableError, match=r"step: interrupted from inside by RuntimeError: library failed"):
+        pool.step()
+    with pytest.raises(PoolUnusableError, match=r"allocate: the pool is unusable since step was interrupted"):
+        pool.allocate()
 
 
 @rule("ERR-516")

@@ -44,17 +44,28 @@ def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             raise PoolUnusableError("ERR-515", f"{name}: the pool is unusable since {fault}")
         try:
             return method(self, *args, **kwargs)
+        except PoolUnusableError as unusable:
+            cause = unusable.__cause__
+            if fault is None and cause is not None and not isinstance(cause, KVRefError):
+                # interrupted inside a guarded call this one made: name the call the caller made
+                raise _interrupted(self, name, cause) from cause
+            raise
         except KVRefError:
             raise
         except Exception as exc:
             if _never_began(method, (self, *args), kwargs, exc):
                 raise  # the call did not fit the method's signature: nothing ran, nothing changed
-            self._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
-            raise PoolUnusableError(
-                "ERR-515", f"{name}: interrupted from inside by {type(exc).__name__}: {exc}; the pool is unusable"
-            ) from exc
+            raise _interrupted(self, name, exc) from exc
 
     return guarded
+
+
+def _interrupted(pool: Any, name: str, exc: BaseException) -> PoolUnusableError:
+    """Mark ``pool`` unusable since ``name`` was interrupted by ``exc``; the error that says so (ERR-515)."""
+    pool._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
+    return PoolUnusableError(
+        "ERR-515", f"{name}: interrupted from inside by {type(exc).__name__}: {exc}; the pool is unusable"
+    )
 
 
 def contain_faults(cls: T) -> T:
