@@ -467,6 +467,9 @@ SGLANG_RADIX_IMPORTS = [
     "openai==3.57.0",
     "partial-json-parser==0.2.1.1.post7",
 ]
+#: What the radix caches of the older releases the bug corpus installs import at module level on
+#: top (0.5.5-0.5.7: fastapi; 0.5.17-0.5.18: xgrammar, einops); sgl_kernel has a stand-in.
+SGLANG_OLDER_IMPORTS = ["fastapi==0.165.0", "einops==0.8.2", "xgrammar==0.2.8"]
 
 
 @ci_session(name="peer-sglang")
@@ -540,7 +543,7 @@ def corpus(session: nox.Session, engine: str) -> None:
         session.install("-c", CONSTRAINTS, *VLLM_OLDER_IMPORTS)
     elif engine == "sglang":
         session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
-        session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
+        session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS, *SGLANG_OLDER_IMPORTS)
     else:
         session.install("-c", CONSTRAINTS, "packaging", "triton")
     session.run("python", "scripts/bug_corpus.py", "--engine", engine, *session.posargs)

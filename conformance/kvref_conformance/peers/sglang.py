@@ -28,6 +28,7 @@ from typing import Any
 
 from kvref.contract.errors import ConfigError
 from kvref_conformance.adapter import ForeignPoolAdapter
+from kvref_conformance.peers.sglang_radix import installed_release
 
 __all__ = ["SglangAllocatorAdapter", "SglangBackend", "SglangSlots", "backend", "backend_paged"]
 
@@ -169,22 +170,13 @@ class SglangSlots:
         return 0 < page <= self.num_pages and not any(page in self._torch.as_tensor(p).tolist() for p in lists)
 
 
-#: The oldest release whose allocators the adapter drives (their ``need_sort`` argument), and the
-#: oldest whose radix caches and paged step allocations it drives (``lock``/``unlock``,
-#: ``path_device_indices``, ``MatchResult.device_prefix_len``, a CPU ``alloc_extend``).
+#: The oldest release whose allocators the adapter drives (their ``need_sort`` argument), the
+#: oldest whose ``RadixCache`` it drives (``RadixKey``; each release's own calls, see
+#: ``peers/sglang_radix.py``), and the oldest whose paged step allocation runs on a CPU (before it,
+#: the paged ``alloc_extend`` runs only as a Triton kernel).
 OLDEST_ALLOCATOR = (0, 5, 1)
-OLDEST_RADIX = (0, 5, 22)
-
-
-def _release() -> tuple[int, ...]:
-    """The installed sglang's release numbers, ``(0, 5, 23)`` for 0.5.23; a build without release
-    metadata (a work tree on the path) counts as newer than any release."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(metadata.version("sglang")).release
-    except (metadata.PackageNotFoundError, InvalidVersion):  # a work tree on the path: taken as the newest
-        return (1 << 31,)
+OLDEST_RADIX = (0, 5, 5)
+OLDEST_EXTEND = (0, 5, 22)
 
 
 @cache
@@ -197,6 +189,14 @@ def _radix_cache_imports() -> bool:
     except Exception:  # SGLang's import chain raises more than ImportError when a dependency is missing
         return False
     return True
+
+
+@cache
+def _radix_offers_priority() -> bool:
+    """Whether the installed release's radix caches evict under ``priority`` (its ``PriorityStrategy``)."""
+    import sglang.srt.mem_cache.evict_policy as evict_policy
+
+    return hasattr(evict_policy, "PriorityStrategy")
 
 
 @cache
@@ -244,7 +244,7 @@ class SglangBackend:
             return f"a module it imports is missing ({exc}); {INSTALL}"
         except Exception as exc:  # SGLang raises more than ImportError when a dependency is missing
             return f"sglang's allocators do not import ({type(exc).__name__}: {exc}); {INSTALL}"
-        if _release() < OLDEST_ALLOCATOR:
+        if installed_release() < OLDEST_ALLOCATOR:
             oldest = ".".join(map(str, OLDEST_ALLOCATOR))
             return f"sglang {self.version()} is older than {oldest}, the oldest allocator the adapter drives; {INSTALL}"
         return None
@@ -260,16 +260,18 @@ class SglangBackend:
 
         The token allocator hands slots out in chapter 06's order (``slot-order``); the paged one
         puts freed pages at the front of its free list when it does not sort, by design, so it is
-        compared by counts only. Before :data:`OLDEST_RADIX` the radix caches lack the surface the
-        adapter drives (``lock``, ``path_device_indices``) and the paged ``alloc_extend`` runs only as
-        a Triton kernel, so those releases are judged on their allocators alone.
+        compared by counts only. Before :data:`OLDEST_RADIX` the radix cache has no ``RadixKey``, and
+        before :data:`OLDEST_EXTEND` the paged ``alloc_extend`` runs only as a Triton kernel, so those
+        releases are judged without them.
         """
         order = {"slot-order"} if self.page_size == 1 else set()
         imports = _unified_cache_imports() if self.unified else _radix_cache_imports()
-        current = _release() >= OLDEST_RADIX
+        release = installed_release()
         # events rewritten by content (sglang_events)
-        radix = {"radix-cache", "radix-events"} if imports and current else set()
-        extend = {"slot-extend"} if current else set()
+        radix = {"radix-cache", "radix-events"} if imports and release >= OLDEST_RADIX else set()
+        if radix and _radix_offers_priority():
+            radix.add("radix-priority")
+        extend = {"slot-extend"} if release >= OLDEST_EXTEND else set()
         return frozenset({"pause", "policy-lru", "token-slots", *extend, *order, *radix})
 
     def create_slots(

@@ -28,13 +28,20 @@ def unknown(sglang_hash: int) -> int:
     return -1 - abs(int(sglang_hash))
 
 
-def key_namespace(namespace: Any, events: bool) -> dict[str, Any]:
+def key_namespace(namespace: Any, salted: bool) -> dict[str, Any]:
     """How an adapter names ``namespace`` in SGLang's ``RadixKey``: as its ``extra_key`` (the LoRA
-    path), or, in a tree with events, as its ``cache_salt`` (``repr(namespace)``, RADIX-634's salt),
-    the namespace SGLang's events carry. A tree without events never needs the second."""
-    if events and namespace is not None:
+    path), or, where ``salted`` (a tree with events, on a release whose keys take a salt), as its
+    ``cache_salt`` (``repr(namespace)``, RADIX-634's salt), the namespace SGLang's events carry."""
+    if salted and namespace is not None:
         return {"cache_salt": repr(namespace)}
     return {"extra_key": namespace}
+
+
+def _cache_salt(event: Any) -> Any:
+    """A store's cache salt: ``BlockStored.cache_salt`` (0.5.21 on), ``BlockStoredWithMetadata``'s
+    ``metadata.cache_salt`` (0.5.18), or None (earlier events carry none)."""
+    salt = getattr(event, "cache_salt", None)
+    return salt if salt is not None else getattr(getattr(event, "metadata", None), "cache_salt", None)
 
 
 class SglangEventTranslator:
@@ -62,7 +69,7 @@ class SglangEventTranslator:
         out: list[Any] = []
         for event in events:
             kind = type(event).__name__
-            if kind == "BlockStored":
+            if kind in ("BlockStored", "BlockStoredWithMetadata"):
                 out.extend(self._stored(event))
             elif kind == "BlockRemoved":
                 out.extend(BlockRemoved(self._hashes.get(h, unknown(h))) for h in event.block_hashes)
@@ -79,7 +86,8 @@ class SglangEventTranslator:
             return [event]
         sglang_parent = event.parent_block_hash
         parent = None if sglang_parent is None else self._hashes.get(sglang_parent, unknown(sglang_parent))
-        salt = BlockExtraKeys(cache_salt=event.cache_salt) if event.cache_salt is not None else None
+        cache_salt = _cache_salt(event)
+        salt = BlockExtraKeys(cache_salt=cache_salt) if cache_salt is not None else None
         out: list[KVEvent] = []
         for sglang_hash, page in zip(event.block_hashes, pages, strict=True):
             ours = hash_block(ROOT_HASH if parent is None else parent, page, salt if parent is None else None)

@@ -29,6 +29,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from array import array
 from collections.abc import Sequence
 from itertools import count
 from typing import Any
@@ -36,20 +37,18 @@ from typing import Any
 from kvref.oracle.radix import LockReceipt, MatchResult
 from kvref_conformance.peers.sglang_events import SglangEventTranslator, key_namespace
 
-__all__ = ["SglangRadixTree", "cache_params", "load_radix_cache", "make_sglang_importable"]
+__all__ = ["SglangRadixTree", "cache_params", "installed_release", "load_radix_cache", "make_sglang_importable"]
 
 
-def _stand_in_for_torchvision() -> None:
-    """An empty ``torchvision`` package, after ``transformers`` has decided it is absent."""
-    import transformers.image_utils  # noqa: F401  (decides, before the stand-in exists)
+def _stand_in(*names: str) -> None:
+    """Empty packages under ``names`` (parents first) whose every attribute is an empty class."""
 
     def attribute(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         return type(name, (), {})
 
-    # older releases' utilities import torchvision.io at module level as well
-    for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional", "torchvision.io"):
+    for name in names:
         module = types.ModuleType(name)
         module.__path__ = []
         module.__file__ = f"<kvref stand-in for {name}>"
@@ -61,10 +60,55 @@ def _stand_in_for_torchvision() -> None:
             setattr(sys.modules[parent], child, module)
 
 
+def _register_configurations_again() -> None:
+    """Let ``transformers``' ``Auto*.register`` take a name it knows already (``exist_ok=True``).
+
+    SGLang releases before 0.5.21 register configurations (``qwen3_asr``) that the transformers
+    installed beside them (5.19, as 0.5.23 pins) ships itself, and the second registration raises.
+    """
+    import transformers
+
+    for name in ("AutoConfig", "AutoProcessor", "AutoImageProcessor", "AutoTokenizer"):
+        cls = getattr(transformers, name, None)
+        register = getattr(cls, "register", None)
+        if cls is None or register is None or getattr(register, "kvref_exist_ok", False):
+            continue
+
+        def again(*args: Any, _register: Any = register, **kwargs: Any) -> Any:
+            return _register(*args, **{**kwargs, "exist_ok": True})
+
+        again.kvref_exist_ok = True  # type: ignore[attr-defined]
+        cls.register = staticmethod(again)
+
+
 def make_sglang_importable() -> None:
-    """Put the empty ``torchvision`` in place where it is missing (see the module), once."""
+    """Put in place, once, what SGLang imports at module level and its radix cache never runs: an
+    empty ``torchvision`` where it is missing (after ``transformers`` decided it is absent), an empty
+    ``sgl_kernel`` (the CUDA kernels the host KV pool of 0.5.6-0.5.16 imports), and, for releases
+    before 0.5.21, configurations registered a second time without an error."""
     if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
-        _stand_in_for_torchvision()
+        import transformers.image_utils  # noqa: F401  (decides, before the stand-in exists)
+
+        # older releases' utilities import torchvision.io at module level as well
+        _stand_in("torchvision", "torchvision.transforms", "torchvision.transforms.functional", "torchvision.io")
+    release = installed_release()
+    if release < (0, 5, 17) and importlib.util.find_spec("sgl_kernel") is None and "sgl_kernel" not in sys.modules:
+        _stand_in("sgl_kernel", "sgl_kernel.kvcacheio")
+    if release < (0, 5, 21) and importlib.util.find_spec("transformers") is not None:
+        _register_configurations_again()
+
+
+def installed_release() -> tuple[int, ...]:
+    """The installed sglang's release numbers, ``(0, 5, 23)`` for 0.5.23; a build without release
+    metadata (a work tree on the path) counts as newer than any release."""
+    from importlib import metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(metadata.version("sglang")).release
+    except (metadata.PackageNotFoundError, InvalidVersion):
+        return (1 << 31,)
 
 
 def load_radix_cache() -> Any:
@@ -90,70 +134,118 @@ def cache_params(allocator: Any, *, page_size: int, policy: str, **more: Any) ->
 
 
 class SglangRadixTree:
-    """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``).
+    """``RadixCache`` with the oracle tree's calls (``match``, ``lock``, ``insert``, ``unlock``, ``evict``),
+    each made the way the installed release's scheduler makes it.
 
-    A namespace goes to SGLang as the key's ``extra_key`` (the LoRA path); in a tree with events
-    it goes as the key's ``cache_salt`` (``repr(namespace)``), the namespace SGLang's KV events
-    carry, so that :class:`~kvref_conformance.peers.sglang_events.SglangEventTranslator` can
-    read a chain's namespace from its first event as RADIX-634 salts it.
+    From 0.5.5 to 0.5.21 the scheduler locks with ``inc_lock_ref(node)`` and unlocks with
+    ``dec_lock_ref(node)`` (with the receipt ``inc_lock_ref`` returned, from 0.5.17); from 0.5.22
+    with ``lock``/``unlock`` and a ``TreeLock``. ``match_prefix`` takes the key itself before 0.5.8
+    and ``MatchPrefixParams`` after; ``insert`` and ``evict`` take parameter objects from 0.5.17
+    (before, ``evict`` returns nothing: the tokens it freed are the fall of ``evictable_size``).
+    ``RadixCache`` takes ``CacheInitParams`` from 0.5.6, its arguments before.
+
+    A namespace goes to SGLang as the key's ``extra_key`` (the LoRA path). In a tree with events,
+    from 0.5.18, it goes as the key's ``cache_salt`` (``repr(namespace)``), the namespace SGLang's
+    KV events carry, so that :class:`~kvref_conformance.peers.sglang_events.SglangEventTranslator`
+    can read a chain's namespace from its first event as RADIX-634 salts it; before 0.5.18 the key
+    has no salt, and the scheduler puts a request's salt in its ``extra_key``, as this does.
     """
 
     def __init__(self, allocator: Any, *, page_size: int, policy: str, enable_events: bool = False) -> None:
+        import inspect
+
         import torch
-        from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache import base_prefix_cache
 
         radix_cache = load_radix_cache()
         self._torch = torch
         self._radix_key = radix_cache.RadixKey
-        self._params = (MatchPrefixParams, InsertParams, EvictParams)
-        params = cache_params(allocator, page_size=page_size, policy=policy, enable_kv_cache_events=enable_events)
-        self.cache = radix_cache.RadixCache(params)
+        self._match_params = getattr(base_prefix_cache, "MatchPrefixParams", None)
+        self._insert_params = getattr(base_prefix_cache, "InsertParams", None)
+        self._evict_params = getattr(base_prefix_cache, "EvictParams", None)
+        if "params" in inspect.signature(radix_cache.RadixCache.__init__).parameters:
+            params = cache_params(allocator, page_size=page_size, policy=policy, enable_kv_cache_events=enable_events)
+            self.cache = radix_cache.RadixCache(params)
+        else:
+            self.cache = radix_cache.RadixCache(
+                None, allocator, page_size, disable=False, enable_kv_cache_events=enable_events, eviction_policy=policy
+            )
+        self._insert_priority = "priority" in inspect.signature(self.cache.insert).parameters
+        self._salted_keys = "cache_salt" in inspect.signature(radix_cache.RadixKey.__init__).parameters
+        self._array_keys = isinstance(self.cache.root_node.key.token_ids, array)
         self._events = SglangEventTranslator(page_size, self.cache) if enable_events else None
         self._nodes: dict[int, Any] = {}
-        self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock
+        self._locks: dict[int, Any] = {}  # kvref receipt -> SGLang's TreeLock, or (node, receipt)
         self._receipts = count(1)
 
     def _key(self, tokens: Sequence[int], namespace: Any) -> Any:
-        return self._radix_key(list(tokens), **key_namespace(namespace, self._events is not None))
+        salted = self._events is not None and self._salted_keys
+        token_ids = array("q", tokens) if self._array_keys else list(tokens)
+        return self._radix_key(token_ids, **key_namespace(namespace, salted))
 
     def take_events(self) -> list[Any]:
         """SGLang's ``take_events()``, rewritten in chapter 06's hashes by their content (RADIX-634)."""
         return [] if self._events is None else self._events.take()
 
     def match(self, tokens: Sequence[int], *, namespace: Any = None) -> MatchResult:
-        """``match_prefix``; the prefix's slots are the path's KV indices."""
-        match_params = self._params[0]
-        found = self.cache.match_prefix(match_params(key=self._key(tokens, namespace)))
+        """``match_prefix``; the prefix's slots are the path's KV indices (``device_indices`` before 0.5.22)."""
+        key = self._key(tokens, namespace)
+        found = self.cache.match_prefix(key if self._match_params is None else self._match_params(key=key))
         node = found.last_device_node
-        slots = [int(s) for s in self.cache.path_device_indices(node).tolist()]
+        if hasattr(found, "device_prefix_len"):
+            slots = [int(s) for s in self.cache.path_device_indices(node).tolist()]
+            length = int(found.device_prefix_len)
+        else:
+            slots = [int(s) for s in found.device_indices.tolist()]
+            length = len(slots)
         ident = 0 if node is self.cache.root_node else int(node.id)
         self._nodes[ident] = node
-        return MatchResult(slots, int(found.device_prefix_len), ident)
+        return MatchResult(slots, length, ident)
 
     def lock(self, node: int) -> LockReceipt:
-        """``lock`` (``inc_lock_ref``) on the node a match returned."""
+        """``lock`` (a ``TreeLock``), or before 0.5.22 ``inc_lock_ref``, on the node a match returned."""
         receipt = LockReceipt(next(self._receipts), node)
-        self._locks[receipt.ident] = self.cache.lock(self._node(node))
+        tree_node = self._node(node)
+        if hasattr(self.cache, "lock"):
+            self._locks[receipt.ident] = self.cache.lock(tree_node)
+        else:
+            taken = self.cache.inc_lock_ref(tree_node)
+            self._locks[receipt.ident] = (tree_node, getattr(taken, "to_dec_params", lambda: None)())
         return receipt
 
     def unlock(self, receipt: LockReceipt) -> None:
-        """``unlock`` of the receipt's ``TreeLock``, as the scheduler calls it (SGLang checks nothing)."""
-        self.cache.unlock(self._locks[receipt.ident])
+        """``unlock`` of the receipt's ``TreeLock``, or before 0.5.22 ``dec_lock_ref`` of its node, as the
+        scheduler calls it (SGLang checks nothing)."""
+        held = self._locks[receipt.ident]
+        if hasattr(self.cache, "unlock"):
+            self.cache.unlock(held)
+            return
+        tree_node, release = held
+        if release is None:
+            self.cache.dec_lock_ref(tree_node)
+        else:
+            self.cache.dec_lock_ref(tree_node, release)
 
     def _node(self, ident: int) -> Any:
         return self.cache.root_node if ident == 0 else self._nodes[ident]
 
     def insert(self, tokens: Sequence[int], slots: Sequence[int], *, namespace: Any = None, priority: int = 0) -> int:
         """``insert``: the length already cached, which the caller's duplicates cover."""
-        insert_params = self._params[1]
         value = self._torch.tensor(list(slots), dtype=self._torch.int64)
         key = self._key(tokens, namespace)
-        return int(self.cache.insert(insert_params(key=key, value=value, priority=priority)).prefix_len)
+        if self._insert_params is not None:
+            return int(self.cache.insert(self._insert_params(key=key, value=value, priority=priority)).prefix_len)
+        if self._insert_priority:
+            return int(self.cache.insert(key, value, priority=priority))
+        return int(self.cache.insert(key, value))
 
     def evict(self, num_tokens: int) -> int:
         """``evict``: the tokens it freed."""
-        evict_params = self._params[2]
-        return int(self.cache.evict(evict_params(num_tokens=num_tokens)).num_tokens_evicted)
+        if self._evict_params is not None:
+            return int(self.cache.evict(self._evict_params(num_tokens=num_tokens)).num_tokens_evicted)
+        before = int(self.cache.evictable_size())
+        self.cache.evict(num_tokens)
+        return before - int(self.cache.evictable_size())
 
     def evictable_size(self) -> int:
         """``evictable_size()``."""

@@ -76,6 +76,8 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
     page: int = 1
     checks_receipts: bool = True
     checks_events: bool = False
+    #: The policies the target's tree offers (``priority`` under ``radix-priority``).
+    policies: tuple[str, ...] = POLICIES
 
     def make(self, page: int, policy: str) -> tuple[Any, Any]:
         """The allocator of ``24 * page`` slots and the tree under ``policy`` (with events under ``checks_events``)."""
@@ -84,8 +86,9 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
         )
         return pair
 
-    @initialize(policy=st.sampled_from(POLICIES))
-    def create(self, policy: str) -> None:
+    @initialize(data=st.data())
+    def create(self, data: st.DataObject) -> None:
+        policy = data.draw(st.sampled_from(self.policies), label="policy")
         self.alloc, self.tree = self.make(self.page, policy)
         self.size = 24 * self.page
         self.live: list[Request] = []
@@ -272,6 +275,7 @@ class RadixCacheSuite(ConformanceSuite):
                 "page": page,
                 "checks_receipts": impl.has("radix-receipts"),
                 "checks_events": impl.has("radix-events"),
+                "policies": tuple(p for p in POLICIES if p != "priority" or impl.has("radix-priority")),
             },
         )
         run_state_machine_as_test(machine)
