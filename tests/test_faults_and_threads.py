@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kvref.config.registry import backend_statuses, load_backend
-from kvref.contract.errors import InvalidValueError, OutOfBlocksError, PoolUnusableError
 from kvref.contract.containment import contain_faults
+from kvref.contract.errors import InvalidValueError, OutOfBlocksError, PoolUnusableError
 from kvref.contract.locking import Locked
 from kvref.oracle import OracleBlockPool
 

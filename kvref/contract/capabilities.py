@@ -29,7 +29,7 @@ CAPABILITIES: dict[str, str] = {
     "radix-cache": "offers chapter 06's radix cache over its token-slot allocator (create_radix)",
     "radix-receipts": "refuses a second unlock of one lock receipt, changing nothing (RADIX-624)",
     "radix-capacity": "its radix cache takes a capacity in tokens that every insert enforces (RADIX-633)",
-    "radix-events": "its radix cache reports a KV event per page stored or evicted (take_events, RADIX-634)",
+    "radix-events": "its radix cache reports a KV event per page stored or evicted (take_events, RADIX-634..RADIX-637)",
     "radix-priority": "its radix cache offers the priority policy: lowest insert priority evicted first (RADIX-628)",
     "slot-arrays": "offers chapter 06's allocator with the array surface (create_slot_arrays: ERR-510..ERR-514)",
     "block-arrays": "offers chapter 01's block pool with the array surface (create_block_arrays: ERR-517..ERR-520)",

@@ -1,4 +1,4 @@
-"""Chapter 06's KV events of the radix tree (RADIX-634): one per page, chained as chapter 02 chains hashes.
+"""Chapter 06's KV events of the radix tree (RADIX-634..RADIX-637): one per page, chained as chapter 02 chains hashes.
 
 For any target with ``radix-events``. Each test checks the events against the pages the tree holds,
 found by ``match`` and hashed here, so that a router that applies them sees exactly the cache.
@@ -31,7 +31,7 @@ def cached_pages(tree: Any, keys: list[tuple[list[int], Hashable]], page: int) -
 
 @requires("radix-events")
 class RadixEventsSuite(ConformanceSuite):
-    """RADIX-634 over the target's ``create_radix(..., enable_events=True)``."""
+    """RADIX-634..RADIX-637 over the target's ``create_radix(..., enable_events=True)``."""
 
     @staticmethod
     def tree(impl: Target, page: int) -> tuple[Any, Any]:
@@ -41,7 +41,7 @@ class RadixEventsSuite(ConformanceSuite):
         except ConfigError as exc:
             pytest.skip(f"{impl.name}: {exc}")
 
-    @rule("RADIX-634")
+    @rule("RADIX-634", "RADIX-635")
     @pytest.mark.parametrize("page", PAGES)
     def test_an_insert_reports_each_page_it_stores_chained_on_the_one_before(self, impl: Target, page: int) -> None:
         allocator, tree = self.tree(impl, page)
@@ -50,24 +50,68 @@ class RadixEventsSuite(ConformanceSuite):
         want = page_hashes(key, page)
         got = tree.take_events()
         assert got == [BlockStored(h, p) for h, p in zip(want, [None, *want[:-1]], strict=True)], (
-            f"[RADIX-634] inserting 3 pages reported {got}; the rule's hashes are {want}"
+            f"[RADIX-635] inserting 3 pages reported {got}; the rule's hashes are {want}"
         )
         assert tree.take_events() == [], "[RADIX-634] events are taken once"
 
-    @rule("RADIX-634", "RADIX-627")
-    def test_a_split_reports_nothing_and_a_namespace_salts_its_first_page(self, impl: Target) -> None:
+    @rule("RADIX-635")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_a_page_stored_below_a_cached_key_names_its_last_page_as_parent(self, impl: Target, page: int) -> None:
+        allocator, tree = self.tree(impl, page)
+        key = list(range(10, 10 + 2 * page))
+        tree.insert(key, allocator.alloc(len(key)))
+        tree.take_events()
+        longer = [*key, *range(50, 50 + page)]
+        tree.insert(longer, [*tree.match(key).slots, *allocator.alloc(page)])  # a new node below the cached one
+        want = page_hashes(longer, page)
+        got = tree.take_events()
+        assert got == [BlockStored(want[2], want[1])], (
+            f"[RADIX-635] a page stored below the cached {key} reported {got}; the rule's event is "
+            f"BlockStored({want[2]}, parent {want[1]}), chained on the cached key's last page"
+        )
+
+    @rule("RADIX-634", "RADIX-635")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_equal_pages_at_two_places_are_stored_and_removed_under_their_own_hashes(
+        self, impl: Target, page: int
+    ) -> None:
+        allocator, tree = self.tree(impl, page)
+        key = [5] * page + [6] * page + [5] * page + [6] * page  # pages 0 and 2 equal, 1 and 3 equal
+        tree.insert(key, allocator.alloc(len(key)))
+        stored = tree.take_events()
+        tree.evict(len(key))
+        removed = tree.take_events()
+        want = page_hashes(key, page)
+        assert len(set(want)) == 4, "equal pages at different places must hash apart"
+        assert sorted(e.block_hash for e in stored) == sorted(want), (
+            f"[RADIX-635] a key whose pages repeat stored {stored}; the rule's hashes are {want}"
+        )
+        assert sorted(e.block_hash for e in removed) == sorted(want), (
+            f"[RADIX-635] evicting a key whose pages repeat removed {removed}; the rule's hashes are {want}"
+        )
+
+    @rule("RADIX-637", "RADIX-627")
+    def test_a_split_reports_nothing(self, impl: Target) -> None:
         allocator, tree = self.tree(impl, 1)
         tree.insert([1, 2, 3, 4], allocator.alloc(4))
         tree.take_events()
         tree.insert([1, 2, 9], [*tree.match([1, 2]).slots, *allocator.alloc(1)])  # splits [1..4] after 2
-        assert tree.take_events() == [BlockStored(page_hashes([1, 2, 9], 1)[2], page_hashes([1, 2], 1)[1])], (
-            "[RADIX-634] the split changed no page: only the new page 9 is reported"
+        got = tree.take_events()
+        assert got == [BlockStored(page_hashes([1, 2, 9], 1)[2], page_hashes([1, 2], 1)[1])], (
+            f"[RADIX-637] the split changed no page, so only the new page 9 is reported; got {got}"
         )
+
+    @rule("RADIX-636")
+    def test_a_namespace_salts_its_first_page(self, impl: Target) -> None:
+        allocator, tree = self.tree(impl, 1)
+        tree.insert([1, 2], allocator.alloc(2))
+        tree.take_events()
         tree.insert([1, 2], allocator.alloc(2), namespace="adapter-a")
         first = page_hashes([1, 2], 1, "adapter-a")
         assert first[0] != page_hashes([1, 2], 1)[0], "a namespace's first page must hash apart from the default's"
-        assert tree.take_events() == [BlockStored(first[0], None), BlockStored(first[1], first[0])], (
-            "[RADIX-634] another namespace's first page carries the namespace as its salt"
+        got = tree.take_events()
+        assert got == [BlockStored(first[0], None), BlockStored(first[1], first[0])], (
+            f"[RADIX-636] another namespace's first page carries the namespace as its salt; got {got}"
         )
 
     @rule("RADIX-634", "RADIX-628", "RADIX-630")

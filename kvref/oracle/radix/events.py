@@ -1,10 +1,11 @@
-"""KV events of the radix tree, one per page (RADIX-634): what a KV-aware router needs to mirror it.
+"""KV events of the radix tree, one per page (RADIX-634..RADIX-637): what a KV-aware router needs to mirror.
 
 Every page a tree caches has chapter 02's hash of the key up to it, in blocks of a page
-(``hash_token_blocks``), with the namespace (``repr`` of it; none for the default ``None``) as the
-cache salt. An insert that stores a node reports ``BlockStored`` for each of its pages in order,
-an eviction ``BlockRemoved`` for each page it frees, a reset ``AllBlocksCleared``. Splitting a
-node changes no page, so it reports nothing. Pages of one key are unique in a tree, so applying
+(``hash_token_blocks``, RADIX-635), with the namespace (``repr`` of it; none for the default
+``None``) as the cache salt (RADIX-636). An insert that stores a node reports ``BlockStored`` for
+each of its pages in order, an eviction ``BlockRemoved`` for each page it frees, a reset
+``AllBlocksCleared`` (RADIX-634). Splitting a node changes no page, so it reports nothing
+(RADIX-637). Pages of one key are unique in a tree, so applying
 the events to a set (``apply_events``) gives exactly the hashes of the cached pages.
 """
 
