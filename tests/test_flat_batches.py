@@ -105,7 +105,33 @@ def test_free_many_ids_refuses_offsets_that_do_not_cut_the_ids_and_drops_nothing
     with pytest.raises(error) as caught:
         pool.free_many_ids(ids, offsets, holders=holders)
     assert caught.value.rule == rule_id, f"free_many_ids(offsets={offsets}) raised {caught.value!r}; expected {rule_id}"
+    assert str(caught.value).startswith(f"[{rule_id}] free_many_ids: "), (
+        f"free_many_ids(offsets={offsets}) said {caught.value}; a refusal leads with its rule and call (ERR-501)"
+    )
     assert pool.snapshot() == before, f"free_many_ids(offsets={offsets}) was refused but changed the pool"
+
+
+@rule("ERR-501", "ERR-503", "ERR-504", "ERR-506")
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda p: p.free_many_ids(["x"], [0, 1], holders=["a"]), InvalidTypeError, "[ERR-503] free_many_ids: "),
+        (lambda p: p.free_many_ids([1], "01", holders=["a"]), InvalidTypeError, "[ERR-503] free_many_ids: offsets"),
+        (lambda p: p.allocate_many_ids("3", holders=["a"]), InvalidTypeError, "[ERR-503] allocate_many_ids: counts"),
+        (lambda p: p.allocate_many_ids([-1], holders=["a"]), InvalidValueError, "[ERR-504] allocate_many_ids: "),
+        (lambda p: p.allocate_many_ids([1, 1], holders=["a"]), InvalidValueError, "[ERR-506] allocate_many_ids: "),
+    ],
+    ids=["bad id", "offsets a string", "counts a string", "a negative count", "holders short"],
+)
+def test_the_array_forms_name_themselves_in_a_refusal_and_change_nothing(
+    call: Any, error: type[KVRefError], says: str
+) -> None:
+    pool, _, _ = admitted_pool()
+    before = pool.snapshot()
+    with pytest.raises(error) as caught:
+        call(pool)
+    assert str(caught.value).startswith(says), f"the refusal said {caught.value}; expected it to start {says!r}"
+    assert pool.snapshot() == before, f"a refused call changed the pool: {caught.value}"
 
 
 @rule("POOL-117")
