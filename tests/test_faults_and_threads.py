@@ -85,6 +85,30 @@ def test_a_fault_inside_a_nested_public_call_is_named_by_the_call_the_caller_mad
         pool.allocate()
 
 
+@rule("ERR-515")
+def test_a_fault_in_another_pool_leaves_the_calling_pool_usable() -> None:
+    @contain_faults
+    class Pool:
+        def __init__(self, inner: Any = None) -> None:
+            self.inner = inner
+
+        def allocate(self) -> int:
+            if self.inner is None:
+                raise RuntimeError("library failed")
+            return int(self.inner.allocate())
+
+        def size(self) -> int:
+            return 1
+
+    inner = Pool()
+    outer = Pool(inner)
+    with pytest.raises(PoolUnusableError, match=r"allocate: interrupted from inside by RuntimeError"):
+        outer.allocate()
+    assert outer.size() == 1, "the pool whose call reached a faulty pool was not itself interrupted"
+    with pytest.raises(PoolUnusableError, match=r"the pool is unusable since allocate was interrupted"):
+        inner.size()
+
+
 @rule("ERR-516")
 def test_a_nan_holder_is_refused_instead_of_leaking_its_blocks() -> None:
     pool = OracleBlockPool(8)

@@ -2,7 +2,7 @@
 
 SGLang's recorder joins the pages of one chain into one ``BlockStored`` and consecutive removals
 into one ``BlockRemoved``; the translator must give back one kvref event per page, hashed from
-the page's tokens as RADIX-634 says, and must make a hash SGLang never stored visible.
+the page's tokens as RADIX-635 says, and must make a hash SGLang never stored visible.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def new_translator(page: int) -> SglangEventTranslator:
 
 
 def chain(tokens: list[int], page: int, salt: str | None = None) -> list[int]:
-    """RADIX-634's hashes of ``tokens``' pages from a namespace's root."""
+    """RADIX-635's hashes of ``tokens``' pages from a namespace's root (salted as RADIX-636 says)."""
     out: list[int] = []
     for start in range(0, len(tokens), page):
         extra = BlockExtraKeys(cache_salt=salt) if salt is not None and not out else None
@@ -56,25 +56,25 @@ def chain(tokens: list[int], page: int, salt: str | None = None) -> list[int]:
     return out
 
 
-@rule("RADIX-634")
+@rule("RADIX-635")
 @pytest.mark.parametrize("page", [1, 2])
 def test_a_joined_store_becomes_one_chained_event_per_page(page: int) -> None:
     tokens = list(range(10, 10 + 3 * page))
     got = new_translator(page).translate([BlockStored([111, 222, 333], None, tokens)])
     want = chain(tokens, page)
     assert got == [Stored(h, p) for h, p in zip(want, [None, *want[:-1]], strict=True)], (
-        f"a store of 3 joined pages of {page} translated to {got}; RADIX-634 wants {want} chained from None"
+        f"a store of 3 joined pages of {page} translated to {got}; RADIX-635 wants {want} chained from None"
     )
 
 
-@rule("RADIX-634")
+@rule("RADIX-635", "RADIX-636")
 def test_a_store_under_a_known_parent_chains_on_its_kvref_hash_and_a_salt_only_starts_a_chain() -> None:
     translator = new_translator(1)
     translator.translate([BlockStored([1], None, [5], cache_salt="'a'")])
     got = translator.translate([BlockStored([2], 1, [6], cache_salt="'a'")])
     want = chain([5, 6], 1, "'a'")
     assert got == [Stored(want[1], want[0])], (
-        f"a page stored under SGLang's hash 1 translated to {got}; RADIX-634 chains it as {want[1]} on {want[0]}"
+        f"a page stored under SGLang's hash 1 translated to {got}; RADIX-635 chains it as {want[1]} on {want[0]}"
     )
 
 

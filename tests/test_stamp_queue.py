@@ -1,4 +1,4 @@
-"""The eviction orders' append-only array (``kvref_arraypool.queue.StampQueue``, EVICT-401, EVICT-406).
+"""The eviction orders' append-only array (``kvref_arraypool.orders.StampQueue``, EVICT-401, EVICT-406).
 
 An entry is live while the pool's stamp array holds its stamp; leaving the order is one write
 there. A full array compacts: while its entries fill at most half of it they all move to the

@@ -17,7 +17,7 @@ The pool composes its parts, as vLLM's block pool composes its free queue and ha
 * :class:`~kvref_arraypool.orders.CacheOrders`: release, registration and access orders;
 * :class:`~kvref_arraypool.prefix_index.PrefixIndex`: hash entries, registration, lookups, events;
 * :class:`~kvref_arraypool.eviction.Eviction`: the policy's victims (chapter 04);
-* :class:`~kvref_arraypool.supply.BlockSupply`: blocks taken for allocations, released ones settled;
+* :class:`~kvref_arraypool.eviction.BlockSupply`: blocks taken for allocations, released ones settled;
 * :class:`~kvref_arraypool.references.ReferenceCounts`: references, holders of shared blocks, pins;
 * :class:`~kvref_arraypool.holders.HolderIds`: holders as small ids, and what each holds;
 * :class:`~kvref_arraypool.batched.BatchedCalls`: a scheduler step's batched calls;

@@ -46,8 +46,8 @@ def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         except PoolUnusableError as unusable:
             cause = unusable.__cause__
-            if fault is None and cause is not None and not isinstance(cause, KVRefError):
-                # interrupted inside a guarded call this one made: name the call the caller made
+            if self._kvref_fault is not None and cause is not None and not isinstance(cause, KVRefError):
+                # a guarded call this one made on this pool was interrupted: name the call the caller made
                 raise _interrupted(self, name, cause) from cause
             raise
         except KVRefError:

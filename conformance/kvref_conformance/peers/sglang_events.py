@@ -6,7 +6,7 @@ through the node's hash values, and joins consecutive pages of one chain into on
 consecutive removals into one ``BlockRemoved``. Hash values are each engine's own, so the
 events are compared by what they say: each stored page is rehashed from its own tokens, chained
 on the kvref hash of the page SGLang names as its parent, and salted with the event's
-``cache_salt`` when it starts a chain (RADIX-634's salt is ``repr(namespace)``; the adapters
+``cache_salt`` when it starts a chain (RADIX-636's salt is ``repr(namespace)``; the adapters
 pass that as SGLang's cache salt in trees with events). A removal or a parent that names a hash
 SGLang never stored cannot be rewritten; it comes out as a ``BlockRemoved`` (or a parent) of
 :func:`unknown`, which no rule's hash equals, so the suite reports it in the step it happens.
@@ -31,7 +31,7 @@ def unknown(sglang_hash: int) -> int:
 def key_namespace(namespace: Any, salted: bool) -> dict[str, Any]:
     """How an adapter names ``namespace`` in SGLang's ``RadixKey``: as its ``extra_key`` (the LoRA
     path), or, where ``salted`` (a tree with events, on a release whose keys take a salt), as its
-    ``cache_salt`` (``repr(namespace)``, RADIX-634's salt), the namespace SGLang's events carry."""
+    ``cache_salt`` (``repr(namespace)``, RADIX-636's salt), the namespace SGLang's events carry."""
     if salted and namespace is not None:
         return {"cache_salt": repr(namespace)}
     return {"extra_key": namespace}

@@ -138,16 +138,17 @@ class SglangRadixTree:
     each made the way the installed release's scheduler makes it.
 
     From 0.5.5 to 0.5.21 the scheduler locks with ``inc_lock_ref(node)`` and unlocks with
-    ``dec_lock_ref(node)`` (with the receipt ``inc_lock_ref`` returned, from 0.5.17); from 0.5.22
-    with ``lock``/``unlock`` and a ``TreeLock``. ``match_prefix`` takes the key itself before 0.5.8
-    and ``MatchPrefixParams`` after; ``insert`` and ``evict`` take parameter objects from 0.5.17
-    (before, ``evict`` returns nothing: the tokens it freed are the fall of ``evictable_size``).
+    ``dec_lock_ref(node)`` (passed the receipt ``inc_lock_ref`` returns where it returns one, which
+    ``RadixCache`` does not read); from 0.5.22 with ``lock``/``unlock`` and a ``TreeLock``.
+    ``match_prefix`` takes the key itself before 0.5.8 and ``MatchPrefixParams`` from 0.5.8;
+    ``insert`` and ``evict`` take parameter objects from 0.5.9 (before, ``evict`` returns nothing:
+    the tokens it freed are the fall of ``evictable_size``).
     ``RadixCache`` takes ``CacheInitParams`` from 0.5.6, its arguments before.
 
     A namespace goes to SGLang as the key's ``extra_key`` (the LoRA path). In a tree with events,
     from 0.5.18, it goes as the key's ``cache_salt`` (``repr(namespace)``), the namespace SGLang's
     KV events carry, so that :class:`~kvref_conformance.peers.sglang_events.SglangEventTranslator`
-    can read a chain's namespace from its first event as RADIX-634 salts it; before 0.5.18 the key
+    can read a chain's namespace from its first event as RADIX-636 salts it; before 0.5.18 the key
     has no salt, and the scheduler puts a request's salt in its ``extra_key``, as this does.
     """
 
