@@ -48,21 +48,27 @@ def _guard(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             cause = unusable.__cause__
             if self._kvref_fault is not None and cause is not None and not isinstance(cause, KVRefError):
                 # a guarded call this one made on this pool was interrupted: name the call the caller made
-                raise _interrupted(self, name, cause) from cause
+                self._kvref_fault = _fault(name, cause)
+                raise _interrupted(name, cause) from cause
             raise
         except KVRefError:
             raise
         except Exception as exc:
             if _never_began(method, (self, *args), kwargs, exc):
                 raise  # the call did not fit the method's signature: nothing ran, nothing changed
-            raise _interrupted(self, name, exc) from exc
+            self._kvref_fault = _fault(name, exc)
+            raise _interrupted(name, exc) from exc
 
     return guarded
 
 
-def _interrupted(pool: Any, name: str, exc: BaseException) -> PoolUnusableError:
-    """Mark ``pool`` unusable since ``name`` was interrupted by ``exc``; the error that says so (ERR-515)."""
-    pool._kvref_fault = f"{name} was interrupted by {type(exc).__name__}: {exc}"
+def _fault(name: str, exc: BaseException) -> str:
+    """What a pool keeps once ``name`` was interrupted by ``exc``: every later call quotes it (ERR-515)."""
+    return f"{name} was interrupted by {type(exc).__name__}: {exc}"
+
+
+def _interrupted(name: str, exc: BaseException) -> PoolUnusableError:
+    """The error of a call ``name`` that ``exc`` interrupted from inside (ERR-515)."""
     return PoolUnusableError(
         "ERR-515", f"{name}: interrupted from inside by {type(exc).__name__}: {exc}; the pool is unusable"
     )
