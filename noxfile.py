@@ -314,6 +314,15 @@ def events_consumer(session: nox.Session) -> None:
     session.run("python", "scripts/dynamo_consumer.py", *session.posargs, env={"DYN_LOG": "error"})
 
 
+@ci_session(name="events-faults")
+def events_faults(session: nox.Session) -> None:
+    """The fault-injection test of ``kvref events check`` at length (PFX-322..PFX-327): 3,000 faults
+    in streams of the oracle, and 1,000 in each of the copy-counting and the engines' streams, every
+    one reported. Not a default session (about 5 minutes); CI runs 150 in the tests session."""
+    install(session, "test", "cupy", torch=True)
+    session.run("pytest", "tests/test_event_faults.py", *session.posargs, env={"KVREF_FAULT_EXAMPLES": "3000"})
+
+
 @ci_session(name="sim-to-real")
 def sim_to_real(session: nox.Session) -> None:
     """kvref's serving replay against vLLM's own scheduler on the whole traces (``../shared/traces``);

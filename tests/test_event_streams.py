@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,7 +51,7 @@ def test_a_stream_the_oracle_sends_checks_clean_and_rebuilds_its_resident_hashes
 
 
 def renumbered(events: list[StreamEvent]) -> list[StreamEvent]:
-    return [e._replace(line=i + 1) for i, e in enumerate(events)]
+    return [msgspec.structs.replace(e, line=i + 1) for i, e in enumerate(events)]
 
 
 def kv_events(stream: list[StreamEvent]) -> list[KVEvent]:
@@ -79,7 +80,7 @@ def test_a_fault_that_contradicts_the_stream_is_reported_at_its_line_with_its_wi
         expected: int | None = at + 2
     elif kind == "unknown parent":
         at = data.draw(st.sampled_from([i for i, e in enumerate(stream) if e.kind == "stored"]), label="at")
-        stream[at] = stream[at]._replace(parent=2**63 + 1)  # a hash no store named
+        stream[at] = msgspec.structs.replace(stream[at], parent=2**63 + 1)  # a hash no store named
         expected = at + 1
     else:  # a store whose hash is removed later: the removal, or an earlier use as a parent, gives it away
         removed_later = {
@@ -149,6 +150,44 @@ def test_replay_records_a_stream_and_events_check_reads_it_clean_then_names_a_pl
     assert main(["events", "check", str(stream), "--json"]) == 1
     found = json.loads(capsys.readouterr().out)["finding"]
     assert found["rule"] == "PFX-322" and found["line"] == removal + 2 and len(found["window"]) == 2
+
+
+@rule("PFX-327")
+def test_replay_writes_the_caches_snapshot_and_events_check_finds_a_removal_lost_without_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stream, snapshot = tmp_path / "events.jsonl", tmp_path / "snapshot.jsonl"
+    argv = ["replay", "--capacity", "40", "--policy", "lru", "--events", str(stream), "--snapshot", str(snapshot)]
+    assert main([*argv, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["events", "check", str(stream), "--snapshots", str(snapshot)]) == 0
+    assert "holds what the cache held at its 1 snapshot (PFX-327)" in capsys.readouterr().out
+    lines = stream.read_text(encoding="utf-8").splitlines()
+    last_removal = max(i for i, text in enumerate(lines) if '"removed"' in text)
+    removed = json.loads(lines.pop(last_removal))["hash"]
+    stream.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["events", "check", str(stream)]) == 0, "without the snapshot the stream is one a cache could send"
+    capsys.readouterr()
+    assert main(["events", "check", str(stream), "--snapshots", str(snapshot), "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["finding"]
+    assert found["rule"] == "PFX-327" and f"{removed}" in found["reason"] and "a removal was lost" in found["reason"]
+    assert main(["events", "check", str(stream), "--snapshots", str(snapshot)]) == 1
+    said = capsys.readouterr().out
+    assert "the rebuild and the cache's snapshot disagree" in said
+    assert f"[PFX-327] snapshot 1 (after {len(lines) + 1})" in said
+
+
+@rule("PFX-327", "CONF-912")
+@pytest.mark.parametrize("events", [None, "same"])
+def test_replay_refuses_a_snapshot_without_its_own_events_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], events: str | None
+) -> None:
+    snapshot = tmp_path / "s.jsonl"
+    argv = ["replay", "--capacity", "40", "--policy", "lru", "--snapshot", str(snapshot)]
+    if events:
+        argv += ["--events", str(snapshot)]
+    assert main(argv) == 2
+    assert "[PFX-327]" in capsys.readouterr().err and not snapshot.exists()
 
 
 @rule("PFX-323", "CONF-912")

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the cache's KV events of the one replay asked for here (kvref events check reads them)",
     )
     rep.add_argument(
+        "--snapshot",
+        type=arg.output_file,
+        help="with --events: also write what the cache holds at the end (kvref events check --snapshots reads it)",
+    )
+    rep.add_argument(
         "--backends",
         action="store_true",
         help="also replay the largest capacity (first policy) on every usable backend: speed, and the same counts",
@@ -157,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the engine reports every copy of a hash (vLLM does): count copies per hash (PFX-324) "
         "instead of requiring a store only for a hash's first copy and a removal only for its last",
+    )
+    events.add_argument(
+        "--snapshots",
+        type=arg.existing_file,
+        help="what the cache held at points of the stream (kvref replay --snapshot writes one): the rebuild "
+        "must hold the same hashes there (PFX-327), which finds events lost without a trace in the stream",
     )
     events.add_argument("--json", action="store_true", help="machine-readable output")
     events.set_defaults(func=run_events)

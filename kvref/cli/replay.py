@@ -38,6 +38,11 @@ def run_replay(args: argparse.Namespace) -> int:
             else f"{len(runs)} were asked for: give one --capacity and one --policy"
         )
         raise ConfigError("PFX-323", f"--events records one replay of the hash-block cache; {why}")
+    if args.snapshot and (not args.events or Path(args.snapshot).resolve() == Path(args.events).resolve()):
+        from kvref.contract.errors import ConfigError
+
+        why = "give --events too" if not args.events else "give it a file of its own, not the --events file"
+        raise ConfigError("PFX-327", f"--snapshot records what the cache holds at the end of its event stream; {why}")
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
     results = []
@@ -60,10 +65,17 @@ def run_replay(args: argparse.Namespace) -> int:
                     replay(trace, pool, warmup=args.warmup, backend=settings.backend, stepwise=args.stepwise)
                 )
                 if args.events:
-                    from kvref.simulation.event_streams import write_stream
+                    from kvref.simulation.event_streams import write_snapshot, write_stream
 
                     written = write_stream(pool.take_events(), Path(args.events))
                     print(f"wrote {written:,} events to {args.events}", file=sys.stderr)
+                    if args.snapshot:
+                        Path(args.snapshot).unlink(missing_ok=True)
+                        write_snapshot(Path(args.snapshot), written, sorted(pool.resident_hashes()))
+                        print(
+                            f"wrote the cache's {len(pool.resident_hashes()):,} resident hashes to {args.snapshot}",
+                            file=sys.stderr,
+                        )
             advance()
     compared = compare_backends(trace, results, args) if args.backends else []
     if args.out:

@@ -22,6 +22,13 @@ instead (PFX-324). A store must carry the tokens of the blocks it names (PFX-325
 come in time order (PFX-326). With a finding comes its **window**: the fewest earlier events that
 show it (the last event that made the hash, or the parent, what it is, or the clear since), so
 that it can be pasted into a report.
+
+An event lost without a trace (a removal of a hash never stored again) leaves a stream a cache
+could send; a :class:`Snapshot` of what the cache held (``kvref replay --snapshot`` writes the
+oracle's) is the witness: the rebuild must hold the same hashes there (PFX-327).
+
+Lines are read with msgspec's typed decoder, which checks each line's fields as it parses it; a
+line it refuses is read again with the standard library to say what is wrong with it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+import msgspec
 
 from kvref.contract.events import BlockRemoved, BlockStored, KVEvent
 from kvref.simulation.traces import TraceError
@@ -42,7 +51,10 @@ __all__ = [
     "StreamEvent",
     "StreamFinding",
     "check_stream",
+    "Snapshot",
     "read_json_lines",
+    "read_snapshots",
+    "write_snapshot",
     "write_stream",
 ]
 
@@ -52,9 +64,11 @@ Hash = int | bytes
 STORED, REMOVED, CLEARED = "stored", "removed", "cleared"
 #: The start of an engine's message: its sequence number (``batch``), time and rank; no change of state.
 MESSAGE = "message"
+#: A snapshot of a cache compared with the rebuild (PFX-327); no change of state.
+SNAPSHOT = "snapshot"
 
 
-class Scope(NamedTuple):
+class Scope(msgspec.Struct, frozen=True, gc=False):
     """Which cache an event describes: an engine's data-parallel rank, KV cache group and medium
     (each None where the stream does not say). Residency is rebuilt per scope; a clear empties
     every scope of its rank."""
@@ -82,7 +96,7 @@ def _show(h: Hash | None) -> str:
     return str(h)
 
 
-class StreamEvent(NamedTuple):
+class StreamEvent(msgspec.Struct, frozen=True, gc=False):
     """One event of a stream: a store of ``hashes`` (a chain, the first under ``parent``), a removal
     of ``hashes`` or a clear; where it was read (``line``: the line of a JSON Lines stream, the
     message of a MessagePack one, 1-based; ``position``: its place in that message), the engine's
@@ -127,6 +141,9 @@ class StreamEvent(NamedTuple):
             return f"{where}: stored {names} under {_show(self.parent)}"
         if self.kind == REMOVED:
             return f"{where}: removed {names}"
+        if self.kind == SNAPSHOT:
+            where = f"snapshot {self.position} (after {self.line})" if self.position else f"snapshot after {self.line}"
+            return where + (f" [{scope}]" if scope else "") + f": {names}"
         if self.kind == MESSAGE:
             return (
                 f"message {self.line}"
@@ -165,11 +182,12 @@ class StreamFinding:
 
 class StreamChecker:
     """A router's view of a stream, rebuilt event by event, that stops at the first event no
-    conforming cache sends (PFX-322; PFX-324 with ``copies``; PFX-325; PFX-326).
+    conforming cache sends (PFX-322; PFX-324 with ``copies``; PFX-325; PFX-326), and compares the
+    rebuild with a snapshot of the cache where one is given (PFX-327).
 
-    ``feed(event)`` returns that finding, or None; ``events`` counts the events fed (an engine's
-    message markers aside).
-    ``resident(scope)`` is the rebuilt set of hashes of one cache.
+    ``feed(event)`` returns that finding, or None; ``compare(snapshot)`` the finding that the
+    rebuild and the snapshot differ, or None; ``events`` counts the events fed (an engine's message
+    markers aside); ``resident(scope)`` is the rebuilt set of hashes of one cache.
     """
 
     def __init__(self, *, copies: bool = False) -> None:
@@ -181,25 +199,84 @@ class StreamChecker:
         self._last: dict[Scope, dict[Hash, StreamEvent]] = {}  # each hash's last store or removal, per cache
         self._cleared: dict[int | None, StreamEvent] = {}  # each rank's last clear
         self._messages: dict[int | None, StreamEvent] = {}  # each rank's last message
+        # The cache of the event before: most streams name one cache, so its two maps are kept at hand.
+        self._scope: Scope | None = None
+        self._held: dict[Hash, int] = {}
+        self._made: dict[Hash, StreamEvent] = {}
 
     def resident(self, scope: Scope = DEFAULT_SCOPE) -> frozenset[Hash]:
         """The hashes the stream says one cache holds now."""
         return frozenset(self._copies.get(scope, ()))
 
+    def _open(self, scope: Scope) -> None:
+        """Make ``scope`` the cache at hand, with empty maps if the stream has not named it yet."""
+        held = self._copies.get(scope)
+        if held is None:
+            held = self._copies[scope] = {}
+            self._last[scope] = {}
+        self._scope, self._held, self._made = scope, held, self._last[scope]
+
     def feed(self, event: StreamEvent) -> StreamFinding | None:
         """Apply one event; the finding it makes, or None."""
-        scope = event.scope
-        if event.kind == MESSAGE:
-            return self._message(event, scope.rank)
+        kind = event.kind
+        if kind == MESSAGE:
+            return self._message(event, event.scope.rank)
         self.events += 1
-        if event.kind == STORED:
-            return self._store(event, scope)
-        if event.kind == REMOVED:
-            return self._remove(event, scope)
-        for each in [s for s in self._copies if s.rank == scope.rank]:
+        if event.scope is not self._scope:
+            self._open(event.scope)
+        held, made = self._held, self._made
+        if kind == STORED:
+            if event.tokens is not None and event.block_size is not None:
+                finding = self._token_span(event)
+                if finding is not None:
+                    return finding
+            parent = event.parent
+            if parent is not None and parent not in held:
+                reason = f"its parent {_show(parent)} is not resident: a registration's parent must be (PFX-304)"
+                rule = "PFX-324" if self.copies else "PFX-322"
+                return StreamFinding(rule, event, reason, self._window(event.scope, parent))
+            for h in event.hashes:
+                count = held.get(h, 0)
+                if count and not self.copies:
+                    reason = f"{_show(h)} is resident already: a store is due only when a hash gains its first copy"
+                    return StreamFinding("PFX-322", event, reason + " (PFX-317)", self._window(event.scope, h))
+                held[h] = count + 1
+                made[h] = event
+            return None
+        if kind == REMOVED:
+            for h in event.hashes:
+                count = held.get(h, 0)
+                if count == 1:
+                    del held[h]
+                elif count:
+                    held[h] = count - 1
+                else:
+                    if self.copies:
+                        rule, reason = "PFX-324", f"{_show(h)} has no stored copy left to remove"
+                    else:
+                        rule = "PFX-322"
+                        reason = f"{_show(h)} is not resident: a removal is due only when a resident hash loses its"
+                        reason += " last copy (PFX-317)"
+                    return StreamFinding(rule, event, reason, self._window(event.scope, h))
+                made[h] = event
+            return None
+        rank = event.scope.rank
+        for each in [s for s in self._copies if s.rank == rank]:
             del self._copies[each]
-            self._last.pop(each, None)
-        self._cleared[scope.rank] = event
+            del self._last[each]
+        self._scope = None
+        self._cleared[rank] = event
+        return None
+
+    def _token_span(self, event: StreamEvent) -> StreamFinding | None:
+        """PFX-325: a store's token ids span exactly the blocks it names."""
+        size, tokens = event.block_size, event.tokens
+        if size is not None and (size <= 0 or tokens != len(event.hashes) * size):
+            reason = (
+                f"it names {len(event.hashes)} blocks of {size} tokens but carries "
+                f"{tokens} token ids: a consumer cannot tell which tokens each hash covers"
+            )
+            return StreamFinding("PFX-325", event, reason)
         return None
 
     def _message(self, event: StreamEvent, rank: int | None) -> StreamFinding | None:
@@ -220,57 +297,26 @@ class StreamChecker:
             return StreamFinding("PFX-326", event, reason, (before,))
         return None
 
-    def _store(self, event: StreamEvent, scope: Scope) -> StreamFinding | None:
-        if event.tokens is not None and event.block_size is not None:
-            want = len(event.hashes) * event.block_size
-            if event.block_size <= 0 or event.tokens != want:
-                reason = (
-                    f"it names {len(event.hashes)} blocks of {event.block_size} tokens but carries "
-                    f"{event.tokens} token ids: a consumer cannot tell which tokens each hash covers"
-                )
-                return StreamFinding("PFX-325", event, reason)
-        held = self._copies.get(scope)
-        if held is None:
-            held = self._copies[scope] = {}
-            self._last[scope] = {}
-        parent = event.parent
-        if parent is not None and parent not in held:
-            reason = f"its parent {_show(parent)} is not resident: a registration's parent must be (PFX-304)"
-            return StreamFinding("PFX-324" if self.copies else "PFX-322", event, reason, self._window(scope, parent))
-        last = self._last[scope]
-        for h in event.hashes:
-            count = held.get(h, 0)
-            if count and not self.copies:
-                reason = (
-                    f"{_show(h)} is resident already: a store is due only when a hash gains its first copy (PFX-317)"
-                )
-                return StreamFinding("PFX-322", event, reason, self._window(scope, h))
-            held[h] = count + 1
-            last[h] = event
-        return None
-
-    def _remove(self, event: StreamEvent, scope: Scope) -> StreamFinding | None:
-        held = self._copies.get(scope)
-        if held is None:
-            held = self._copies[scope] = {}
-            self._last[scope] = {}
-        last = self._last[scope]
-        for h in event.hashes:
-            count = held.get(h, 0)
-            if not count:
-                if self.copies:
-                    rule, reason = "PFX-324", f"{_show(h)} has no stored copy left to remove"
-                else:
-                    rule = "PFX-322"
-                    reason = f"{_show(h)} is not resident: a removal is due only when a resident hash loses its"
-                    reason += " last copy (PFX-317)"
-                return StreamFinding(rule, event, reason, self._window(scope, h))
-            if count == 1:
-                del held[h]
-            else:
-                held[h] = count - 1
-            last[h] = event
-        return None
+    def compare(self, snapshot: Snapshot) -> StreamFinding | None:
+        """PFX-327: the rebuilt cache of ``snapshot.scope`` holds exactly the hashes the snapshot
+        lists (with ``copies``, as many copies of each); the finding names one difference, how many
+        there are, and the event that made that hash what the stream says it is."""
+        held = self._copies.get(snapshot.scope, {})
+        cache = snapshot.copies if self.copies else dict.fromkeys(snapshot.copies, 1)
+        lost_stores = [h for h, n in cache.items() if held.get(h, 0) < n]
+        lost_removals = [h for h, n in held.items() if cache.get(h, 0) < (n if self.copies else 1)]
+        if not lost_stores and not lost_removals:
+            return None
+        counts = f"{len(lost_stores)} {'copies of ' if self.copies else ''}hashes the cache holds beyond the rebuild,"
+        counts += f" {len(lost_removals)} the rebuild holds beyond the cache"
+        if lost_stores:
+            h = lost_stores[0]
+            what = f"the cache holds {cache[h]} of {_show(h)}, the stream left {held.get(h, 0)}: a store was lost"
+        else:
+            h = lost_removals[0]
+            what = f"the stream left {held[h]} of {_show(h)}, the cache holds {cache.get(h, 0)}: a removal was lost"
+        event = StreamEvent(snapshot.after, SNAPSHOT, (h,), scope=snapshot.scope, position=snapshot.line)
+        return StreamFinding("PFX-327", event, f"{what} ({counts})", self._window(snapshot.scope, h))
 
     def _window(self, scope: Scope, h: Hash) -> tuple[StreamEvent, ...]:
         """The fewest earlier events that show what ``h`` is now: its last store or removal, else the
@@ -282,16 +328,107 @@ class StreamChecker:
         return (cleared,) if cleared is not None else ()
 
 
-def check_stream(events: Iterable[StreamEvent], *, copies: bool = False) -> tuple[int, StreamFinding | None]:
+class Snapshot(NamedTuple):
+    """What one cache held at a point of its stream, as the cache itself says (``snapshot()``, or an
+    engine's own dump): after every event up to line (or message) ``after``, the cache ``scope``
+    held ``copies[h]`` copies of each hash ``h`` (one each for a cache that keeps one copy).
+    ``line`` is where the snapshot was read (its line in the snapshots file)."""
+
+    after: int
+    copies: dict[Hash, int]
+    scope: Scope = DEFAULT_SCOPE
+    line: int = 0
+
+
+def check_stream(
+    events: Iterable[StreamEvent], *, copies: bool = False, snapshots: Iterable[Snapshot] = ()
+) -> tuple[int, StreamFinding | None]:
     """How many events were read, and the first that breaks PFX-322..PFX-326 with its window (None: the
-    stream is one a conforming cache could have sent). ``copies``: see :class:`StreamChecker`."""
+    stream is one a conforming cache could have sent). ``copies``: see :class:`StreamChecker`.
+
+    Each of ``snapshots`` (in order of ``after``) is compared with the rebuild once every event up to
+    its ``after`` is fed (PFX-327); snapshots after the stream's end are compared at its end.
+    """
     checker = StreamChecker(copies=copies)
     feed = checker.feed
+    pending = sorted(snapshots, key=lambda s: s.after)
+    due = pending[0].after if pending else None
     for event in events:
+        while due is not None and event.line > due:
+            finding = checker.compare(pending.pop(0))
+            if finding is not None:
+                return checker.events, finding
+            due = pending[0].after if pending else None
         finding = feed(event)
         if finding is not None:
             return checker.events, finding
+    for snapshot in pending:
+        finding = checker.compare(snapshot)
+        if finding is not None:
+            return checker.events, finding
     return checker.events, None
+
+
+def write_snapshot(path: Path, after: int, resident: Iterable[Hash], scope: Scope = DEFAULT_SCOPE) -> None:
+    """Append to ``path`` a snapshot of a cache in kvref's form (PFX-327): one JSON line saying that
+    after line (or message) ``after`` of its stream the cache ``scope`` held ``resident``, each hash
+    once per copy. An int hash is written as a number, a bytes hash (vLLM's digests) as
+    ``"0x"`` and its hex digits."""
+    record: dict[str, object] = {
+        "after": after,
+        "resident": [h if isinstance(h, int) else "0x" + h.hex() for h in resident],
+    }
+    record.update(
+        (k, v) for k, v in (("rank", scope.rank), ("group", scope.group), ("medium", scope.medium)) if v is not None
+    )
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+class _SnapshotLine(msgspec.Struct, gc=False):
+    after: int
+    resident: list[int | str]
+    rank: int | None = None
+    group: int | None = None
+    medium: str | None = None
+
+
+def read_snapshots(path: Path) -> list[Snapshot]:
+    """The snapshots in ``path`` (see :func:`write_snapshot`); a line that is not one stops the read with
+    TraceError naming the file, the line and what is wrong (PFX-323). Blank lines are skipped."""
+    decode = msgspec.json.Decoder(_SnapshotLine).decode
+    snapshots = []
+    with path.open("rb") as lines:
+        for number, text in enumerate(lines, 1):
+            if not text.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = decode(text)
+            except msgspec.DecodeError as exc:
+                why = 'a snapshot is {"after": LINE, "resident": [HASH, ...]} with an optional rank, group, medium'
+                raise TraceError("PFX-323", f"{where}: {exc}; {why}") from None
+            if record.after < 0:
+                raise TraceError("PFX-323", f"{where}: 'after' must be a line or message number, got {record.after}")
+            copies: dict[Hash, int] = {}
+            for value in record.resident:
+                h = _snapshot_hash(value, where)
+                copies[h] = copies.get(h, 0) + 1
+            snapshots.append(Snapshot(record.after, copies, Scope(record.rank, record.group, record.medium), number))
+    return snapshots
+
+
+def _snapshot_hash(value: int | str, where: str) -> Hash:
+    """A snapshot's hash: an int as engines send them (unsigned, or SGLang's signed), or ``0x`` and hex digits."""
+    if isinstance(value, int):
+        if -(2**63) <= value < 2**64:
+            return value
+    elif value.startswith("0x"):
+        try:
+            return bytes.fromhex(value[2:])
+        except ValueError:
+            pass
+    raise TraceError("PFX-323", f"{where}: a resident hash must be a 64-bit int or '0x' and hex digits, got {value!r}")
 
 
 def write_stream(events: Iterable[KVEvent], path: Path) -> int:
@@ -317,30 +454,68 @@ def _hash(record: dict[str, object], key: str, where: str) -> int:
     return value
 
 
+def _refused_line(text: bytes, where: str) -> TraceError:
+    """Why a line that the fast reader refused is not an event, found by reading it slowly (PFX-323)."""
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return TraceError("PFX-323", f"{where}: not JSON ({getattr(exc, 'msg', exc)})")
+    if not isinstance(record, dict):
+        return TraceError("PFX-323", f"{where}: an event is a JSON object, got {type(record).__name__}")
+    batch = record.get("batch")
+    if batch is not None and type(batch) is not int:
+        return TraceError("PFX-323", f"{where}: 'batch' must be an int, got {batch!r}")
+    kind = record.get("event")
+    if kind not in (STORED, REMOVED, CLEARED):
+        return TraceError("PFX-323", f"{where}: 'event' must be stored, removed or cleared, got {kind!r}")
+    try:
+        if kind != CLEARED:
+            _hash(record, "hash", where)
+        if kind == STORED and record.get("parent") is not None:
+            _hash(record, "parent", where)
+    except TraceError as refused:
+        return refused
+    return TraceError("PFX-323", f"{where}: not an event of kvref's form")  # pragma: no cover - read above
+
+
+class _StoredLine(msgspec.Struct, tag_field="event", tag=STORED, gc=False):
+    hash: int
+    parent: int | None = None
+    batch: int | None = None
+
+
+class _RemovedLine(msgspec.Struct, tag_field="event", tag=REMOVED, gc=False):
+    hash: int
+    batch: int | None = None
+
+
+class _ClearedLine(msgspec.Struct, tag_field="event", tag=CLEARED, gc=False):
+    batch: int | None = None
+
+
+_LINE = msgspec.json.Decoder(_StoredLine | _RemovedLine | _ClearedLine)
+
+
 def read_json_lines(path: Path) -> Iterator[StreamEvent]:
     """The events of a stream in kvref's JSON Lines form; a line that is not one stops the read with
     TraceError naming the file, the line and what is wrong (PFX-323). Blank lines are skipped."""
-    with path.open("r", encoding="utf-8") as lines:
+    decode = _LINE.decode
+    with path.open("rb") as lines:
         for number, text in enumerate(lines, 1):
-            if not text.strip():
-                continue
-            where = f"{path}:{number}"
             try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError("PFX-323", f"{where}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise TraceError("PFX-323", f"{where}: an event is a JSON object, got {type(record).__name__}")
-            batch = record.get("batch")
-            if batch is not None and type(batch) is not int:
-                raise TraceError("PFX-323", f"{where}: 'batch' must be an int, got {batch!r}")
-            kind = record.get("event")
-            if kind == STORED:
-                parent = None if record.get("parent") is None else _hash(record, "parent", where)
-                yield StreamEvent(number, STORED, (_hash(record, "hash", where),), parent, batch)
-            elif kind == REMOVED:
-                yield StreamEvent(number, REMOVED, (_hash(record, "hash", where),), None, batch)
-            elif kind == CLEARED:
-                yield StreamEvent(number, CLEARED, (), None, batch)
+                record = decode(text)
+            except msgspec.DecodeError:  # a blank line, or one that is no event: say which
+                if text.strip():
+                    raise _refused_line(text, f"{path}:{number}") from None
+                continue
+            if type(record) is _StoredLine:
+                h, parent = record.hash, record.parent
+                if not 0 <= h < 2**64 or not (parent is None or 0 <= parent < 2**64):
+                    raise _refused_line(text, f"{path}:{number}")
+                yield StreamEvent(number, STORED, (h,), parent, record.batch)
+            elif type(record) is _RemovedLine:
+                if not 0 <= record.hash < 2**64:
+                    raise _refused_line(text, f"{path}:{number}")
+                yield StreamEvent(number, REMOVED, (record.hash,), None, record.batch)
             else:
-                raise TraceError("PFX-323", f"{where}: 'event' must be stored, removed or cleared, got {kind!r}")
+                yield StreamEvent(number, CLEARED, (), None, record.batch)
