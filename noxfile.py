@@ -316,11 +316,12 @@ def events_consumer(session: nox.Session) -> None:
 
 @ci_session(name="events-faults")
 def events_faults(session: nox.Session) -> None:
-    """The fault-injection test of ``kvref events check`` at length (PFX-322..PFX-327): 3,000 faults
-    in streams of the oracle, and 1,000 in each of the copy-counting and the engines' streams, every
-    one reported. Not a default session (about 5 minutes); CI runs 150 in the tests session."""
+    """The fault-injection test of ``kvref events check`` at length (PFX-322..PFX-327): 10,000 faults
+    in the streams of the oracle and 3,333 in each of the copy-counting and the engines' streams, every
+    one reported. Not a default session (about a minute and a half); the tests session runs 150.
+    """
     install(session, "test", "cupy", torch=True)
-    session.run("pytest", "tests/test_event_faults.py", *session.posargs, env={"KVREF_FAULT_EXAMPLES": "3000"})
+    session.run("pytest", "tests/test_event_faults.py", *session.posargs, env={"KVREF_FAULT_EXAMPLES": "10000"})
 
 
 @ci_session(name="sim-to-real")

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from kvref.cli.main import main
 from kvref.config.registry import create_pool
 from kvref.contract.events import BlockRemoved, BlockStored, KVEvent
 from kvref.simulation.engine_events import EngineBatch, read_engine_stream, write_engine_stream
-from kvref.simulation.event_streams import Scope, StreamChecker, check_stream
+from kvref.simulation.event_streams import Scope, StreamChecker, check_stream, read_snapshots
 from kvref.simulation.replay import replay
 from kvref.simulation.stream_files import read_stream
 from kvref.simulation.traces import TraceError
@@ -318,15 +319,45 @@ def test_the_stream_vllms_own_scheduler_publishes_checks_clean_on_full_attention
     from kvref.simulation.serving import StepModel, serving_workload
     from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
 
-    path = tmp_path / "vllm.msgpack"
+    path, snapshot = tmp_path / "vllm.msgpack", tmp_path / "vllm-snapshot.jsonl"
     workload = serving_workload("chat", seed=0, block_size=16)
-    VllmSchedulerReplay(workload, 60, StepModel(), events=path).run()
+    VllmSchedulerReplay(workload, 60, StepModel(), events=path, snapshot=snapshot).run()
     messages = sum(1 for e in read_stream(path) if e.kind == "message")
     assert messages > 100, f"vLLM published {messages} batches"
     for copies in (False, True):
-        count, finding = check_stream(read_stream(path), copies=copies)
+        count, finding = check_stream(read_stream(path), copies=copies, snapshots=read_snapshots(snapshot))
         assert finding is None, finding.describe()
         assert count > 1000
+
+
+@rule("PFX-327", "TRACE-1050")
+def test_vllms_stream_rebuilds_what_its_own_block_pool_holds_at_the_end_and_a_lost_store_shows(
+    tmp_path: Path,
+) -> None:
+    """The snapshot is vLLM's own block pool, read at the end of the replay, one per KV cache group:
+    its stream rebuilds exactly that; with one store of a resident hash taken out, it does not."""
+    pytest.importorskip("vllm", reason="vLLM is not installed here")
+    from kvref.contract.manager import FULL_ATTENTION, CacheGroup
+    from kvref.simulation.serving import StepModel, serving_workload
+    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
+
+    path, snapshot = tmp_path / "vllm.msgpack", tmp_path / "vllm-snapshot.jsonl"
+    groups = (FULL_ATTENTION, CacheGroup.window(64))
+    VllmSchedulerReplay(
+        serving_workload("chat", seed=0, block_size=16), 60, StepModel(), groups=groups, events=path, snapshot=snapshot
+    ).run()
+    snapshots = read_snapshots(snapshot)
+    assert [s.scope.group for s in snapshots] == [0, 1] and all(s.copies for s in snapshots)
+    stream = list(read_stream(path))
+    assert check_stream(stream, copies=True, snapshots=snapshots)[1] is None
+    resident = next(iter(snapshots[0].copies))
+    last_store = max(
+        i for i, e in enumerate(stream) if e.kind == "stored" and e.scope.group == 0 and resident in e.hashes
+    )
+    kept = tuple(h for h in stream[last_store].hashes if h != resident)
+    stream[last_store] = msgspec.structs.replace(stream[last_store], hashes=kept, tokens=None)
+    _, finding = check_stream(stream, copies=True, snapshots=snapshots)
+    assert finding is not None and finding.rule in ("PFX-324", "PFX-327"), finding
 
 
 SAMPLES = Path(__file__).parent / "data" / "engine-events"

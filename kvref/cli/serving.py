@@ -120,6 +120,12 @@ def add_serving_commands(sub: Any) -> None:
         "sends them (MessagePack; kvref events check --copies reads them)",
     )
     serve.add_argument(
+        "--snapshot",
+        type=arg.output_file,
+        help="with --events: also write what vLLM's block pool holds at the end, per KV cache group "
+        "(kvref events check --copies --snapshots reads it, PFX-327)",
+    )
+    serve.add_argument(
         "--no-chunked-prefill",
         action="store_true",
         help="admit a prompt only when all of it fits the step's budget (needs --budget >= --max-model-len)",
@@ -318,6 +324,7 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
             ("--sliding-window", args.sliding_window is not None),
             ("--mamba", args.mamba),
             ("--events", args.events is not None),
+            ("--snapshot", args.snapshot is not None),
         )
         for flag, given in engine_only:
             if given:
@@ -345,6 +352,13 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
         )
     if args.events is not None and args.no_prefix_caching:
         raise InvalidValueError("PFX-323", "--events: vLLM sends no KV events with prefix caching off")
+    if args.snapshot is not None and (
+        args.events is None or Path(args.snapshot).resolve() == Path(args.events).resolve()
+    ):
+        why = "give --events too" if args.events is None else "give it a file of its own, not the --events file"
+        raise InvalidValueError(
+            "PFX-327", f"--snapshot records what vLLM's cache holds at the end of its stream; {why}"
+        )
     from kvref.simulation.serving.vllm_scheduler import vllm_version
 
     vllm_version()  # refuses with how to install it
@@ -393,8 +407,10 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
             "PFX-323", "--events records one replay on vLLM: give one --capacity and one --block-size"
         )
     events = Path(args.events) if args.events is not None else None
-    if events is not None:
-        events.parent.mkdir(parents=True, exist_ok=True)
+    snapshot = Path(args.snapshot) if args.snapshot is not None else None
+    for path in (events, snapshot):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
     comparisons: list[tuple[str, Any]] = []
     results = []
     with progress_bar(f"replaying {len(first.requests):,} requests on vLLM", total) as advance:
@@ -415,6 +431,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
                         warmup=args.warmup,
                         progress=progress,
                         events=events,
+                        snapshot=snapshot,
                     )
                     comparisons.append((name, comparison))
                     results.append(comparison.engine)
@@ -428,6 +445,7 @@ def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[in
                         warmup=args.warmup,
                         progress=progress,
                         events=events,
+                        snapshot=snapshot,
                     )
                     results.append(replay.run())
     if args.out:

@@ -140,10 +140,12 @@ def compare_with_vllm(
     warmup: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
     events: Path | None = None,
+    snapshot: Path | None = None,
 ) -> Comparison:
     """Replay ``workload`` at ``capacity`` through kvref and through vLLM's scheduler and compare them
     (TRACE-1050, TRACE-1051). ``progress(done, total)`` counts the requests of both replays; ``events``
-    records vLLM's KV event batches (:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`)."""
+    records vLLM's KV event batches and ``snapshot`` what its block pool holds at the end
+    (:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`)."""
     from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
 
     engine = VllmSchedulerReplay(
@@ -155,6 +157,7 @@ def compare_with_vllm(
         warmup=warmup,
         progress=progress,
         events=events,
+        snapshot=snapshot,
     )
     ours, our_records = kvref_replay(
         workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress

@@ -73,6 +73,7 @@ class _EventTap:
     def __init__(self, path: Path | None) -> None:
         self.evicted = 0
         self.batches = 0
+        self.rank: int | None = None
         self._out = None
         if path is not None:
             import msgspec
@@ -81,6 +82,7 @@ class _EventTap:
             self._out = path.open("wb")
 
     def publish(self, batch: Any) -> None:
+        self.rank = getattr(batch, "data_parallel_rank", None)
         for event in batch.events:
             if type(event).__name__ == "BlockRemoved":
                 self.evicted += len(event.block_hashes)
@@ -116,6 +118,7 @@ class VllmSchedulerReplay:
         warmup: float = 0.0,
         progress: Callable[[int, int], None] | None = None,
         events: Path | None = None,
+        snapshot: Path | None = None,
     ) -> None:
         if type(capacity) is not int or capacity < 1:
             raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {capacity!r}")
@@ -138,6 +141,7 @@ class VllmSchedulerReplay:
         self.first_counted = warmup_cut(warmup, len(workload.requests))
         self._progress = progress
         self.events = events
+        self.snapshot = snapshot
         self._records: list[RequestRecord] = []
 
     def records(self) -> tuple[RequestRecord, ...]:
@@ -232,13 +236,41 @@ class VllmSchedulerReplay:
 
     def run(self) -> ServingResult:
         """Replay every request to completion (or rejection) and return what was measured (TRACE-1039, TRACE-1050);
-        with ``events``, vLLM's KV event batches are recorded there as they are published."""
+        with ``events``, vLLM's KV event batches are recorded there as they are published, and with
+        ``snapshot`` what vLLM's block pool holds at the end (:meth:`write_snapshot`)."""
         scheduler = self._scheduler()
         tap = _EventTap(self.events)
         try:
-            return self._replay(scheduler, tap)
+            result = self._replay(scheduler, tap)
         finally:
             tap.shutdown()
+        if self.snapshot is not None:
+            self.write_snapshot(scheduler.kv_cache_manager.block_pool, self.snapshot, after=tap.batches, rank=tap.rank)
+        return result
+
+    @staticmethod
+    def write_snapshot(block_pool: Any, path: Path, *, after: int, rank: int | None) -> None:
+        """Write what vLLM's ``block_pool`` caches, one snapshot per KV cache group, as its events name
+        it (PFX-327): every (hash, block) pair its hash map holds, each a copy, with the group and
+        medium its events carry; ``after``: the messages published so far.
+        Read through the pool's public names: each block's ``block_hash`` and the extra hashes in
+        ``cached_block_hashes_by_block``, kept where ``cached_block_hash_to_block.contain`` says the
+        map holds that block under that hash."""
+        from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id, maybe_convert_block_hash
+
+        from kvref.simulation.event_streams import Scope, write_snapshot
+
+        extra = getattr(block_pool, "cached_block_hashes_by_block", {})
+        held: dict[int, list[Any]] = {}
+        for block in block_pool.blocks:
+            keys = ([block.block_hash] if block.block_hash is not None else []) + list(extra.get(block.block_id, ()))
+            for key in keys:
+                if block_pool.cached_block_hash_to_block.contain(key, block.block_id):
+                    held.setdefault(get_group_id(key), []).append(maybe_convert_block_hash(get_block_hash(key)))
+        path.unlink(missing_ok=True)
+        medium = getattr(block_pool, "medium", "GPU")
+        for group in sorted(held) or [0]:
+            write_snapshot(path, after, sorted(held.get(group, [])), Scope(rank, group, medium))
 
     def _replay(self, scheduler: Any, evictions: _EventTap) -> ServingResult:
         """The steps of :meth:`run` on ``scheduler``, its events through ``evictions``."""
