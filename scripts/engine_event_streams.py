@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kvref.simulation.event_streams import check_stream
+from kvref.simulation.event_streams import check_stream, read_snapshots
 from kvref.simulation.stream_files import read_stream
 
 #: Streams whose first messages are kept as test data (configuration -> file name), and how many.
@@ -60,8 +60,9 @@ READING = {
     ),
 }
 
-#: A stream to record: its label, and how to write it to a path.
-Recording = tuple[str, Callable[[Path], None]]
+#: A stream to record: its label, and how to write it to a path (and, where the engine's cache can be
+#: read at the end, that cache's snapshot to a second path).
+Recording = tuple[str, Callable[[Path, Path], None]]
 
 
 def vllm_recordings(traces: Path, requests: int) -> Iterator[Recording]:
@@ -75,8 +76,13 @@ def vllm_recordings(traces: Path, requests: int) -> Iterator[Recording]:
             continue
         workload = make()
 
-        def record(path: Path, workload=workload, capacity=capacity, model=model, groups=groups) -> None:  # type: ignore[no-untyped-def]
-            VllmSchedulerReplay(workload, capacity, model, prefix_caching=True, groups=groups, events=path).run()
+        def record(  # type: ignore[no-untyped-def]
+            path: Path, snapshot: Path, workload=workload, capacity=capacity, model=model, groups=groups
+        ) -> None:
+            replay = VllmSchedulerReplay(
+                workload, capacity, model, prefix_caching=True, groups=groups, events=path, snapshot=snapshot
+            )
+            replay.run()
 
         yield f"{name} ({capacity:,} blocks, {len(workload.requests):,} requests)", record
 
@@ -100,7 +106,9 @@ def sglang_recordings(traces: Path, requests: int) -> Iterator[Recording]:
         for policy in ("lru", "lfu", "fifo"):
             for name, trace, capacity in runs:
 
-                def record(path: Path, trace=trace, capacity=capacity, backend=backend, policy=policy) -> None:  # type: ignore[no-untyped-def]
+                def record(  # type: ignore[no-untyped-def]
+                    path: Path, _snapshot: Path, trace=trace, capacity=capacity, backend=backend, policy=policy
+                ) -> None:
                     with path.open("wb") as out:
                         sequence = 0
 
@@ -143,8 +151,9 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvref-engine-events-") as directory:
         for label, record in recordings(args.traces, args.requests):
-            stream = Path(directory) / "stream.msgpack"
-            record(stream)
+            stream, snapshot = Path(directory) / "stream.msgpack", Path(directory) / "snapshot.jsonl"
+            snapshot.unlink(missing_ok=True)
+            record(stream, snapshot)
             verdicts = []
             for copies in (False, True):
                 count, finding = check_stream(read_stream(stream), copies=copies)
@@ -153,8 +162,19 @@ def main() -> int:
                 else:
                     verdicts.append(f"{finding.rule} at message {finding.event.line}")
                     findings.append((label, "--copies" if copies else "set", finding.describe()))
+            if snapshot.exists():  # the engine's own cache at the end, where the stream gets there (PFX-327)
+                _, finding = check_stream(read_stream(stream), copies=True, snapshots=read_snapshots(snapshot))
+                if finding is None:
+                    verdicts.append("agrees")
+                elif finding.rule == "PFX-327":
+                    verdicts.append("differs")
+                    findings.append((label, "--copies --snapshots", finding.describe()))
+                else:
+                    verdicts.append("-")
+            else:
+                verdicts.append("-")
             messages = sum(1 for e in read_stream(stream) if e.kind == "message")
-            rows.append(f"| {label} | {messages:,} | {count:,} | {verdicts[0]} | {verdicts[1]} |")
+            rows.append(f"| {label} | {messages:,} | {count:,} | {verdicts[0]} | {verdicts[1]} | {verdicts[2]} |")
             print(rows[-1], flush=True)
             sample = next((file for name, file in SAMPLES.items() if label.startswith(name)), None)
             if args.samples is not None and sample is not None:
@@ -182,12 +202,15 @@ def main() -> int:
         "",
         source,
         "- *set*: `kvref events check` as a router keeping a set of hashes reads it (PFX-322); *copies*: "
-        "`--copies`, copies counted per hash (PFX-324); both check token spans (PFX-325) and order (PFX-326).",
+        "`--copies`, copies counted per hash (PFX-324); both check token spans (PFX-325) and order (PFX-326); "
+        "*its cache at the end*: counting copies, the rebuild against a snapshot of the engine's own cache "
+        "read when the replay ends, per KV cache group (PFX-327; `-` where the copies check stopped earlier "
+        "or the cache is not read).",
         f"- Made by `python scripts/engine_event_streams.py --engine {args.engine} --requests {args.requests}` "
         f"in {seconds:.0f} s.",
         "",
-        "| configuration | messages | events | set | copies |",
-        "|---|---:|---:|---|---|",
+        "| configuration | messages | events | set | copies | its cache at the end |",
+        "|---|---:|---:|---|---|---|",
         *rows,
         "",
         "## First findings, with their windows",

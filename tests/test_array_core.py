@@ -260,3 +260,30 @@ def test_a_batched_call_returns_or_refuses_as_the_oracle_does_word_for_word(
             outcome[name] = ("refused", str(e), _view(pool))
             assert _view(pool) == before, f"[ERR-501] {case} on {name}: the refused call changed the pool"
     assert outcome[backend] == outcome["oracle"], f"{case}: {backend} {outcome[backend]}; oracle {outcome['oracle']}"
+
+
+@rule("ERR-504", "ERR-501")
+@pytest.mark.parametrize("backend", ["oracle", "cupy", "torch"])
+def test_evict_refuses_a_negative_count_naming_itself(backend: str) -> None:
+    pool = pool_on(backend, 4)
+    with pytest.raises(KVRefError) as caught:
+        pool.evict(-1)
+    assert str(caught.value).startswith("[ERR-504] evict: "), f"evict(-1) said {caught.value}"
+
+
+@rule("PFX-313", "POOL-124")
+@pytest.mark.parametrize("backend", ["cupy", "torch"])
+@pytest.mark.parametrize("how", ["reset", "clear"])
+def test_a_pool_that_dropped_its_cache_holds_its_hash_arrays_as_a_new_pool_does(backend: str, how: str) -> None:
+    pool = pool_on(backend, 6)
+    ids = pool.allocate(3)
+    pool.register(ids, [11, 12, 13])
+    pool.free(ids)
+    getattr(pool, how)()
+    fresh = pool_on(backend, 6).snapshot()
+    dropped = pool.snapshot()
+    fields = ["hash", "entries", "evictable", "registered"] + (["free"] if how == "clear" else [])  # POOL-124
+    for field in fields:
+        assert dropped[field] == fresh[field], (
+            f"after {how}() {field} is {dropped[field]}; a new pool has {fresh[field]}"
+        )

@@ -150,3 +150,87 @@ def test_an_offset_beyond_int64_is_named_as_given() -> None:
     assert f"offsets[2] = 5 is below offsets[1] = {2**70}" in str(caught.value), (
         f"free_many_ids with offset 2**70 said {caught.value}; the message must quote the offset as given"
     )
+
+
+@rule("ERR-504", "ERR-506")
+@pytest.mark.parametrize(
+    ("offsets", "holders", "says"),
+    [
+        ([1, 2, 5], ["a", "b"], "offsets must run from 0 to 5, got 1 to 5"),
+        ([0, 2], ["a"], "offsets must run from 0 to 5, got 0 to 2"),
+        ([], [], "offsets must run from 0 to 5, got none"),
+        ([0, 2, 2, 1, 5], ["a", "a", "b", "b"], "offsets[3] = 1 is below offsets[2] = 2: a negative count"),
+    ],
+    ids=["starting past 0", "ending short", "none", "an empty entry before a negative one"],
+)
+def test_a_refusal_of_offsets_quotes_where_they_run_or_the_first_that_goes_back(
+    offsets: list[int], holders: list[str], says: str
+) -> None:
+    pool, ids, _ = admitted_pool()
+    with pytest.raises(InvalidValueError) as caught:
+        pool.free_many_ids(ids, offsets, holders=holders)
+    assert says in str(caught.value), f"free_many_ids(offsets={offsets}) said {caught.value}; expected {says!r}"
+
+
+@rule("ERR-502", "ERR-501")
+def test_an_id_beyond_int64_is_named_as_given_by_both_forms_of_free_many() -> None:
+    pool, ids, offsets = admitted_pool()
+    before = pool.snapshot()
+    for call in (
+        lambda: pool.free_many_ids([2**70, *np.asarray(ids).tolist()[1:]], offsets, holders=["a", "b"]),
+        lambda: pool.free_many([[2**70], np.asarray(ids)[2:]], holders=["a", "b"]),
+    ):
+        with pytest.raises(KVRefError) as caught:
+            call()
+        assert str(2**70) in str(caught.value), f"the refusal said {caught.value}; it must quote the id as given"
+    assert pool.snapshot() == before
+
+
+@rule("POOL-116")
+def test_allocate_many_ids_of_nothing_returns_no_ids_and_an_offset_per_entry() -> None:
+    pool = ArrayBlockPool(4, ops=PATHS["numpy-arrays"]())
+    ids, offsets = pool.allocate_many_ids([0, 0], holders=["a", "b"])
+    assert len(ids) == 0 and offsets == [0, 0, 0], f"allocate_many_ids([0, 0]) gave {np.asarray(ids)}, {offsets}"
+
+
+@rule("POOL-116", "EVICT-411")
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_batched_allocation_stamps_each_entry_as_its_own_call_under_access_order(path: str) -> None:
+    """Under lru-leaf-access each entry of ``allocate_many`` is an access after the entry before it,
+    as single calls are, even where the free stack hands a later entry lower ids: the blocks are
+    evicted in the oracle's order."""
+    from kvref.oracle import OracleBlockPool
+
+    orders = []
+    for pool in (
+        ArrayBlockPool(9, ops=PATHS[path](), policy="lru-leaf-access"),
+        OracleBlockPool(9, policy="lru-leaf-access"),
+    ):
+        held = pool.allocate(8, holder="x")
+        pool.free([held[i] for i in (6, 1, 3, 5, 0, 7, 2, 4)], holder="x")  # the free stack scrambled
+        entries = pool.allocate_many([3, 2, 3], holders=["a", "b", "c"])
+        for ids, holder in zip(entries, ["a", "b", "c"], strict=True):
+            for b in ids:
+                pool.register([b], [100 + b])  # every block a root, so every one a leaf
+            pool.free(ids, holder=holder)
+        orders.append([pool.allocate(1)[0] for _ in range(8)])  # each evicts the next victim
+    assert orders[0] == orders[1], f"evicted in the order {orders[0]}; the oracle's single calls give {orders[1]}"
+
+
+@rule("POOL-117")
+def test_free_many_ids_takes_its_offsets_as_an_array_too() -> None:
+    pool, ids, offsets = admitted_pool()
+    pool.free_many_ids(ids, np.array(offsets, dtype=np.int64), holders=["a", "b"])
+    assert pool.num_free == 9, f"offsets given as an array freed {9 - pool.num_free} too few blocks"
+
+
+@rule("ERR-503")
+@pytest.mark.parametrize("bad", [2.0, True], ids=["a float", "a bool"])
+def test_free_many_refuses_a_value_that_is_no_int_among_plain_lists(bad: object) -> None:
+    pool, ids, _ = admitted_pool()
+    first = np.asarray(ids).tolist()
+    before = pool.snapshot()
+    with pytest.raises(InvalidTypeError) as caught:
+        pool.free_many([first[:2], [first[2], bad]], holders=["a", "b"])
+    assert caught.value.rule == "ERR-503" and "block_lists[1]" in str(caught.value), f"said {caught.value}"
+    assert pool.snapshot() == before

@@ -90,7 +90,6 @@ class BatchedCalls:
                 self.paused.refuse(h, c, op)
         ends = list(accumulate(cs))
         total = ends[-1] if ends else 0
-        admitted = len(cs)
         if total > self.supply.blocks.num_free:
             room = self.supply.available()
             admitted = next((i for i, end in enumerate(ends) if end > room), len(cs))

@@ -106,8 +106,8 @@ class ArrayOps(ABC):
         """``a[idx[i]] = min(a[idx[i]], values[i])``, duplicates combined, in place."""
 
     @abstractmethod
-    def unique(self, a: Array) -> tuple[Array, Array, Array]:
-        """Sorted distinct values, the inverse map and the counts."""
+    def unique(self, a: Array) -> tuple[Array, Array]:
+        """Sorted distinct values and how often each occurs (int64)."""
 
     @abstractmethod
     def argsort(self, a: Array) -> Array:
@@ -237,10 +237,10 @@ class NumpyLikeOps(ArrayOps):
     def scatter_min(self, a: Array, idx: Array, values: Array) -> None:
         self._min_at(a, idx, values)
 
-    def unique(self, a: Array) -> tuple[Array, Array, Array]:
-        """``xp.unique`` with inverse and counts."""
-        u, inv, cnt = self.xp.unique(a, return_inverse=True, return_counts=True)
-        return u, inv.reshape(-1).astype(self.xp.int64, copy=False), cnt.astype(self.xp.int64, copy=False)
+    def unique(self, a: Array) -> tuple[Array, Array]:
+        """``xp.unique`` with counts."""
+        u, cnt = self.xp.unique(a, return_counts=True)
+        return u, cnt.astype(self.xp.int64, copy=False)
 
     def argsort(self, a: Array) -> Array:
         return self.xp.argsort(a, kind="stable").astype(self.xp.int64, copy=False)

@@ -111,7 +111,7 @@ class ReferenceCounts:
     def _pair_counts(self, ids: Array, hids: Array | int) -> tuple[Array, Array, Array]:
         """Distinct (block, holder) pairs as keys, blocks and occurrence counts."""
         keys = (ids << HID_BITS) | hids
-        uk, _, cnt = self.ops.unique(keys)
+        uk, cnt = self.ops.unique(keys)
         return uk, uk >> HID_BITS, cnt
 
     def _counts_cover(self, ids: Array, hids: Array | int) -> bool:

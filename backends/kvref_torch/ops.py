@@ -102,10 +102,10 @@ class TorchOps(ArrayOps):
         """``scatter_reduce_(amin)``."""
         a.scatter_reduce_(0, idx, values, reduce="amin")
 
-    def unique(self, a: Array) -> tuple[Array, Array, Array]:
-        """``torch.unique`` (sorted) with inverse and counts."""
-        u, inv, cnt = torch.unique(a, sorted=True, return_inverse=True, return_counts=True)
-        return u, inv, cnt
+    def unique(self, a: Array) -> tuple[Array, Array]:
+        """``torch.unique`` (sorted) with counts."""
+        u, cnt = torch.unique(a, sorted=True, return_counts=True)
+        return u, cnt
 
     def argsort(self, a: Array) -> Array:
         return torch.sort(a, stable=True).indices
