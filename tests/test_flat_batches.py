@@ -9,7 +9,7 @@ differential machine beside the oracle on each array path, and the offsets' own 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from itertools import chain, pairwise
 from typing import Any
 
@@ -176,10 +176,11 @@ def test_a_refusal_of_offsets_quotes_where_they_run_or_the_first_that_goes_back(
 def test_an_id_beyond_int64_is_named_as_given_by_both_forms_of_free_many() -> None:
     pool, ids, offsets = admitted_pool()
     before = pool.snapshot()
-    for call in (
+    calls: list[Callable[[], None]] = [
         lambda: pool.free_many_ids([2**70, *np.asarray(ids).tolist()[1:]], offsets, holders=["a", "b"]),
         lambda: pool.free_many([[2**70], np.asarray(ids)[2:]], holders=["a", "b"]),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(KVRefError) as caught:
             call()
         assert str(2**70) in str(caught.value), f"the refusal said {caught.value}; it must quote the id as given"
@@ -226,7 +227,7 @@ def test_free_many_ids_takes_its_offsets_as_an_array_too() -> None:
 
 @rule("ERR-503")
 @pytest.mark.parametrize("bad", [2.0, True], ids=["a float", "a bool"])
-def test_free_many_refuses_a_value_that_is_no_int_among_plain_lists(bad: object) -> None:
+def test_free_many_refuses_a_value_that_is_no_int_among_plain_lists(bad: Any) -> None:
     pool, ids, _ = admitted_pool()
     first = np.asarray(ids).tolist()
     before = pool.snapshot()
