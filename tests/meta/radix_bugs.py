@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvref.contract.events import BlockStored
 from kvref.contract.extend import plan_extend
+from kvref.contract.hashing import hash_token_blocks
 from kvref.oracle.backend import OracleBackend
 from kvref.oracle.radix import OracleRadixCache, OracleSlotAllocator
+from kvref.oracle.radix.events import PageEvents
 from kvref.oracle.radix.nodes import Node
 
 # ----------------------------------------------------------------- allocators
@@ -197,6 +200,87 @@ class RemovalsUnreported(OracleRadixCache):
     def take_events(self) -> list[Any]:
         return [e for e in super().take_events() if type(e).__name__ != "BlockRemoved"]
 
+
+# ----------------------------------------------------------------- events
+
+
+class PagesHashedAlone(PageEvents):
+    """Each page is hashed from its own tokens and stored with no parent: a router cannot chain the
+    pages of a key, and two keys sharing a page at different depths report one hash (RADIX-635)."""
+
+    def stored(self, node: Node) -> None:
+        if self.enabled:
+            for at in range(0, len(node.tokens), self.page):
+                self._events.append(
+                    BlockStored(hash_token_blocks(node.tokens[at : at + self.page], self.page)[0], None)
+                )
+
+
+class NamespaceUnsalted(PageEvents):
+    """Page hashes leave the namespace out: two adapters' equal keys report the same hashes (RADIX-636)."""
+
+    def page_hashes(self, node: Node) -> tuple[int | None, list[int]]:
+        tokens = [t for n in reversed(list(node.path())) for t in n.tokens]
+        hashes = hash_token_blocks(tokens, self.page)
+        first = len(hashes) - len(node.tokens) // self.page
+        return (hashes[first - 1] if first else None), hashes[first:]
+
+
+class EventTree(OracleRadixCache):
+    """A tree whose events come from ``page_events``, a planted :class:`PageEvents`."""
+
+    page_events: type[PageEvents] = PageEvents
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._events = self.page_events(self._events.page, enabled=self._events.enabled)
+
+
+class SplitReportsPages(OracleRadixCache):
+    """A split reports the node it cuts as removed and both halves as stored, though no page changed
+    (RADIX-637): a consumer counting copies sees the pages dropped and cached again."""
+
+    def _split(self, child: Node, at: int) -> Node:
+        self._events.removed(child)
+        head = super()._split(child, at)
+        self._events.stored(head)
+        self._events.stored(child)
+        return head
+
+
+def _radix_backend(name: str, tree: type[OracleRadixCache]) -> type[OracleBackend]:
+    class PlantedRadixBackend(OracleBackend):
+        def create_radix(
+            self,
+            size: int,
+            *,
+            page_size: int = 1,
+            policy: str = "lru",
+            sort: bool = True,
+            max_tokens: int | None = None,
+            enable_events: bool = False,
+            device: str | None = None,
+        ) -> tuple[OracleSlotAllocator, OracleRadixCache]:
+            slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
+            return slots, tree(slots, policy=policy, max_tokens=max_tokens, enable_events=enable_events)
+
+    PlantedRadixBackend.name = name
+    PlantedRadixBackend.__name__ = PlantedRadixBackend.__qualname__ = name + "Backend"
+    return PlantedRadixBackend
+
+
+PagesHashedAloneTree = type("PagesHashedAloneTree", (EventTree,), {"page_events": PagesHashedAlone})
+NamespaceUnsaltedTree = type("NamespaceUnsaltedTree", (EventTree,), {"page_events": NamespaceUnsalted})
+
+#: Each planted event bug, loaded by name as a backend whose trees have it, and the rule the suite must name.
+EVENT_BUGS: dict[str, str] = {
+    "PagesHashedAloneEvents": "RADIX-635",
+    "NamespaceUnsaltedEvents": "RADIX-636",
+    "SplitReportsPagesEvents": "RADIX-637",
+}
+PagesHashedAloneEvents = _radix_backend("PagesHashedAloneEvents", PagesHashedAloneTree)
+NamespaceUnsaltedEvents = _radix_backend("NamespaceUnsaltedEvents", NamespaceUnsaltedTree)
+SplitReportsPagesEvents = _radix_backend("SplitReportsPagesEvents", SplitReportsPages)
 
 #: Each planted tree bug and the rule the scheduler machine must name.
 TREE_BUGS: dict[type[OracleRadixCache], str] = {
