@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the cache's KV events of the one replay asked for here (kvref events check reads them)",
     )
     rep.add_argument(
+        "--optimum",
+        action="store_true",
+        help="with --curve: Belady's MIN and an upper bound on the offline optimum (the LP relaxation, "
+        "solved by HiGHS; pip install 'kvref[optimum]') at each capacity shown (TRACE-1063)",
+    )
+    rep.add_argument(
         "--snapshot",
         type=arg.output_file,
         help="with --events: also write what the cache holds at the end (kvref events check --snapshots reads it)",

@@ -26,6 +26,10 @@ def run_replay(args: argparse.Namespace) -> int:
     from kvref.simulation.replay import replay
 
     settings = load_settings({"backend": args.backend, "hash": args.hash})
+    if args.optimum and not args.curve:
+        from kvref.contract.errors import ConfigError
+
+        raise ConfigError("TRACE-1063", "--optimum bounds the optimum at the capacities of --curve: give --curve too")
     if args.curve:
         return run_curve(args, settings)
     runs = planned_runs(args, settings)
@@ -143,15 +147,19 @@ def run_curve(args: argparse.Namespace, settings: Any) -> int:
     shown = sorted(
         {curve.smallest, curve.largest} | {c for c in (2**k for k in range(40)) if curve.smallest < c < curve.largest}
     )
-    points = [
+    points: list[dict[str, float]] = [
         {"capacity": c, **dict(zip(("block_hit_rate", "token_hit_rate"), curve.hit_rates(c), strict=True))}
         for c in shown
     ]
+    optimum = optimum_points(trace, shown, args.warmup) if args.optimum else None
+    if optimum:
+        for point, best in zip(points, optimum, strict=True):
+            point.update({k: v for k, v in best.items() if k != "capacity"})
     if args.out:
         from kvref.reports.replay import write_curve_report
 
         title = f"kvref replay --curve: {trace_name(trace.source)}"
-        for path in write_curve_report(curve, Path(args.out), title=title):
+        for path in write_curve_report(curve, Path(args.out), title=title, optimum=optimum):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         print(
@@ -165,12 +173,44 @@ def run_curve(args: argparse.Namespace, settings: Any) -> int:
         title=f"kvref replay --curve: {trace.source}, {len(trace.requests)} requests in blocks of {trace.block_size} "
         f"tokens; lru and lru-leaf, exact at every capacity from {curve.smallest:,} (the longest request)"
     )
-    for column in ("blocks", "block hits", "token hits"):
+    columns = ["blocks", "block hits", "token hits"]
+    if optimum:
+        columns += ["MIN: blocks", "MIN: tokens", "optimum <=: blocks", "optimum <=: tokens"]
+    for column in columns:
         table.add_column(column, justify="right", overflow="fold")
     for point in points:
-        table.add_row(f"{point['capacity']:,}", f"{point['block_hit_rate']:.2%}", f"{point['token_hit_rate']:.2%}")
+        keys = ["block_hit_rate", "token_hit_rate"]
+        if optimum:
+            keys += ["belady_block", "belady_token", "bound_block", "bound_token"]
+        table.add_row(f"{point['capacity']:,}", *(f"{point[k]:.2%}" for k in keys))
     print_table(table)
     return 0
+
+
+def optimum_points(trace: Any, capacities: list[int], warmup: float) -> list[dict[str, float]]:
+    """Belady's MIN and the LP bound on the offline optimum (TRACE-1017, TRACE-1063) at ``capacities``,
+    as hit rates, with progress: the bound is a linear program over the whole trace per capacity and unit."""
+    from kvref.simulation.belady import belady_replay
+    from kvref.simulation.optimum import offline_optimum
+
+    points = []
+    with progress_bar("bounding the optimum", len(capacities)) as advance:
+        for capacity in capacities:
+            advance(0, label=f"{capacity:,} blocks")
+            belady = belady_replay(trace, capacity, warmup=warmup)
+            blocks = offline_optimum(trace, capacity, unit="blocks", warmup=warmup, exact=False)
+            tokens = offline_optimum(trace, capacity, unit="tokens", warmup=warmup, exact=False)
+            points.append(
+                {
+                    "capacity": capacity,
+                    "belady_block": belady.block_hits / blocks.total if blocks.total else 0.0,
+                    "belady_token": belady.token_hits / tokens.total if tokens.total else 0.0,
+                    "bound_block": blocks.hit_rate,
+                    "bound_token": tokens.hit_rate,
+                }
+            )
+            advance()
+    return points
 
 
 def trace_name(source: str) -> str:

@@ -98,12 +98,18 @@ def write_replay_report(
     return [data, summary, plot]
 
 
-def write_curve_report(curve: HitRateCurve, out_dir: Path, *, title: str) -> list[Path]:
+def write_curve_report(
+    curve: HitRateCurve, out_dir: Path, *, title: str, optimum: list[dict[str, float]] | None = None
+) -> list[Path]:
     """Write ``curve.json`` (block and token hits at every capacity of ``curve``) and ``curve.png`` (both
-    hit rates against capacity, with the rate of a cache that never evicts) under ``out_dir``."""
+    hit rates against capacity, with the rate of a cache that never evicts) under ``out_dir``.
+
+    ``optimum``: points (``capacity`` and the hit rates ``belady_block``, ``belady_token``,
+    ``bound_block``, ``bound_token``) of Belady's MIN and the bound on the offline optimum
+    (TRACE-1063), drawn as markers and kept in the JSON under ``"optimum"``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / "curve.json"
-    data.write_text(json.dumps(asdict(curve)) + "\n", encoding="utf-8")
+    data.write_text(json.dumps({**asdict(curve), "optimum": optimum or []}) + "\n", encoding="utf-8")
     plt = pyplot("the curve plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     capacities = range(curve.smallest, curve.largest + 1)
@@ -112,6 +118,17 @@ def write_curve_report(curve: HitRateCurve, out_dir: Path, *, title: str) -> lis
     ):
         style = {**series_style(index, name), "marker": None}
         ax.plot(capacities, [100 * h / total if total else 0.0 for h in hits], label=f"lru, lru-leaf: {name}", **style)
+    markers = (
+        ("belady_token", "Belady's MIN: token hit rate", 0, "x"),
+        ("belady_block", "Belady's MIN: block hit rate", 1, "+"),
+        ("bound_token", "bound on the optimum: token hit rate", 0, "o"),
+        ("bound_block", "bound on the optimum: block hit rate", 1, "o"),
+    )
+    for key, name, color_of, marker in markers if optimum else ():
+        style = {**series_style(color_of, name), "linestyle": "none", "marker": marker, "markersize": 8}
+        if marker == "o":
+            style["markerfacecolor"] = "none"
+        ax.plot([p["capacity"] for p in optimum or ()], [100 * p[key] for p in optimum or ()], label=name, **style)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:,.0f}"))
     ax.tick_params(axis="x", labelsize=8)

@@ -1,0 +1,237 @@
+"""The true offline optimum of a prefix cache, as an integer program solved by HiGHS (TRACE-1060..TRACE-1063).
+
+Belady's MIN (:mod:`kvref.simulation.belady`) evicts the block used farthest ahead; for a cache whose
+hits must be prefixes it is a good policy but not known to be optimal. This module states the
+offline problem exactly, under the rules of :func:`kvref.simulation.replay.replay`, and solves it:
+
+* requests run one after another from an empty cache of ``capacity`` blocks; request ``r`` holds
+  its first ``held_r = min(len(ids), capacity)`` blocks while it runs (the hit prefix and the blocks
+  allocated after it), and every other block the cache keeps through ``r`` counts against what is
+  left, ``capacity - held_r`` (TRACE-1061);
+* a block is cached only by a request that holds it, so what can be decided is, for each block and
+  each two consecutive requests holding it, whether the cache keeps it from the first to the
+  second (a keep variable: keeping it part of the way gains nothing over dropping it at once);
+* a request hits its ``j``-th block only if it hits the one before and the block was kept since
+  its last holder (TRACE-1062); the objective is the counted requests' hits, in blocks or in tokens
+  (the weights of TRACE-1012), after the warm-up's cut (TRACE-1013). The prefix rows never bind at
+  the optimum (a block's ancestors are held by every request that holds it, so keeping the first
+  missing ancestor instead costs no more capacity and weighs no less), but they keep each hit
+  variable what it says.
+
+Each keep variable appears in two rows of the capacity bookkeeping (what the cache keeps through
+request ``r`` is what it kept through ``r - 1``, plus the keeps that start at ``r - 1``, less those
+that end at ``r``), so the program has O(block references) variables and non-zeros. With the keep
+variables binary its optimum is the best hit count any eviction policy reaches (TRACE-1060); with
+them in [0, 1] it is the LP relaxation, an upper bound that larger windows can afford (TRACE-1063).
+
+SciPy's ``milp`` runs HiGHS: ``pip install 'kvref[optimum]'``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kvref.contract.errors import ConfigError, InvalidValueError
+from kvref.simulation.replay import check_warmup, hit_tokens, warmup_cut
+from kvref.simulation.traces import Trace
+
+__all__ = ["OfflineOptimum", "offline_optimum"]
+
+
+@dataclass(frozen=True)
+class OfflineOptimum:
+    """The best hits any eviction policy reaches on a trace at ``capacity`` blocks (``exact``), or an
+    upper bound on them (the LP relaxation) (TRACE-1060, TRACE-1063).
+
+    ``hits`` are in ``unit`` (``"blocks"`` or ``"tokens"``) over the counted requests, of ``total``
+    (their blocks or tokens); ``gap`` is HiGHS's relative gap between the best hits found and its
+    bound (0 when solved to optimality).
+    """
+
+    source: str
+    capacity: int
+    unit: str
+    exact: bool
+    hits: float
+    total: int
+    gap: float
+    variables: int
+    seconds: float
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / total`` (0 for an empty count)."""
+        return self.hits / self.total if self.total else 0.0
+
+
+def _scipy() -> Any:
+    try:
+        import numpy as np
+        from scipy import sparse
+        from scipy.optimize import Bounds, LinearConstraint, milp
+    except ImportError:
+        raise ConfigError(
+            "TRACE-1060", "the offline optimum needs SciPy's HiGHS: pip install 'kvref[optimum]'"
+        ) from None
+    return np, sparse, Bounds, LinearConstraint, milp
+
+
+def offline_optimum(
+    trace: Trace,
+    capacity: int,
+    *,
+    unit: str = "blocks",
+    warmup: float = 0.0,
+    exact: bool = True,
+    time_limit: float | None = None,
+) -> OfflineOptimum:
+    """The offline optimum of ``trace`` at ``capacity`` blocks under the replay's rules (see the module).
+
+    ``unit``: maximise block hits or token hits (TRACE-1012). ``exact``: solve the integer program
+    (TRACE-1060), else its LP relaxation, an upper bound (TRACE-1063). ``time_limit`` (seconds) stops
+    HiGHS early; the result then says ``exact=False`` and carries HiGHS's bound as ``hits``, so it is
+    still an upper bound. Refused before any work: a capacity that is not a positive int, a unit
+    other than blocks or tokens, a warm-up outside [0, 1).
+    """
+    if type(capacity) is not int or capacity < 1:
+        raise InvalidValueError("TRACE-1060", f"offline_optimum: capacity must be a positive integer, got {capacity!r}")
+    if unit not in ("blocks", "tokens"):
+        raise InvalidValueError("TRACE-1060", f"offline_optimum: unit must be 'blocks' or 'tokens', got {unit!r}")
+    first = warmup_cut(check_warmup(warmup, "offline_optimum"), len(trace.requests))
+    if time_limit is not None and (isinstance(time_limit, bool) or not time_limit > 0):
+        raise InvalidValueError(
+            "TRACE-1060", f"offline_optimum: time_limit must be positive seconds, got {time_limit!r}"
+        )
+    np, sparse, Bounds, LinearConstraint, milp = _scipy()
+    started = time.perf_counter()
+
+    requests = trace.requests
+    count = len(requests)
+    # Keep variables: one per two consecutive requests holding a block (TRACE-1061).
+    keep_start: list[int] = []
+    keep_end: list[int] = []
+    last_holder: dict[int, int] = {}  # block -> the last request that held it
+    keep_into: list[list[int]] = []  # per request, per held position: the keep variable ending there, or -1
+    for r, request in enumerate(requests):
+        held = request.block_ids[:capacity]
+        into = []
+        for h in held:
+            before = last_holder.get(h)
+            if before is None:
+                into.append(-1)
+            else:
+                into.append(len(keep_start))
+                keep_start.append(before)
+                keep_end.append(r)
+            last_holder[h] = r
+        keep_into.append(into)
+    keeps = len(keep_start)
+
+    # Hit variables: one per held position of a counted request, in prefix order (TRACE-1062).
+    hit_keep: list[int] = []
+    hit_weight: list[float] = []
+    hit_prev: list[int] = []  # the hit variable of the position before in the same request, or -1
+    total = 0
+    for r in range(first, count):
+        request = requests[r]
+        blocks = len(request.block_ids)
+        total += blocks if unit == "blocks" else request.input_length
+        previous = -1
+        for j, k in enumerate(keep_into[r]):
+            if k < 0:
+                break  # no earlier holder: this block and every later one miss
+            weight = (
+                1
+                if unit == "blocks"
+                else hit_tokens(request.input_length, blocks, j + 1, trace.block_size)
+                - (hit_tokens(request.input_length, blocks, j, trace.block_size))
+            )
+            hit_prev.append(previous)
+            previous = len(hit_keep)
+            hit_keep.append(k)
+            hit_weight.append(weight)
+    hits = len(hit_keep)
+
+    # Variables: keeps, hits, then what the cache keeps through each request (its occupancy beyond the held blocks).
+    occ0 = keeps + hits
+    n = occ0 + count
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    row = 0
+    # occupancy_r - occupancy_{r-1} - (keeps starting at r - 1) + (keeps ending at r) = 0
+    starting: list[list[int]] = [[] for _ in range(count)]
+    ending: list[list[int]] = [[] for _ in range(count)]
+    for k, (s, e) in enumerate(zip(keep_start, keep_end, strict=True)):
+        starting[s].append(k)
+        ending[e].append(k)
+    for r in range(count):
+        rows.append(row)
+        cols.append(occ0 + r)
+        vals.append(1.0)
+        if r:
+            rows.append(row)
+            cols.append(occ0 + r - 1)
+            vals.append(-1.0)
+            for k in starting[r - 1]:
+                rows.append(row)
+                cols.append(k)
+                vals.append(-1.0)
+        for k in ending[r]:
+            rows.append(row)
+            cols.append(k)
+            vals.append(1.0)
+        row += 1
+    balance_rows = row
+    # hit <= its keep, hit <= the hit before it
+    for i, (k, p) in enumerate(zip(hit_keep, hit_prev, strict=True)):
+        rows += [row, row]
+        cols += [keeps + i, k]
+        vals += [1.0, -1.0]
+        row += 1
+        if p >= 0:
+            rows += [row, row]
+            cols += [keeps + i, keeps + p]
+            vals += [1.0, -1.0]
+            row += 1
+    matrix = sparse.csr_array((vals, (rows, cols)), shape=(row, n))
+    lower = np.zeros(row)  # the balance rows are equalities, the hit rows at most 0
+    lower[balance_rows:] = -np.inf
+    upper = np.zeros(row)
+    room = [capacity - min(len(r.block_ids), capacity) for r in requests]
+    variable_upper = np.concatenate([np.ones(keeps + hits), np.asarray(room, dtype=float)])
+    objective = np.concatenate([np.zeros(keeps), -np.asarray(hit_weight, dtype=float), np.zeros(count)])
+    integrality = np.concatenate([np.full(keeps, 1 if exact else 0), np.zeros(hits + count)])
+    options: dict[str, Any] = {"disp": False}
+    if time_limit is not None:
+        options["time_limit"] = float(time_limit)
+    result = milp(
+        objective,
+        constraints=LinearConstraint(matrix, lower, upper),
+        integrality=integrality,
+        bounds=Bounds(np.zeros(n), variable_upper),
+        options=options,
+    )
+    if result.x is None and not hits:
+        best, bound = 0.0, 0.0
+    elif result.x is None:
+        raise ConfigError("TRACE-1060", f"offline_optimum: HiGHS found no solution: {result.message}")
+    else:
+        best = float(-result.fun)
+        dual = getattr(result, "mip_dual_bound", None) if exact else None
+        bound = best if dual is None else float(-dual)
+    solved = exact and result.status == 0
+    gap = 0.0 if solved or not best else (bound - best) / bound if bound else 0.0
+    return OfflineOptimum(
+        source=trace.source,
+        capacity=capacity,
+        unit=unit,
+        exact=solved,
+        hits=best if solved or not exact else max(best, bound),
+        total=total,
+        gap=gap,
+        variables=n,
+        seconds=time.perf_counter() - started,
+    )
