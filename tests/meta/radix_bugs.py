@@ -250,19 +250,10 @@ class SplitReportsPages(OracleRadixCache):
 
 def _radix_backend(name: str, tree: type[OracleRadixCache]) -> type[OracleBackend]:
     class PlantedRadixBackend(OracleBackend):
-        def create_radix(
-            self,
-            size: int,
-            *,
-            page_size: int = 1,
-            policy: str = "lru",
-            sort: bool = True,
-            max_tokens: int | None = None,
-            enable_events: bool = False,
-            device: str | None = None,
-        ) -> tuple[OracleSlotAllocator, OracleRadixCache]:
-            slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
-            return slots, tree(slots, policy=policy, max_tokens=max_tokens, enable_events=enable_events)
+        def create_radix(self, size: int, **options: Any) -> tuple[OracleSlotAllocator, OracleRadixCache]:
+            slots, _ = super().create_radix(size, **options)  # the oracle's checks of the options, then the bug
+            kept = {k: options[k] for k in ("policy", "max_tokens", "enable_events") if k in options}
+            return slots, tree(slots, **kept)
 
     PlantedRadixBackend.name = name
     PlantedRadixBackend.__name__ = PlantedRadixBackend.__qualname__ = name + "Backend"
