@@ -69,8 +69,8 @@ def table(rows: list[dict[str, Any]], unit: str) -> list[str]:
         u = r[unit]
         total = u["total"]
         kind = "exact (ILP)" if u["exact"] else "upper bound (LP)"
-        lru_gap = "-" if u["lru"] is None else f"{100 * (u['optimum'] - u['lru']) / total:.2f} pp"
-        min_gap = f"{100 * (u['optimum'] - u['belady']) / total:.3f} pp"
+        lru_gap = "-" if u["lru"] is None else f"{max(0.0, 100 * (u['optimum'] - u['lru']) / total):.2f} pp"
+        min_gap = f"{max(0.0, 100 * (u['optimum'] - u['belady']) / total):.3f} pp"  # an LP's last digits may dip below
         lines.append(
             f"| {r['trace']} | {r['scope']} | {r['capacity']:,} | {percent(u['lru'], total)} | "
             f"{percent(u['belady'], total)} | {percent(u['optimum'], total)} | {kind}, {u['seconds']} s | "
@@ -80,34 +80,35 @@ def table(rows: list[dict[str, Any]], unit: str) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> None:
-    import matplotlib
+    """Token hit rate against capacity over each whole trace: LRU, MIN and the bound, labelled where
+    they coincide (TRACE-1053)."""
+    from kvref.reports.plotting import SeriesLabels, capacity_axis, hit_rate_axis, pyplot, series_style
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("the optimum's plot")
     traces = sorted({str(r["trace"]) for r in rows})
-    figure, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(traces), figsize=(6.5 * len(traces), 4.2), squeeze=False)
     for axis, name in zip(axes[0], traces, strict=True):
         whole = [r for r in rows if r["trace"] == name and r["scope"] == "whole trace"]
         capacities = [int(r["capacity"]) for r in whole]
-        for key, label, style in (
-            ("lru", "LRU", "o-"),
-            ("belady", "Belady's MIN", "s--"),
-            ("optimum", "LP bound on the optimum", "^:"),
+        labels = SeriesLabels()
+        for index, (key, series) in enumerate(
+            (("lru", "LRU"), ("belady", "Belady's MIN"), ("optimum", "LP bound on the optimum"))
         ):
-            values = [
-                float("nan") if r["tokens"][key] is None else 100 * r["tokens"][key] / r["tokens"]["total"]
-                for r in whole
-            ]
-            axis.plot(capacities, values, style, label=label)
-        axis.set_xscale("log")
-        axis.set_ylim(bottom=0)
-        axis.set_xlabel("capacity (blocks of 512 tokens)")
-        axis.set_ylabel("token hit rate (%)")
-        axis.set_title(name)
-        axis.legend()
+            rates = [r["tokens"][key] / r["tokens"]["total"] for r in whole]
+            style = series_style(index, series)
+            axis.plot(
+                capacities,
+                [100 * v for v in rates],
+                label=labels.label(series, list(zip(capacities, rates, strict=True))),
+                **style,
+            )
+        capacity_axis(axis, capacities)
+        hit_rate_axis(axis)
+        axis.set_title(f"{name}, blocks of 512 tokens")
+        axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(out, dpi=150)
+    plt.close(figure)
 
 
 def main() -> int:
@@ -117,7 +118,12 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=2000, help="requests of the window solved exactly")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds HiGHS may take per integer program")
     parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--report-only", action="store_true", help="rewrite optimum.md and .png from optimum.json")
     args = parser.parse_args()
+    if args.report_only:
+        made = json.loads((args.out / "optimum.json").read_text(encoding="utf-8"))
+        write_report(made["rows"], args.out, made["command"], made["seconds"])
+        return 0
     started = time.perf_counter()
     rows = []
     for name in TRACES:
@@ -132,7 +138,15 @@ def main() -> int:
             rows.append({"trace": name.removesuffix(".jsonl"), **row(window, capacity, scope, True, args.time_limit)})
     seconds = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "optimum.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    command = f"python scripts/optimum.py --window {args.window} --time-limit {args.time_limit:g}"
+    made = {"command": command, "seconds": round(seconds), "rows": rows}
+    (args.out / "optimum.json").write_text(json.dumps(made, indent=1) + "\n", encoding="utf-8")
+    write_report(rows, args.out, command, seconds)
+    return 0
+
+
+def write_report(rows: list[dict[str, Any]], out: Path, command: str, seconds: float) -> None:
+    """optimum.md (the tables) and optimum.png (the plot) under ``out``."""
     lines = [
         "# How far LRU is from the true optimum",
         "",
@@ -144,8 +158,7 @@ def main() -> int:
         "percentage points of the counted blocks or tokens. Where MIN's gap is 0 against the whole",
         "trace's bound, MIN is certified optimal there.",
         "",
-        f"Made by `python scripts/optimum.py --window {args.window} --time-limit {args.time_limit:g}` "
-        f"in {seconds:.0f} s.",
+        f"Made by `{command}` in {seconds:.0f} s.",
         "",
         "## Block hits",
         "",
@@ -158,10 +171,9 @@ def main() -> int:
         "![token hit rate against capacity](optimum.png)",
         "",
     ]
-    (args.out / "optimum.md").write_text("\n".join(lines), encoding="utf-8")
-    plot(rows, args.out / "optimum.png")
-    print(f"wrote {args.out}/optimum.md, .json, .png in {seconds:.0f} s", file=sys.stderr)
-    return 0
+    (out / "optimum.md").write_text("\n".join(lines), encoding="utf-8")
+    plot(rows, out / "optimum.png")
+    print(f"wrote {out}/optimum.md, .json, .png", file=sys.stderr)
 
 
 if __name__ == "__main__":

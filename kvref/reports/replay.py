@@ -124,11 +124,13 @@ def write_curve_report(
         ("bound_token", "bound on the optimum: token hit rate", 0, "o"),
         ("bound_block", "bound on the optimum: block hit rate", 1, "o"),
     )
+    labels = SeriesLabels()  # MIN and the bound often coincide: the label says so (TRACE-1053)
     for key, name, color_of, marker in markers if optimum else ():
         style = {**series_style(color_of, name), "linestyle": "none", "marker": marker, "markersize": 8}
         if marker == "o":
             style["markerfacecolor"] = "none"
-        ax.plot([p["capacity"] for p in optimum or ()], [100 * p[key] for p in optimum or ()], label=name, **style)
+        points = [(int(p["capacity"]), p[key]) for p in optimum or ()]
+        ax.plot([c for c, _ in points], [100 * v for _, v in points], label=labels.label(name, points), **style)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:,.0f}"))
     ax.tick_params(axis="x", labelsize=8)
