@@ -287,3 +287,39 @@ def test_a_pool_that_dropped_its_cache_holds_its_hash_arrays_as_a_new_pool_does(
         assert dropped[field] == fresh[field], (
             f"after {how}() {field} is {dropped[field]}; a new pool has {fresh[field]}"
         )
+
+
+@rule("STATE-002", "PFX-320", "POOL-117")
+@pytest.mark.parametrize("backend", ["cupy", "torch"])
+def test_many_holders_of_one_block_in_one_batch_are_counted_as_the_oracle_counts_them(backend: str) -> None:
+    """Batched calls that give one block several new holders at once (inline pairs, then the table),
+    beside holders it already has, and take them away again: every block's holders agree with the
+    oracle's after every call, and the invariants hold."""
+    pools = [pool_on("oracle", 16), pool_on(backend, 16)]
+    script: list[tuple[str, Any]] = [
+        ("allocate", (4, "w")),
+        ("register", ([11, 12, 13, 14],)),
+        ("free", ("w",)),
+        ("match_many", ([[11, 12, 13, 14]] * 5, ["a", "b", "c", "d", "e"])),  # five new holders at once
+        ("match_many", ([[11, 12], [11, 12, 13], [11]], ["a", "f", "a"])),  # old and new, one of them twice
+        ("free_many", ("b", "d")),
+        ("match_many", ([[11, 12, 13, 14]] * 3, ["g", "b", "h"])),
+        ("free_many", ("a", "c", "e", "f")),
+        ("free_many", ("g", "b", "h")),
+    ]
+    held: list[dict[str, list[int]]] = [{}, {}]
+    for op, args in script:
+        for pool, mine in zip(pools, held, strict=True):
+            if op == "allocate":
+                mine["w"] = pool.allocate(args[0], holder=args[1])
+            elif op == "register":
+                pool.register(mine["w"], args[0])
+            elif op == "free":
+                pool.free(mine.pop(args[0]), holder=args[0])
+            elif op == "match_many":
+                for got, holder in zip(pool.match_many(args[0], holders=args[1]), args[1], strict=True):
+                    mine.setdefault(holder, []).extend(got)
+            else:
+                pool.free_many([mine.pop(h) for h in args], holders=list(args))
+        assert [pools[0].holders(b) for b in range(16)] == [pools[1].holders(b) for b in range(16)], f"after {op}{args}"
+        pools[1].check_invariants()
