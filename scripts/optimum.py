@@ -43,13 +43,15 @@ def row(trace: Trace, capacity: int, scope: str, exact: bool, time_limit: float)
     belady = belady_replay(trace, capacity)
     out: dict[str, Any] = {"scope": scope, "capacity": capacity, "requests": len(trace.requests)}
     for i, unit in enumerate(UNITS):
-        best: OfflineOptimum = offline_optimum(trace, capacity, unit=unit, exact=exact, time_limit=time_limit)
+        limit = time_limit if exact else None
+        best: OfflineOptimum = offline_optimum(trace, capacity, unit=unit, exact=exact, time_limit=limit)
         out[unit] = {
             "total": best.total,
             "lru": None if lru is None else lru[i],
             "belady": belady.block_hits if unit == "blocks" else belady.token_hits,
             "optimum": best.hits,
             "exact": best.exact,
+            "kind": "exact (ILP)" if best.exact else "upper bound (ILP, time limit)" if exact else "upper bound (LP)",
             "seconds": round(best.seconds, 2),
         }
         print(scope, capacity, unit, out[unit], flush=True)
@@ -68,7 +70,7 @@ def table(rows: list[dict[str, Any]], unit: str) -> list[str]:
     for r in rows:
         u = r[unit]
         total = u["total"]
-        kind = "exact (ILP)" if u["exact"] else "upper bound (LP)"
+        kind = u.get("kind") or ("exact (ILP)" if u["exact"] else "upper bound (LP)")
         lru_gap = "-" if u["lru"] is None else f"{max(0.0, 100 * (u['optimum'] - u['lru']) / total):.2f} pp"
         min_gap = f"{max(0.0, 100 * (u['optimum'] - u['belady']) / total):.3f} pp"  # an LP's last digits may dip below
         lines.append(

@@ -154,7 +154,9 @@ def test_a_stream_recorded_from_any_backend_checks_clean_against_its_snapshot(ba
     stream, held = recorded(backend, policy)
     count, finding = verdict(list(stream), held)
     assert finding is None, finding.describe()
-    assert count == len(stream) and stream == recorded("oracle", policy)[0]
+    assert count == len(stream)
+    if backend != "oracle":
+        assert stream == recorded("oracle", policy)[0], f"{backend} sent other events than the oracle"
 
 
 @rule("PFX-322", "PFX-327")
@@ -167,6 +169,9 @@ def test_every_fault_injected_in_a_stream_is_reported_at_or_after_it(
     changed = list(stream)
     at = inject(data, changed, fault)
     assert_reported(changed, held, at)
+    if fault != "drop":  # the stream contradicts itself at the changed event: PFX-322 names it there
+        _, finding = verdict(list(renumbered(changed)), held)
+        assert finding is not None and (finding.rule, finding.event.line) == ("PFX-322", at + 1), finding
 
 
 @rule("PFX-324", "PFX-327")

@@ -134,6 +134,8 @@ def run_curve(args: argparse.Namespace, settings: Any) -> int:
             ("--stepwise", args.stepwise),
             ("--cache radix/both", args.cache != "hash"),
             ("--policy other than lru, lru-leaf", any(p not in ("lru", "lru-leaf") for p in args.policy or ())),
+            ("--events", args.events),
+            ("--snapshot", args.snapshot),
         )
         if given
     ]

@@ -34,6 +34,7 @@ line it refuses is read again with the standard library to say what is wrong wit
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,11 +352,11 @@ def check_stream(
     """
     checker = StreamChecker(copies=copies)
     feed = checker.feed
-    pending = sorted(snapshots, key=lambda s: s.after)
+    pending = deque(sorted(snapshots, key=lambda s: s.after))
     due = pending[0].after if pending else None
     for event in events:
         while due is not None and event.line > due:
-            finding = checker.compare(pending.pop(0))
+            finding = checker.compare(pending.popleft())
             if finding is not None:
                 return checker.events, finding
             due = pending[0].after if pending else None
@@ -456,6 +457,10 @@ def _hash(record: dict[str, object], key: str, where: str) -> int:
 
 def _refused_line(text: bytes, where: str) -> TraceError:
     """Why a line that the fast reader refused is not an event, found by reading it slowly (PFX-323)."""
+    if text.startswith(b"\xef\xbb\xbf"):
+        return TraceError(
+            "PFX-323", f"{where}: the line starts with a byte-order mark; write the file as UTF-8 without one"
+        )
     try:
         record = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvref.contract.errors import ConfigError, InvalidValueError
+from kvref.contract.validate import prefix_tree_violation
 from kvref.simulation.replay import check_warmup, hit_tokens, warmup_cut
-from kvref.simulation.traces import Trace
+from kvref.simulation.traces import Trace, TraceError
 
 __all__ = ["OfflineOptimum", "offline_optimum"]
 
@@ -46,8 +47,8 @@ class OfflineOptimum:
     upper bound on them (the LP relaxation) (TRACE-1060, TRACE-1063).
 
     ``hits`` are in ``unit`` (``"blocks"`` or ``"tokens"``) over the counted requests, of ``total``
-    (their blocks or tokens); ``gap`` is HiGHS's relative gap between the best hits found and its
-    bound (0 when solved to optimality).
+    (their blocks or tokens); ``gap`` is the relative gap between the best schedule found (none for
+    the relaxation: 0 hits) and ``hits`` (0 when solved to optimality).
     """
 
     source: str
@@ -89,17 +90,24 @@ def offline_optimum(
 ) -> OfflineOptimum:
     """The offline optimum of ``trace`` at ``capacity`` blocks under the replay's rules (see the module).
 
-    ``unit``: maximise block hits or token hits (TRACE-1012). ``exact``: solve the integer program
-    (TRACE-1060), else its LP relaxation, an upper bound (TRACE-1063). ``time_limit`` (seconds) stops
-    HiGHS early; the result then says ``exact=False`` and carries HiGHS's bound as ``hits``, so it is
-    still an upper bound. Refused before any work: a capacity that is not a positive int, a unit
-    other than blocks or tokens, a warm-up outside [0, 1).
+    ``unit``: maximise block hits or token hits (TRACE-1012). ``exact``: solve the integer program to
+    optimality (TRACE-1060, no relative gap allowed), else its LP relaxation, an upper bound
+    (TRACE-1063). ``time_limit`` (seconds, the integer program only) stops HiGHS early; the result
+    then says ``exact=False`` and carries HiGHS's dual bound as ``hits`` (the relaxation's value where
+    HiGHS stopped before it had one), so it is still an upper bound. Refused before any work
+    (InvalidValueError): a capacity that is not a positive int, a unit other than blocks or tokens, a
+    warm-up outside [0, 1), a time limit that is not positive or given for the relaxation; and
+    (TraceError, TRACE-1006) a trace that is not a prefix tree.
     """
     if type(capacity) is not int or capacity < 1:
         raise InvalidValueError("TRACE-1060", f"offline_optimum: capacity must be a positive integer, got {capacity!r}")
     if unit not in ("blocks", "tokens"):
         raise InvalidValueError("TRACE-1060", f"offline_optimum: unit must be 'blocks' or 'tokens', got {unit!r}")
     first = warmup_cut(check_warmup(warmup, "offline_optimum"), len(trace.requests))
+    if time_limit is not None and not exact:
+        raise InvalidValueError(
+            "TRACE-1063", "offline_optimum: time_limit stops the integer program; the relaxation runs to its end"
+        )
     if time_limit is not None and (isinstance(time_limit, bool) or not time_limit > 0):
         raise InvalidValueError(
             "TRACE-1060", f"offline_optimum: time_limit must be positive seconds, got {time_limit!r}"
@@ -114,7 +122,11 @@ def offline_optimum(
     keep_end: list[int] = []
     last_holder: dict[int, int] = {}  # block -> the last request that held it
     keep_into: list[list[int]] = []  # per request, per held position: the keep variable ending there, or -1
+    parent_of: dict[int, int | None] = {}
     for r, request in enumerate(requests):
+        violation = prefix_tree_violation(request.block_ids, parent_of)
+        if violation is not None:
+            raise TraceError("TRACE-1006", f"offline_optimum: request {r}: {violation[1]}")
         held = request.block_ids[:capacity]
         into = []
         for h in held:
@@ -153,6 +165,9 @@ def offline_optimum(
             hit_keep.append(k)
             hit_weight.append(weight)
     hits = len(hit_keep)
+
+    if not hits:  # no counted request holds a block held before it: nothing can hit
+        return OfflineOptimum(trace.source, capacity, unit, True, 0.0, total, 0.0, 0, time.perf_counter() - started)
 
     # Variables: keeps, hits, then what the cache keeps through each request (its occupancy beyond the held blocks).
     occ0 = keeps + hits
@@ -204,32 +219,32 @@ def offline_optimum(
     variable_upper = np.concatenate([np.ones(keeps + hits), np.asarray(room, dtype=float)])
     objective = np.concatenate([np.zeros(keeps), -np.asarray(hit_weight, dtype=float), np.zeros(count)])
     integrality = np.concatenate([np.full(keeps, 1 if exact else 0), np.zeros(hits + count)])
+    constraints = LinearConstraint(matrix, lower, upper)
+    bounds = Bounds(np.zeros(n), variable_upper)
     options: dict[str, Any] = {"disp": False}
-    if time_limit is not None:
-        options["time_limit"] = float(time_limit)
-    result = milp(
-        objective,
-        constraints=LinearConstraint(matrix, lower, upper),
-        integrality=integrality,
-        bounds=Bounds(np.zeros(n), variable_upper),
-        options=options,
-    )
-    if result.x is None and not hits:
-        best, bound = 0.0, 0.0
-    elif result.x is None:
-        raise ConfigError("TRACE-1060", f"offline_optimum: HiGHS found no solution: {result.message}")
-    else:
-        best = float(-result.fun)
-        dual = getattr(result, "mip_dual_bound", None) if exact else None
-        bound = best if dual is None else float(-dual)
-    solved = exact and result.status == 0
-    gap = 0.0 if solved or not best else (bound - best) / bound if bound else 0.0
+    if exact:
+        options["mip_rel_gap"] = 0.0  # HiGHS stops at a relative gap of 1e-4 unless told otherwise
+        if time_limit is not None:
+            options["time_limit"] = float(time_limit)
+    result = milp(objective, constraints=constraints, integrality=integrality, bounds=bounds, options=options)
+    dual = getattr(result, "mip_dual_bound", None)
+    if exact and result.status == 0:  # the integer program solved to optimality (TRACE-1060)
+        solved, best, bound = True, -result.fun + 0.0, -result.fun + 0.0
+    elif exact and result.x is not None and dual is not None and np.isfinite(dual):  # stopped: HiGHS's bound
+        solved, best, bound = False, -result.fun + 0.0, -dual + 0.0
+    else:  # the relaxation, asked for or in place of a program stopped with no bound (TRACE-1063)
+        if exact:
+            result = milp(objective, constraints=constraints, integrality=np.zeros(n), bounds=bounds)
+        if result.x is None:
+            raise ConfigError("TRACE-1060", f"offline_optimum: HiGHS solved nothing: {result.message}")
+        solved, best, bound = False, 0.0, -result.fun + 0.0
+    gap = (bound - best) / bound if bound > 0 else 0.0
     return OfflineOptimum(
         source=trace.source,
         capacity=capacity,
         unit=unit,
         exact=solved,
-        hits=best if solved or not exact else max(best, bound),
+        hits=bound,
         total=total,
         gap=gap,
         variables=n,

@@ -245,12 +245,14 @@ class VllmSchedulerReplay:
         finally:
             tap.shutdown()
         if self.snapshot is not None:
-            self.write_snapshot(scheduler.kv_cache_manager.block_pool, self.snapshot, after=tap.batches, rank=tap.rank)
+            pool = scheduler.kv_cache_manager.block_pool
+            self.write_snapshot(pool, self.snapshot, after=tap.batches, rank=tap.rank, groups=len(self.groups))
         return result
 
     @staticmethod
-    def write_snapshot(block_pool: Any, path: Path, *, after: int, rank: int | None) -> None:
-        """Write what vLLM's ``block_pool`` caches, one snapshot per KV cache group, as its events name
+    def write_snapshot(block_pool: Any, path: Path, *, after: int, rank: int | None, groups: int) -> None:
+        """Write what vLLM's ``block_pool`` caches, one snapshot for each of its ``groups`` KV cache
+        groups (an empty one for a group that caches nothing), as its events name
         it (PFX-327): every (hash, block) pair its hash map holds, each a copy, with the group and
         medium its events carry; ``after``: the messages published so far.
         Read through the pool's public names: each block's ``block_hash`` and the extra hashes in
@@ -269,7 +271,7 @@ class VllmSchedulerReplay:
                     held.setdefault(get_group_id(key), []).append(maybe_convert_block_hash(get_block_hash(key)))
         path.unlink(missing_ok=True)
         medium = getattr(block_pool, "medium", "GPU")
-        for group in sorted(held) or [0]:
+        for group in range(max([groups, *(g + 1 for g in held)])):
             write_snapshot(path, after, sorted(held.get(group, [])), Scope(rank, group, medium))
 
     def _replay(self, scheduler: Any, evictions: _EventTap) -> ServingResult:
