@@ -19,6 +19,7 @@ from typing import NoReturn
 
 __all__ = [
     "MAX_BLOCK_SIZE",
+    "snapshot_clash",
     "CommandParser",
     "backend_name",
     "block_size",
@@ -375,3 +376,15 @@ def trace_argument(text: str) -> str:
     if Path(text).expanduser().is_dir():
         raise _refuse("CONF-912", f"{text} is a directory; name a trace file")
     return text
+
+
+def snapshot_clash(snapshot: str | None, events: str | None) -> str | None:
+    """Why ``--snapshot`` cannot be written with these options (PFX-327), or None: a snapshot is what
+    the cache holds at the end of the event stream ``--events`` records, in a file of its own."""
+    if snapshot is None:
+        return None
+    if events is None:
+        return "give --events too"
+    if Path(snapshot).resolve() == Path(events).resolve():
+        return "give it a file of its own, not the --events file"
+    return None

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvref.cli import arguments as arg
 from kvref.cli.console import print_table, progress_bar
 
 __all__ = ["compare_backends", "print_backend_runs", "run_replay", "trace_name"]
@@ -42,11 +43,11 @@ def run_replay(args: argparse.Namespace) -> int:
             else f"{len(runs)} were asked for: give one --capacity and one --policy"
         )
         raise ConfigError("PFX-323", f"--events records one replay of the hash-block cache; {why}")
-    if args.snapshot and (not args.events or Path(args.snapshot).resolve() == Path(args.events).resolve()):
+    clash = arg.snapshot_clash(args.snapshot, args.events)
+    if clash:
         from kvref.contract.errors import ConfigError
 
-        why = "give --events too" if not args.events else "give it a file of its own, not the --events file"
-        raise ConfigError("PFX-327", f"--snapshot records what the cache holds at the end of its event stream; {why}")
+        raise ConfigError("PFX-327", f"--snapshot records what the cache holds at the end of its event stream; {clash}")
     trace = replay_trace(args, settings.hash)
     runs = within_the_trace(runs, trace)
     results = []
@@ -74,11 +75,11 @@ def run_replay(args: argparse.Namespace) -> int:
                     written = write_stream(pool.take_events(), Path(args.events))
                     print(f"wrote {written:,} events to {args.events}", file=sys.stderr)
                     if args.snapshot:
+                        resident = sorted(pool.resident_hashes())
                         Path(args.snapshot).unlink(missing_ok=True)
-                        write_snapshot(Path(args.snapshot), written, sorted(pool.resident_hashes()))
+                        write_snapshot(Path(args.snapshot), written, resident)
                         print(
-                            f"wrote the cache's {len(pool.resident_hashes()):,} resident hashes to {args.snapshot}",
-                            file=sys.stderr,
+                            f"wrote the cache's {len(resident):,} resident hashes to {args.snapshot}", file=sys.stderr
                         )
             advance()
     compared = compare_backends(trace, results, args) if args.backends else []

@@ -352,10 +352,10 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
         )
     if args.events is not None and args.no_prefix_caching:
         raise InvalidValueError("PFX-323", "--events: vLLM sends no KV events with prefix caching off")
-    if args.snapshot is not None and (
-        args.events is None or Path(args.snapshot).resolve() == Path(args.events).resolve()
-    ):
-        why = "give --events too" if args.events is None else "give it a file of its own, not the --events file"
+    from kvref.cli import arguments as arg
+
+    why = arg.snapshot_clash(args.snapshot, args.events)
+    if why:
         raise InvalidValueError(
             "PFX-327", f"--snapshot records what vLLM's cache holds at the end of its stream; {why}"
         )

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kvref.simulation.event_streams import CLEARED, MESSAGE, REMOVED, STORED, Scope, StreamEvent
+from kvref.simulation.event_streams import CLEARED, MESSAGE, REMOVED, STORED, Scope, StreamEvent, is_hash
 from kvref.simulation.traces import TraceError
 
 __all__ = ["EngineBatch", "read_engine_stream", "write_engine_stream"]
@@ -50,18 +50,14 @@ def _msgpack() -> Any:
     return msgpack
 
 
-def _is_hash(value: object) -> bool:
-    return (type(value) is int and -(2**63) <= value < 2**64) or type(value) is bytes
-
-
 def _all_hashes(values: list[object]) -> bool:
     """Whether every value is a hash: a 64-bit int, signed (SGLang's) or not (vLLM's), checked at once
     where all are ints, or bytes (vLLM's digests)."""
     if len(values) == 1:
-        return _is_hash(values[0])
+        return is_hash(values[0])
     if all(type(v) is int for v in values):
         return not values or (min(values) >= -(2**63) and max(values) < 2**64)  # type: ignore[type-var, operator]
-    return all(_is_hash(v) for v in values)
+    return all(is_hash(v) for v in values)
 
 
 def _refused(where: str, why: str) -> TraceError:
@@ -111,7 +107,7 @@ def _event(
     if tag != "BlockStored":
         raise _refused(at, f"it has type {tag!r}; {KINDS}")
     parent, tokens, size = fields.get("parent_block_hash"), fields.get("token_ids"), fields.get("block_size")
-    if parent is not None and not _is_hash(parent):
+    if parent is not None and not is_hash(parent):
         raise _refused(at, f"'parent_block_hash' must be a hash or None, got {parent!r:.40}")
     if not isinstance(tokens, list):
         raise _refused(at, f"'token_ids' must be a list, got {tokens!r:.40}")

@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 import msgspec
 
@@ -52,6 +53,7 @@ __all__ = [
     "StreamEvent",
     "StreamFinding",
     "check_stream",
+    "is_hash",
     "Snapshot",
     "read_json_lines",
     "read_snapshots",
@@ -305,7 +307,7 @@ class StreamChecker:
         held = self._copies.get(snapshot.scope, {})
         cache = snapshot.copies if self.copies else dict.fromkeys(snapshot.copies, 1)
         lost_stores = [h for h, n in cache.items() if held.get(h, 0) < n]
-        lost_removals = [h for h, n in held.items() if cache.get(h, 0) < (n if self.copies else 1)]
+        lost_removals = [h for h, n in held.items() if cache.get(h, 0) < n]
         if not lost_stores and not lost_removals:
             return None
         counts = f"{len(lost_stores)} {'copies of ' if self.copies else ''}hashes the cache holds beyond the rebuild,"
@@ -419,16 +421,20 @@ def read_snapshots(path: Path) -> list[Snapshot]:
     return snapshots
 
 
+def is_hash(value: object) -> TypeGuard[Hash]:
+    """Whether ``value`` is a block hash as engines send them: a 64-bit int, unsigned (vLLM's) or
+    signed (SGLang's), or bytes (vLLM's digests)."""
+    return (type(value) is int and -(2**63) <= value < 2**64) or type(value) is bytes
+
+
 def _snapshot_hash(value: int | str, where: str) -> Hash:
-    """A snapshot's hash: an int as engines send them (unsigned, or SGLang's signed), or ``0x`` and hex digits."""
-    if isinstance(value, int):
-        if -(2**63) <= value < 2**64:
-            return value
-    elif value.startswith("0x"):
-        try:
-            return bytes.fromhex(value[2:])
-        except ValueError:
-            pass
+    """A snapshot's hash: an int as engines send them (:func:`is_hash`), or ``0x`` and hex digits."""
+    parsed: object = value
+    if isinstance(value, str) and value.startswith("0x"):
+        with suppress(ValueError):
+            parsed = bytes.fromhex(value[2:])
+    if is_hash(parsed):
+        return parsed
     raise TraceError("PFX-323", f"{where}: a resident hash must be a 64-bit int or '0x' and hex digits, got {value!r}")
 
 

@@ -118,8 +118,8 @@ def offline_optimum(
     requests = trace.requests
     count = len(requests)
     # Keep variables: one per two consecutive requests holding a block (TRACE-1061).
-    keep_start: list[int] = []
-    keep_end: list[int] = []
+    keeps = 0
+    starting: list[list[int]] = [[] for _ in range(count)]  # per request, the keeps whose first holder it is
     last_holder: dict[int, int] = {}  # block -> the last request that held it
     keep_into: list[list[int]] = []  # per request, per held position: the keep variable ending there, or -1
     parent_of: dict[int, int | None] = {}
@@ -134,12 +134,11 @@ def offline_optimum(
             if before is None:
                 into.append(-1)
             else:
-                into.append(len(keep_start))
-                keep_start.append(before)
-                keep_end.append(r)
+                into.append(keeps)
+                starting[before].append(keeps)
+                keeps += 1
             last_holder[h] = r
         keep_into.append(into)
-    keeps = len(keep_start)
 
     # Hit variables: one per held position of a counted request, in prefix order (TRACE-1062).
     hit_keep: list[int] = []
@@ -177,11 +176,6 @@ def offline_optimum(
     vals: list[float] = []
     row = 0
     # occupancy_r - occupancy_{r-1} - (keeps starting at r - 1) + (keeps ending at r) = 0
-    starting: list[list[int]] = [[] for _ in range(count)]
-    ending: list[list[int]] = [[] for _ in range(count)]
-    for k, (s, e) in enumerate(zip(keep_start, keep_end, strict=True)):
-        starting[s].append(k)
-        ending[e].append(k)
     for r in range(count):
         rows.append(row)
         cols.append(occ0 + r)
@@ -194,7 +188,7 @@ def offline_optimum(
                 rows.append(row)
                 cols.append(k)
                 vals.append(-1.0)
-        for k in ending[r]:
+        for k in (k for k in keep_into[r] if k >= 0):  # the keeps whose second holder is r
             rows.append(row)
             cols.append(k)
             vals.append(1.0)
