@@ -116,11 +116,13 @@ def _pooled(points: Sequence[ServingPoint], workers: int) -> Iterator[Outcome]:
         for point in unanswered:
             yield point, _alone(point)
     except BaseException:  # Ctrl-C, or the caller stopped: no point waits, no worker is left running
-        pool.shutdown(wait=False, cancel_futures=True)
         for child in multiprocessing.active_children():
             child.terminate()
         for child in multiprocessing.active_children():
             child.join(timeout=5)
+        # The pool's own thread sees its workers gone and ends; waiting for it here leaves nothing for
+        # the interpreter's exit to wake (waking a thread that is closing its pipe raises at exit).
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
 
 
