@@ -49,22 +49,22 @@ def set_to(array_of: Callable[[Any], Any], at: Callable[[Any], int] | int, value
 
 
 def a_shared_count_of_zero(p: Any) -> None:
-    p.references.shared.count0[int(np.flatnonzero(p.references.shared.hid0 >= 0)[0])] = 0
+    p.references.shared.first_count[int(np.flatnonzero(p.references.shared.first_holder >= 0)[0])] = 0
 
 
 def a_holder_counted_zero_times_another_twice(p: Any) -> None:
     """Block 4's two holders (both counted inline): counts 0 and 2, which still add up to its reference count."""
-    b = int(np.flatnonzero((p.references.shared.hid0 >= 0) & (p.references.shared.hid1 >= 0))[0])
-    p.references.shared.count0[b], p.references.shared.count1[b] = 0, 2
+    b = int(np.flatnonzero((p.references.shared.first_holder >= 0) & (p.references.shared.second_holder >= 0))[0])
+    p.references.shared.first_count[b], p.references.shared.second_count[b] = 0, 2
 
 
 def a_pair_counted_inline_and_in_the_table(p: Any) -> None:
     """Block 4's first holder also counted in the table (the counts no longer add up either: the layout is named)."""
-    b = int(np.flatnonzero(p.references.shared.hid0 >= 0)[0])
+    b = int(np.flatnonzero(p.references.shared.first_holder >= 0)[0])
     p.references.shared.add(p.ops.asarray(np.array([b])), 7, 1)  # a third holder: to the table
     p.references.shared.table.values[np.flatnonzero(p.references.shared.table.keys >= 0)[0]] = 1
     p.references.shared.table.keys[np.flatnonzero(p.references.shared.table.keys >= 0)[0]] = b << 32 | int(
-        p.references.shared.hid0[b]
+        p.references.shared.first_holder[b]
     )
 
 
@@ -215,7 +215,7 @@ REPORTS: list[tuple[str, str, Callable[[Any], object], str, str]] = [
     (
         "an unused inline slot with a count",
         "lru",
-        lambda p: p.references.shared.count1.__setitem__(3, 1),
+        lambda p: p.references.shared.second_count.__setitem__(3, 1),
         "STATE-002",
         "per-holder counts of shared blocks: an unused inline slot holds a count",
     ),

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from kvref_arraypool.pool import ArrayBlockPool
+from kvref_arraypool.table import HashTable
 
 from kvref.contract.errors import InvalidTypeError, InvalidValueError, KVRefError, NotHeldError
 from kvref_conformance.machines import make_machine
@@ -61,6 +62,22 @@ def flat_target(path: str) -> Target:
 def test_the_array_forms_of_the_batched_calls_answer_as_the_oracle_does(path: str, policy: str) -> None:
     """The targeted machine (its batched steps included) beside the oracle, batches through the array forms."""
     machine = make_machine(flat_target(path), policy, targeted=True)
+    run_state_machine_as_test(machine, settings=settings(max_examples=20, stateful_step_count=40, deadline=None))
+
+
+@rule("PFX-320", "PFX-309")
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_batched_match_probes_exactly_for_every_hash_the_quick_probe_gave_up_on(path: str, monkeypatch: Any) -> None:
+    """``match_many`` takes ``HashTable.find_near``'s answers, read with its lengths, unless a hash is
+    flagged as lying past its home's window: then it probes exactly. A quick probe that answers
+    nothing and flags every hash (a crowded table): the hits are still the oracle's."""
+
+    def gives_up(table: HashTable, keys: Any, default: int = -1) -> tuple[Any, Any]:
+        ops = table.ops
+        return ops.full(len(keys), default), ops.arange(len(keys)) >= 0
+
+    monkeypatch.setattr(HashTable, "find_near", gives_up)
+    machine = make_machine(flat_target(path), "lru", targeted=True)
     run_state_machine_as_test(machine, settings=settings(max_examples=20, stateful_step_count=40, deadline=None))
 
 

@@ -89,7 +89,7 @@ def test_a_block_with_two_holders_keeps_both_inline_and_a_third_goes_to_the_tabl
     counts = HolderCounts(ops, BLOCKS)
     counts.add(arr(ops, [2, 2, 3]), arr(ops, [0, 1, 0]), arr(ops, [4, 1, 1]))  # block 2 twice in one call
     assert counts.table.live == 0, f"two holders of block 2 and one of block 3 spilled {counts.table.live} pairs"
-    assert (host(counts.hid0), host(counts.hid1)) == ([-1, -1, 0, 0, -1], [-1, -1, 1, -1, -1])
+    assert (host(counts.first_holder), host(counts.second_holder)) == ([-1, -1, 0, 0, -1], [-1, -1, 1, -1, -1])
     counts.add(arr(ops, [2]), arr(ops, [3]), 1)
     assert counts.table.live == 1 and host(counts.spilled) == [0, 0, 1, 0, 0], "a third holder goes to the table"
     counts.sub(arr(ops, [2, 2]), arr(ops, [0, 3]), arr(ops, [4, 1]))

@@ -3,11 +3,11 @@
 A block one holder holds keeps its holder in ``owner`` and its count in ``ref`` (see
 :mod:`kvref_arraypool.blocks`); a block that gains a second holder becomes shared, and the count of
 each (block, holder) pair then lives here. Most shared blocks have two holders (a request, and
-another reading its prefix), so a block's first two pairs sit in per-block arrays, ``hid0`` and
-``count0``, ``hid1`` and ``count1``: reading or changing them is a gather or a scatter, with no
-probe. A third holder and beyond go to a growable :class:`~kvref_arraypool.table.HashTable` keyed
-by ``block << HID_BITS | hid``; ``spilled[b]`` counts block ``b``'s pairs there, so that a block
-with none never probes it.
+another reading its prefix), so a block's first two pairs sit in per-block arrays
+(``first_holder`` and ``first_count``, ``second_holder`` and ``second_count``): reading or changing
+them is a gather or a scatter, with no probe. A third holder and beyond go to a growable
+:class:`~kvref_arraypool.table.HashTable` keyed by ``block << HID_BITS | hid``; ``spilled[b]``
+counts block ``b``'s pairs there, so that a block with none never probes it.
 
 Callers guarantee what each method states of its pairs (distinct, present or absent, counts
 positive and covered): the pool has validated them. Each method takes device arrays and reads the
@@ -41,12 +41,12 @@ class HolderCounts:
 
     def __init__(self, ops: ArrayOps, n: int) -> None:
         self.ops = ops
-        self.hid0 = ops.full(n, UNUSED)
-        self.count0 = ops.zeros(n)
-        self.hid1 = ops.full(n, UNUSED)
-        self.count1 = ops.zeros(n)
+        self.first_holder = ops.full(n, UNUSED)
+        self.first_count = ops.zeros(n)
+        self.second_holder = ops.full(n, UNUSED)
+        self.second_count = ops.zeros(n)
         #: The two inline slots, (holder ids, counts) each, in the order pairs take them.
-        self.inline = ((self.hid0, self.count0), (self.hid1, self.count1))
+        self.inline = ((self.first_holder, self.first_count), (self.second_holder, self.second_count))
         self.spilled = ops.zeros(n)
         self.table = HashTable(ops, 64, growable=True)
         self._mark = ops.full(n, -1)
@@ -56,8 +56,8 @@ class HolderCounts:
     def get(self, blocks: Array, hids: Array | int) -> Array:
         """References of each pair (0 for a pair not counted here)."""
         ops = self.ops
-        h0, h1 = self.hid0[blocks], self.hid1[blocks]
-        out = ops.where(h0 == hids, self.count0[blocks], ops.where(h1 == hids, self.count1[blocks], 0))
+        h0, h1 = self.first_holder[blocks], self.second_holder[blocks]
+        out = ops.where(h0 == hids, self.first_count[blocks], ops.where(h1 == hids, self.second_count[blocks], 0))
         if self.table.live:
             look = ops.nonzero((h0 != hids) & (h1 != hids) & (self.spilled[blocks] > 0))
             if len(look):
@@ -90,7 +90,12 @@ class HolderCounts:
         table, or in both inline slots), an unused inline slot with a count, ``spilled`` that
         disagrees with the table (STATE-002 checks the counts themselves)."""
         host = self.ops.to_host
-        h0, h1, c0, c1 = host(self.hid0), host(self.hid1), host(self.count0), host(self.count1)
+        h0, h1, c0, c1 = (
+            host(self.first_holder),
+            host(self.second_holder),
+            host(self.first_count),
+            host(self.second_count),
+        )
         if ((h0 == UNUSED) & (c0 != 0)).any() or ((h1 == UNUSED) & (c1 != 0)).any():
             return "an unused inline slot holds a count"
         if ((h0 != UNUSED) & (h0 == h1)).any():
@@ -115,7 +120,7 @@ class HolderCounts:
         n = len(blocks)
         if n == 0:
             return
-        h0, h1 = self.hid0[blocks], self.hid1[blocks]
+        h0, h1 = self.first_holder[blocks], self.second_holder[blocks]
         fresh = ops.where(h0 == UNUSED, 2, ops.where(h1 == UNUSED, 3, 4))
         if self.table.live:
             fresh = ops.where(self.spilled[blocks] > 0, 5, fresh)
@@ -149,10 +154,10 @@ class HolderCounts:
         ``(second, second_counts)`` per block; the blocks are distinct and none is counted here (a
         block held alone has no pair here, STATE-002), so both pairs go inline with no host read."""
         ops = self.ops
-        ops.put(self.hid0, blocks, first)
-        ops.put(self.count0, blocks, first_counts)
-        ops.put(self.hid1, blocks, second)
-        ops.fill_at(self.count1, blocks, second_counts)
+        ops.put(self.first_holder, blocks, first)
+        ops.put(self.first_count, blocks, first_counts)
+        ops.put(self.second_holder, blocks, second)
+        ops.fill_at(self.second_count, blocks, second_counts)
 
     def _spill(self, blocks: Array, hids: Array | int, counts: Array | int) -> None:
         """Count new pairs in the table."""
@@ -165,7 +170,7 @@ class HolderCounts:
         """Count new pairs: each block's first in a free inline slot (``0`` before ``1``), the
         next in the other if that is free too, any more in the table."""
         ops = self.ops
-        f0, f1 = self.hid0[blocks] == UNUSED, self.hid1[blocks] == UNUSED
+        f0, f1 = self.first_holder[blocks] == UNUSED, self.second_holder[blocks] == UNUSED
         rank = self._rank(blocks)
         if isinstance(rank, int):  # each block once
             to0, to1 = f0, ~f0 & f1
@@ -211,7 +216,7 @@ class HolderCounts:
         n = len(blocks)
         if n == 0:
             return
-        h0, h1 = self.hid0[blocks], self.hid1[blocks]
+        h0, h1 = self.first_holder[blocks], self.second_holder[blocks]
         where = ops.to_host(ops.where(h0 == hids, 0, ops.where(h1 == hids, 1, 2)))
         for slot, (hid, count) in enumerate(self.inline):
             at = self._positions(where == slot)
@@ -234,9 +239,9 @@ class HolderCounts:
 
     def clear(self) -> None:
         """Count nothing (the arrays stay)."""
-        for hid in (self.hid0, self.hid1):
+        for hid in (self.first_holder, self.second_holder):
             hid[:] = UNUSED
-        for count in (self.count0, self.count1, self.spilled):
+        for count in (self.first_count, self.second_count, self.spilled):
             count[:] = 0
         self.table.clear()
 

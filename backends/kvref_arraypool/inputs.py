@@ -24,7 +24,7 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 def plain_ints(values: object) -> list[int] | None:
     """``values`` as a new list when it is a list or tuple of Python ints (no bools, which are
     refused as the oracle refuses them), else None: a batch's counts or offsets taken in one pass in C."""
-    if not isinstance(values, (list, tuple)) or type(values) not in (list, tuple):  # no subclass: it may differ
+    if type(values) is not list and type(values) is not tuple:  # exactly: a subclass may answer differently
         return None
     if not set(map(type, values)) <= {int}:
         return None

@@ -153,8 +153,8 @@ class PrefixIndex:
         starts = np.cumsum(lengths) - lengths
         segment = np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
         position = np.arange(total, dtype=np.int64) - starts[segment]
-        prev = np.concatenate([np.array([-1], dtype=np.int64), flat[:-1]])
-        prev[position == 0] = -1  # every chain starts at the root
+        prev = np.roll(flat, 1)  # each hash's parent is the hash before it ...
+        prev[position == 0] = -1  # ... but every chain starts at the root
         hashes = ops.asarray(flat)
         entries, far = self.index.find_near(hashes)
         seg, pos, parents = ops.asarray(segment), ops.asarray(position), ops.asarray(prev)
