@@ -32,6 +32,7 @@ from kvref_conformance.corpus import (
     corpus_table,
     judge,
     load_corpus,
+    merge_passes,
     read_results,
     unreported_findings,
     unreported_section,
@@ -99,30 +100,8 @@ def run_suite(engine: str, backend: str, version: str, env: dict[str, str], work
         ran_on = results["implementation"]["version"]
         if ran_on != version:
             raise SystemExit(f"bug_corpus: asked for {backend} {version} but the suite ran on {ran_on}")
-        merged = _merge(merged, results) if merged else results
+        merged = merge_passes(merged, results) if merged else results
     return merged
-
-
-def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """One results document from two passes over one release, run one after the other: the second
-    pass's failures are timed from the start of the first."""
-    offset = first["seconds"]
-    later, known = (
-        [{**f, "failed_after_seconds": round(f["failed_after_seconds"] + offset, 1)} for f in second[key]]
-        for key in ("failures", "known_failures")
-    )
-    rules = dict(first["rules"])
-    for rule, said in second["rules"].items():
-        statuses = {rules[rule]["status"], said["status"]} if rule in rules else {said["status"]}
-        status = next(s for s in ("fail", "pass", "partial", "blocked", "unsupported") if s in statuses)
-        rules[rule] = {**said, "status": status}
-    return {
-        **first,
-        "rules": rules,
-        "failures": first["failures"] + later,
-        "known_failures": first["known_failures"] + known,
-        "seconds": round(offset + second["seconds"], 1),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

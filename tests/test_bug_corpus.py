@@ -14,6 +14,7 @@ from kvref_conformance.corpus import (
     corpus_table,
     judge,
     load_corpus,
+    merge_passes,
     named_rules,
     unreported_findings,
     unreported_section,
@@ -117,6 +118,21 @@ def test_the_fix_is_clear_where_the_catching_test_passes_and_nothing_of_this_bug
     other = {**still, "reason": "bug (POOL-106): another bug of the rule (https://y)"}
     assert judge(bug(), caught, results(known=[other], POOL_106="passed")).fixed_passes is True
     assert judge(bug(fixed=""), caught, None).fixed_passes is None
+
+
+@rule("CONF-914")
+def test_a_second_pass_over_a_release_keeps_what_the_first_pass_ran() -> None:
+    """The second pass runs a few tests again; a rule's test that only the first ran still counts, so
+    the test that caught a bug on its buggy release is seen passing on the fixed one."""
+    main = {**results(EVICT_408="passed"), "seconds": 20.0}
+    again = {"rules": {"EVICT-408": {"status": "pass", "tests": {"x.py::T::test_b": "passed"}}}}
+    merged = merge_passes(main, {**again, "failures": [], "known_failures": [], "seconds": 5.0})
+    assert merged["rules"]["EVICT-408"]["tests"] == {"x.py::T::test_a": "passed", "x.py::T::test_b": "passed"}
+    failing = {"rules": {"EVICT-408": {"status": "fail", "tests": {"x.py::T::test_a": "failed"}}}}
+    late = failure("[EVICT-408] x", ["EVICT-408"], seconds=2.0)
+    merged = merge_passes(main, {**failing, "failures": [late], "known_failures": [], "seconds": 5.0})
+    assert merged["rules"]["EVICT-408"] == {"status": "fail", "tests": {"x.py::T::test_a": "failed"}}
+    assert merged["failures"][0]["failed_after_seconds"] == 22.0 and merged["seconds"] == 25.0
 
 
 @rule("CONF-914")

@@ -43,6 +43,7 @@ __all__ = [
     "corpus_table",
     "judge",
     "load_corpus",
+    "merge_passes",
     "named_rules",
     "read_results",
     "is_bug",
@@ -232,6 +233,32 @@ def judge(bug: Bug, buggy_results: dict[str, Any], fixed_results: dict[str, Any]
         fixed_passes=fixed_passes,
         false_alarms=false_alarms,
     )
+
+
+def merge_passes(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One results document from two passes over one release, run one after the other: the second
+    pass's failures are timed from the start of the first, a rule fails if it failed in either, and
+    each rule keeps every test either pass ran (a test both ran failed if it failed in either)."""
+    offset = first["seconds"]
+    later, known = (
+        [{**f, "failed_after_seconds": round(f["failed_after_seconds"] + offset, 1)} for f in second[key]]
+        for key in ("failures", "known_failures")
+    )
+    rules = dict(first["rules"])
+    for rule, said in second["rules"].items():
+        statuses = {rules[rule]["status"], said["status"]} if rule in rules else {said["status"]}
+        status = next(s for s in ("fail", "pass", "partial", "blocked", "unsupported") if s in statuses)
+        tests = dict(rules[rule]["tests"]) if rule in rules else {}
+        for test, outcome in said["tests"].items():
+            tests[test] = "failed" if "failed" in (tests.get(test), outcome) else tests.get(test, outcome)
+        rules[rule] = {**said, "status": status, "tests": tests}
+    return {
+        **first,
+        "rules": rules,
+        "failures": first["failures"] + later,
+        "known_failures": first["known_failures"] + known,
+        "seconds": round(offset + second["seconds"], 1),
+    }
 
 
 def read_results(path: Path) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Which rules a rule's tests take for granted (so a broken foundation skips, not cascades).
 
 When a test of a prerequisite rule fails, every later test whose rules depend on it is skipped
-with "prerequisite failed: RULE" instead of failing for the same root cause.
+with "prerequisite failed: RULE" instead of failing for the same root cause. A test marked
+``corner`` (``suites.base.corner``) checks what no dependent relies on; its failure skips nothing.
 """
 
 from __future__ import annotations

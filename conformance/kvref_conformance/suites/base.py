@@ -18,9 +18,23 @@ from kvref_conformance.prerequisites import prerequisites_of
 from kvref_conformance.session import TARGET_KEY, failed_rules
 from kvref_conformance.target import Target
 
-__all__ = ["LEAF_POLICIES", "ConformanceSuite", "cache_chain", "fails_unchanged", "first_policy", "requires", "rule"]
+__all__ = [
+    "LEAF_POLICIES",
+    "ConformanceSuite",
+    "cache_chain",
+    "corner",
+    "fails_unchanged",
+    "first_policy",
+    "requires",
+    "rule",
+]
 
 rule = pytest.mark.rule
+
+#: A test of a corner of its rules that the tests depending on those rules never reach (an id listed
+#: twice in one call, say). Its failure fails its rules as any other does, but skips no dependent:
+#: one broken corner must not hide the chapters built on the rule's common case.
+corner = pytest.mark.kvref_corner
 
 
 def requires(*capabilities: str) -> pytest.MarkDecorator:

@@ -38,6 +38,16 @@ class EvictionSuite(ConformanceSuite):
         pool.allocate(2)
         assert len(pool.resident_hashes()) == 2, "exactly the shortfall of 2 must be evicted"
 
+    @rule("EVICT-408")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "lru-leaf-access"])
+    def test_a_block_released_without_a_hash_is_taken_before_any_cached_one(self, impl: Target, policy: str) -> None:
+        pool = self.pool(impl, 6, policy=policy)
+        cache_chain(pool, [1, 2, 3])
+        scratch = pool.allocate(pool.num_free, holder="scratch")  # every block that holds no hash
+        pool.free(scratch, holder="scratch")  # free again, released after the cached ones, still with no hash
+        pool.allocate(len(scratch))
+        assert pool.resident_hashes() == {1, 2, 3}, "allocate evicted cached blocks while blocks with no hash were free"
+
     @rule("EVICT-409")
     @pytest.mark.parametrize("policy", POLICIES)
     def test_eviction_never_takes_a_block_in_use(self, impl: Target, policy: str) -> None:

@@ -18,7 +18,15 @@ from kvref.contract.errors import (
 )
 from kvref.contract.protocol import BlockState
 from kvref_conformance.observe import observe
-from kvref_conformance.suites.base import LEAF_POLICIES, ConformanceSuite, cache_chain, fails_unchanged, requires, rule
+from kvref_conformance.suites.base import (
+    LEAF_POLICIES,
+    ConformanceSuite,
+    cache_chain,
+    corner,
+    fails_unchanged,
+    requires,
+    rule,
+)
 from kvref_conformance.target import Target
 
 __all__ = ["PoolSuite", "counts"]
@@ -154,6 +162,7 @@ class PoolSuite(ConformanceSuite):
         )
 
     @rule("POOL-107")
+    @corner  # no dependent frees an id twice in one call
     def test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call(self, impl: Target) -> None:
         pool = self.pool(impl)
         [b] = pool.allocate(1, holder="r")
