@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 from kvref.contract.events import BlockRemoved
+from kvref.contract.validate import as_block_id_list, as_count, as_holder_list
 from kvref.oracle import OracleBlockPool
 from kvref.oracle.backend import OracleBackend
 from kvref.oracle.blockpool.eviction import Eviction
@@ -88,6 +89,25 @@ class _AnyHolderReleases(ReferenceCounts):
             held = self.blocks.holders[b]
             owner = holder if held and holder in held else next(iter(held))  # type: ignore[arg-type]
             super().release([b], owner)
+
+
+class _HolderKeptAtZero(ReferenceCounts):
+    def release(self, ids: list[int], holder: Hashable) -> None:
+        super().release(ids, holder)
+        for b in ids:
+            held = self.blocks.holders[b]
+            if held and holder not in held:  # still held by another
+                held[holder] = 0  # the entry stays, and a holder at zero passes the holder check
+
+
+class SecondReleaseBySameHolder(_Buggy):
+    """A holder's entry stays at zero after its last release of a shared block, so the check that it
+    holds the block passes again: its second release takes another holder's reference."""
+
+    parts = PoolParts(references=_HolderKeptAtZero)
+
+    def holders(self, block_id: Any) -> dict[Hashable, int]:
+        return {h: k for h, k in super().holders(block_id).items() if k}  # zeros are not shown
 
 
 class LockCountGoesNegative(_Buggy):
@@ -173,6 +193,36 @@ class UntaggedExtraKeys(_Buggy):
             parent = hash_block(parent, block)
             out.append(parent)
         return out
+
+
+class HashKeptIn32Bits(_Buggy):
+    """Each block's hash is stored in a 32-bit slot: distinct blocks share a hash once a cache holds
+    tens of thousands of them, and a hit then serves another prefix's KV."""
+
+    def hash_blocks(self, token_ids: Any, block_size: int, **extra: Any) -> list[int]:
+        return [h & 0xFFFF_FFFF for h in super().hash_blocks(token_ids, block_size, **extra)]
+
+
+class AdmissionBudgetOfEveryCachedBlock(_Buggy):
+    """``allocate_many`` sizes its admission by the free blocks plus every cached one, though under
+    ``lru-leaf`` the cached ancestors of a held block cannot be evicted: it admits an entry that does
+    not fit, and that entry's allocation fails with the batch half done."""
+
+    def allocate_many(self, counts: Any, *, holders: Any) -> list[list[int]]:
+        op = "allocate_many"
+        cs = [
+            as_count(c, op=op, arg=f"counts[{i}]") for i, c in enumerate(as_block_id_list(counts, op=op, arg="counts"))
+        ]
+        hs = as_holder_list(holders, len(cs), op=op)
+        for count, holder in zip(cs, hs, strict=True):
+            self.paused.refuse(holder, count, op)
+        budget, admitted = self.num_free + self.num_cached, []
+        for count, holder in zip(cs, hs, strict=True):
+            if count > budget:
+                break
+            budget -= count
+            admitted.append(self.allocate(count, holder=holder))
+        return admitted
 
 
 class LastTokenHit(_Buggy):
@@ -384,12 +434,14 @@ EXPECTED: dict[str, str] = {
     "ScatterFree": "POOL-107",
     "LeafIgnored": "EVICT-403",
     "LockCountGoesNegative": "POOL-108",
+    "SecondReleaseBySameHolder": "POOL-108",
     "StaleHashAfterEviction": "PFX-312",
     "PartialAllocation": "POOL-105",
     "LookupTouches": "PFX-321",
     "ResetWhileInUse": "PFX-313",
     "ReservedHandedOut": "POOL-102",
     "UntaggedExtraKeys": "HASH-205",
+    "HashKeptIn32Bits": "HASH-212",
     "LastTokenHit": "REQ-701",
     "GenerationNotBumped": "POOL-111",
     "RemovedForEveryCopy": "PFX-317",
@@ -399,6 +451,7 @@ EXPECTED: dict[str, str] = {
     "AllocateHandsOutAView": "POOL-123",
     "ScatterPinInMatchMany": "PFX-320",
     "AdmissionSkipsWhatDoesNotFit": "POOL-116",
+    "AdmissionBudgetOfEveryCachedBlock": "POOL-116",
     "PausedCountMissedByFreeMany": "POOL-113",
     "OneQueueInReleaseOrder": "EVICT-408",
 }

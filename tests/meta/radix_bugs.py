@@ -140,6 +140,30 @@ class EvictWhileLocked(OracleRadixCache):
         self._leaves.evictable = lambda node: node.alive and not node.is_root and not node.children  # type: ignore[method-assign]
 
 
+class SharedPathCountedPerLock(OracleRadixCache):
+    """A path a second request locks is counted in ``evictable_size`` as well as in ``protected_size``,
+    as if each request owned its own copy: an idle check of free plus evictable against the pool's
+    size then reports a leak that is not there (SGLang's double-counted shared pages)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._counted_again: dict[int, int] = {}
+
+    def lock(self, node: Any) -> Any:
+        before = self.protected_size()
+        receipt = super().lock(node)
+        if self.protected_size() == before:  # the path was locked already: a second request shares it
+            self._counted_again[id(receipt)] = len(self.node_tokens(node))
+        return receipt
+
+    def unlock(self, receipt: Any) -> None:
+        super().unlock(receipt)
+        self._counted_again.pop(id(receipt), None)
+
+    def evictable_size(self) -> int:
+        return super().evictable_size() + sum(self._counted_again.values())
+
+
 class SplitDropsLocks(OracleRadixCache):
     """A node split where a prefix ends gives its new head no locks: the locked path's head is evictable."""
 
@@ -276,6 +300,7 @@ SplitReportsPagesEvents = _radix_backend("SplitReportsPagesEvents", SplitReports
 #: Each planted tree bug and the rule the scheduler machine must name.
 TREE_BUGS: dict[type[OracleRadixCache], str] = {
     EvictWhileLocked: "RADIX-625",
+    SharedPathCountedPerLock: "RADIX-625",
     SplitDropsLocks: "RADIX-624",
     InsertOverwrites: "RADIX-626",
     NamespaceIgnored: "RADIX-622",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from kvref.contract.hashing import MultimodalItem
@@ -18,9 +19,9 @@ class HashingSuite(ConformanceSuite):
     """Rules of chapter 02, checked on the implementation's own ``hash_blocks``."""
 
     @staticmethod
-    def hashes(impl: Target, tokens: list[int] = TOKENS, **extra: Any) -> list[int]:
+    def hashes(impl: Target, tokens: list[int] = TOKENS, block_size: int = 16, **extra: Any) -> list[int]:
         pool = impl.create(4)
-        result: list[int] = pool.hash_blocks(tokens, 16, **extra)
+        result: list[int] = pool.hash_blocks(tokens, block_size, **extra)
         return result
 
     @rule("HASH-201")
@@ -55,6 +56,21 @@ class HashingSuite(ConformanceSuite):
         first, second = self.hashes(impl), self.hashes(impl)
         assert first == second, "the same tokens hashed twice give different hashes"
         assert all(0 <= h < 2**63 for h in first)
+
+    @rule("HASH-212")
+    def test_distinct_blocks_of_small_token_ids_never_share_a_hash_and_every_bit_varies(self, impl: Target) -> None:
+        draw = random.Random(212)
+        blocks = {tuple(draw.randrange(32) for _ in range(4)) for _ in range(3000)}  # small ids fold a weak hash
+        firsts = {block: self.hashes(impl, list(block), block_size=4)[0] for block in sorted(blocks)}
+        chain = self.hashes(impl, [t for block in sorted(blocks) for t in block], block_size=4)
+        for name, found in (("first blocks", list(firsts.values())), ("blocks of one chain", chain)):
+            assert len(set(found)) == len(found), (
+                f"[HASH-212] {len(found) - len(set(found))} of {len(found)} distinct {name} share a hash"
+            )
+            both = [bit for bit in range(63) if 0 < sum(h >> bit & 1 for h in found) < len(found)]
+            assert len(both) == 63, (
+                f"[HASH-212] bits {sorted(set(range(63)) - set(both))} of the {name}' hashes never vary"
+            )
 
     @rule("HASH-210", "HASH-211")
     def test_images_and_adapters_enter_the_blocks_they_belong_to(self, impl: Target) -> None:

@@ -190,6 +190,17 @@ class PoolSuite(ConformanceSuite):
         fails_unchanged(pool, lambda: pool.free([b], holder="intruder"), NotHeldError, "POOL-108")
 
     @rule("POOL-108")
+    def test_a_holder_that_released_a_shared_block_cannot_release_it_again(self, impl: Target) -> None:
+        pool = self.pool(impl)
+        [b] = pool.allocate(1, holder="a")
+        pool.acquire([b], holder="c")
+        pool.free([b], holder="a")
+        fails_unchanged(pool, lambda: pool.free([b], holder="a"), NotHeldError, "POOL-108")
+        assert pool.holders(b) == {"c": 1} and pool.block_state(b) is BlockState.IN_USE, (
+            f"after a released its reference twice, block {b} has holders {pool.holders(b)}: c's must stay"
+        )
+
+    @rule("POOL-108")
     def test_double_free_is_refused_so_the_block_is_never_handed_out_twice(self, impl: Target) -> None:
         pool = self.pool(impl)
         [b] = pool.allocate(1)
@@ -380,6 +391,32 @@ class PoolSuite(ConformanceSuite):
         for p in (batched, single):
             self.check(p)
         assert counts(batched) == counts(single), f"{counts(batched)} != {counts(single)}"
+
+    @rule("POOL-116", "EVICT-404")
+    @requires("batching", "prefix-cache")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "lru-leaf-access", "fifo", "ref-zero"])
+    def test_allocate_many_matches_sequential_allocation_when_held_blocks_have_cached_ancestors(
+        self, impl: Target, policy: str
+    ) -> None:
+        batched, single = self.pool(impl, 10, policy=policy), self.pool(impl, 10, policy=policy)
+        for p in (batched, single):
+            held = p.allocate(3, holder="h")
+            p.register(held, [1, 2, 3])
+            p.free(held[1::-1], holder="h")  # 2 then 1 cached, 3 still held below them
+            cache_chain(p, [11, 12])
+        got = batched.allocate_many([3, 2, 2, 2], holders=["a", "b", "c", "d"])
+        want = []
+        for count, holder in ((3, "a"), (2, "b"), (2, "c"), (2, "d")):
+            try:
+                want.append(single.allocate(count, holder=holder))
+            except OutOfBlocksError:
+                break
+        assert [len(g) for g in got] == [len(w) for w in want], f"batched {got} vs one by one {want}"
+        for p in (batched, single):
+            self.check(p)
+        assert counts(batched) == counts(single), f"{counts(batched)} != {counts(single)}"
+        if policy in LEAF_POLICIES:
+            assert {1, 2} <= batched.resident_hashes(), "an ancestor of a held block was evicted (EVICT-404)"
 
     @rule("POOL-117")
     @requires("batching")

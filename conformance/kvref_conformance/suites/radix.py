@@ -199,6 +199,11 @@ class RadixSchedulerMachine(RuleBasedStateMachine):
         assert free + cached + private == self.size, (
             f"[RADIX-625] free {free} + cached {cached} + private {private} != size {self.size}"
         )
+        evictable, protected = self.tree.evictable_size(), self.tree.protected_size()
+        assert evictable + protected == cached, (
+            f"[RADIX-625] evictable {evictable} + protected {protected} != cached {cached}: a node counted twice "
+            "or not at all"
+        )
         check = getattr(self.tree, "check_invariants", None)
         if check is not None:
             check()
