@@ -238,7 +238,9 @@ def judge(bug: Bug, buggy_results: dict[str, Any], fixed_results: dict[str, Any]
 def merge_passes(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """One results document from two passes over one release, run one after the other: the second
     pass's failures are timed from the start of the first, a rule fails if it failed in either, and
-    each rule keeps every test either pass ran (a test both ran failed if it failed in either)."""
+    each rule keeps every test either pass ran. A test both ran failed if it failed in either, else
+    passed if it passed in either (the second pass withdraws a capability so that a test a known
+    deviation hid in the first can pass), else is as the second pass found it."""
     offset = first["seconds"]
     later, known = (
         [{**f, "failed_after_seconds": round(f["failed_after_seconds"] + offset, 1)} for f in second[key]]
@@ -250,7 +252,8 @@ def merge_passes(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any
         status = next(s for s in ("fail", "pass", "partial", "blocked", "unsupported") if s in statuses)
         tests = dict(rules[rule]["tests"]) if rule in rules else {}
         for test, outcome in said["tests"].items():
-            tests[test] = "failed" if "failed" in (tests.get(test), outcome) else tests.get(test, outcome)
+            both = (tests.get(test), outcome)
+            tests[test] = next((o for o in ("failed", "passed") if o in both), outcome)
         rules[rule] = {**said, "status": status, "tests": tests}
     return {
         **first,

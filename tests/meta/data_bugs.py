@@ -66,6 +66,16 @@ class StaleRow(ReqToTokenTable):
         return rows
 
 
+class ClearLeavesRowsWritten(ReqToTokenTable):
+    """``clear`` hands every row back but leaves what requests wrote in them: a row handed out next
+    names a former request's slots until its own are written."""
+
+    def clear(self) -> None:
+        written = self.req_to_token.copy()
+        super().clear()
+        self.req_to_token[...] = written
+
+
 def _backend(**classes: type[Any]) -> type[OracleBackend]:
     class PlantedDataBackend(OracleBackend):
         def data_plane(self, device: str | None = None, **options: Any) -> DataPlane:
@@ -83,6 +93,7 @@ DATA_BUGS: dict[str, tuple[str, set[str]]] = {
     "CopyWrongSpan": ("kv_class", {"DATA-809"}),
     "PagedOffByOne": ("kv_class", {"DATA-801", "DATA-802", "DATA-809"}),
     "StaleRow": ("table_class", {"DATA-811"}),
+    "ClearLeavesRowsWritten": ("table_class", {"DATA-814"}),
 }
 
 for _name, (_part, _) in DATA_BUGS.items():

@@ -149,6 +149,15 @@ class MaxModelLenIgnored(RequestManager):
         self._max_model_len = 1 << 30
 
 
+class DraftSlotsNotReserved(RequestManager):
+    """The draft tokens scheduled beside a decode get no slots: blocks are sized for the verified
+    tokens only, and the drafts' KV is written past the request's last block."""
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, *args: Any, **kwargs: Any) -> KVCacheBlocks | None:
+        draft = kwargs.pop("num_draft_tokens", 0)
+        return super().allocate_slots(request, num_new_tokens - draft, *args, **kwargs)
+
+
 class HitsNotCountedAsCached(RequestManager):
     """The hits are not counted among the request's cached blocks, so they are registered again
     when the first new block fills (vLLM's ``num_cached_block`` bookkeeping)."""
@@ -255,6 +264,7 @@ MANAGER_BUGS: dict[str, str] = {
     "EagleKeepsLastBlock": "REQ-707",
     "MaxModelLenIgnored": "REQ-720",
     "HitsNotCountedAsCached": "REQ-710",
+    "DraftSlotsNotReserved": "REQ-708",
     "WindowKeepsBlocks": "REQ-730",
     "WindowHitLeftToRight": "REQ-731",
     "GroupsShareKeys": "REQ-733",

@@ -203,25 +203,28 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
             self.write(rid, computed, computed + new)
         return ok
 
-    def advance(self, rid: str, chunk: int, token: int, lookahead: int) -> None:
-        """A running request's next prefill chunk, or one decode token; on None the last running is preempted."""
+    def advance(self, rid: str, chunk: int, token: int, lookahead: int, drafts: int) -> None:
+        """A running request's next prefill chunk, or one decode token with ``drafts`` draft tokens
+        scheduled beside it as vLLM's scheduler schedules speculative decoding (the drafts are not the
+        request's tokens, and all are rejected); on None the last running is preempted."""
         ri, ro = self.pairs[rid]
+        draft = 0
         if ri.num_computed_tokens == ri.num_tokens:
             if ri.num_tokens >= LONGEST - 3:
                 return
             for req in (ri, ro):
                 req.append_output_token_ids([token])
-            new = 1
+            new, draft = 1 + drafts, drafts
         else:
             new = min(chunk, ri.num_tokens - ri.num_computed_tokens)
         while True:
-            what = f"allocate_slots({rid}, {new}, num_lookahead_tokens={lookahead})"
-            if self.allocate(rid, what, num_new_tokens=new, num_lookahead_tokens=lookahead):
+            what = f"allocate_slots({rid}, {new}, num_lookahead_tokens={lookahead}, num_draft_tokens={draft})"
+            if self.allocate(rid, what, num_new_tokens=new, num_lookahead_tokens=lookahead, num_draft_tokens=draft):
                 note(f"{what} -> ok")
                 start = ri.num_computed_tokens
                 for req in (ri, ro):
-                    req.num_computed_tokens += new
-                self.write(rid, start, start + new)
+                    req.num_computed_tokens += new - draft  # the rejected drafts are not computed
+                self.write(rid, start, start + new - draft)
                 return
             victim = self.running[-1]
             self.preempt(victim)
@@ -239,10 +242,13 @@ class RequestSchedulerMachine(RuleBasedStateMachine):
         ``new_step_starts`` (REQ-759)."""
         self.impl.new_step_starts()
         self.oracle.new_step_starts()
+        # Speculative decoding proposes up to as many drafts as it reserves lookahead slots for (vLLM
+        # sets num_lookahead_tokens to the number of speculative tokens); how many: the step's last token.
+        drafts = min(lookahead, tokens[-1] - 90)
         preempted = len(self.waiting)
         for i, rid in enumerate(list(self.running)):
             if rid in self.running:
-                self.advance(rid, chunk, tokens[i % len(tokens)], lookahead)
+                self.advance(rid, chunk, tokens[i % len(tokens)], lookahead, drafts)
         if len(self.waiting) > preempted:
             return  # vLLM admits nobody in a step that preempted
         for rid in list(self.waiting):
