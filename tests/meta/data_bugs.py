@@ -55,6 +55,26 @@ class PagedOffByOne(KVBuffers):
         return super().get_kv(layer, shifted)
 
 
+class SlotsStoredBackwards(KVBuffers):
+    """Usable token slots are stored in reverse row order, and every call maps them the same way: what
+    ``set_kv`` writes ``get_kv`` reads back, but a kernel reading the buffer at slot ``s``'s row finds
+    another token's KV."""
+
+    def _stored(self, indices: object) -> Any:
+        host = np.asarray(indices)
+        usable = (host >= self.padding) & (host < self.slots)
+        return np.where(usable, self.padding + self.slots - 1 - host, host)
+
+    def set_kv(self, layer: int, indices: object, k: Any, v: Any) -> None:
+        super().set_kv(layer, self._stored(indices), k, v)
+
+    def get_kv(self, layer: int, indices: object) -> tuple[Any, Any]:
+        return super().get_kv(layer, self._stored(indices))
+
+    def copy_kv(self, src: object, dst: object) -> None:
+        super().copy_kv(self._stored(src), self._stored(dst))
+
+
 class StaleRow(ReqToTokenTable):
     """``alloc`` hands out a row with what its former request wrote still in it."""
 
@@ -93,6 +113,7 @@ DATA_BUGS: dict[str, tuple[str, set[str]]] = {
     "CopyWrongSpan": ("kv_class", {"DATA-809"}),
     "PagedOffByOne": ("kv_class", {"DATA-801", "DATA-802", "DATA-809"}),
     "StaleRow": ("table_class", {"DATA-811"}),
+    "SlotsStoredBackwards": ("kv_class", {"DATA-818"}),
     "ClearLeavesRowsWritten": ("table_class", {"DATA-814"}),
 }
 

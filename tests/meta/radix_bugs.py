@@ -284,6 +284,14 @@ def _radix_backend(name: str, tree: type[OracleRadixCache]) -> type[OracleBacken
     return PlantedRadixBackend
 
 
+class PriorityDropped(OracleRadixCache):
+    """``insert`` drops the priority it is given, as a caller that does not pass it on does: under
+    ``priority`` the tree evicts by recency alone."""
+
+    def insert(self, tokens: Any, slots: Any, *, namespace: Any = None, priority: Any = 0) -> int:
+        return super().insert(tokens, slots, namespace=namespace)
+
+
 PagesHashedAloneTree = type("PagesHashedAloneTree", (EventTree,), {"page_events": PagesHashedAlone})
 NamespaceUnsaltedTree = type("NamespaceUnsaltedTree", (EventTree,), {"page_events": NamespaceUnsalted})
 
@@ -307,3 +315,7 @@ TREE_BUGS: dict[type[OracleRadixCache], str] = {
     UnlockUnchecked: "RADIX-624",
     RemovalsUnreported: "RADIX-634",
 }
+
+#: Each planted eviction-order bug, loaded by name as a backend whose trees have it, and the rule the suite must name.
+ORDER_BUGS: dict[str, str] = {"PriorityDroppedOrder": "RADIX-628"}
+PriorityDroppedOrder = _radix_backend("PriorityDroppedOrder", PriorityDropped)

@@ -22,7 +22,7 @@ from tests.meta import radix_bugs
 from tests.meta.array_surface_bugs import ARRAY_BUGS
 from tests.meta.block_arrays_bugs import BLOCK_ARRAY_BUGS
 from tests.meta.block_tables_bugs import BLOCK_TABLES_BUGS
-from tests.meta.radix_bugs import EVENT_BUGS, SLOT_BUGS, TREE_BUGS
+from tests.meta.radix_bugs import EVENT_BUGS, ORDER_BUGS, SLOT_BUGS, TREE_BUGS
 from tests.meta.test_planted_bugs import named_rules, run_suite
 from tests.test_radix_machine import SchedulerMachine
 
@@ -33,6 +33,15 @@ def test_the_slot_suite_catches_the_planted_allocator_bug(tmp_path: Path, bug: s
     target = f"tests.meta.radix_bugs:{bug}"
     code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "Slots or SlotExtend")
     assert code != 0, f"the token-slot suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+@pytest.mark.rule("RADIX-628")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(ORDER_BUGS.items()))
+def test_the_radix_suite_catches_the_planted_eviction_order_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    code, output, results = run_suite(f"tests.meta.radix_bugs:{bug}", tmp_path, "--no-shrink", "--", "-k", "TestRadix")
+    assert code != 0, f"the radix suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
 

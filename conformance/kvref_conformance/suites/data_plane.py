@@ -89,6 +89,30 @@ def unchanged(buffers: KVBuffers, before: list[np.ndarray], what: str) -> None:
 class DataPlaneSuite(ConformanceSuite):
     """Rules of chapter 08 on the target's tensor library."""
 
+    @rule("DATA-818")
+    @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[0]}-{x[1]}")
+    def test_a_written_slot_sits_where_a_kernel_reading_the_buffer_finds_it(
+        self, impl: Target, layout: tuple[str, str, int]
+    ) -> None:
+        buffers = kv(impl, layout)
+        slots = [buffers.padding + 1, buffers.padding + 6, buffers.padding + 11]
+        write_tokens(buffers, slots, [7, 8, 9], [0, 1, 2])
+        kh, kd = buffers.k_shape
+        vh, vd = buffers.v_shape
+        for layer in range(buffers.layer_num):
+            for name, raw, (heads, dim), value in (
+                ("K", buffers.k_buffer[layer], (kh, kd), False),
+                ("V", buffers.v_buffer[layer], (vh, vd), True),
+            ):
+                rows = buffers.tensors.to_host(raw).reshape(-1, heads, dim)  # row s of the token layout, or
+                # row s % block_size of block s // block_size of the paged one: both are row s read flat
+                for slot, token, position in zip(slots, [7, 8, 9], [0, 1, 2], strict=True):
+                    want = expected_row(token, position, layer, heads, dim, buffers.dtype, value=value)
+                    wrong = first_mismatch(rows[slot], want)
+                    assert wrong is None, f"[DATA-818] layer {layer} {name}: slot {slot}'s row of the buffer: {wrong}"
+                others = np.delete(rows, slots, axis=0)
+                assert not others.any(), f"[DATA-818] layer {layer} {name}: rows other than {slots} were written"
+
     @rule("DATA-801", "DATA-803", "DATA-806")
     @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[0]}-{x[1]}")
     def test_k_and_v_keep_their_own_shapes_in_every_layout(self, impl: Target, layout: tuple[str, str, int]) -> None:

@@ -390,6 +390,33 @@ class RadixCacheSuite(ConformanceSuite):
             f"and left {kept} tokens cached; expected {victim} evicted: {expected}"
         )
 
+    @rule_ids("RADIX-628")
+    @pytest.mark.parametrize("page", PAGES)
+    def test_priority_evicts_the_lowest_priority_first_and_the_least_recent_among_equals(
+        self, impl: Target, page: int
+    ) -> None:
+        """Keys a, b, c inserted with priorities 2, 0, 2, then a match of b: under ``priority`` the first
+        ``evict`` of 2 pages frees b, lowest though used last, and the second frees a, the less recent
+        of the two left at priority 2."""
+        skip_without(impl, "radix-priority")
+        alloc, tree = radix(impl, page, "priority")
+        keys = {name: tuple(range(start, start + 2 * page)) for name, start in (("a", 1000), ("b", 2000), ("c", 3000))}
+        for name, priority in (("a", 2), ("b", 0), ("c", 2)):
+            tree.insert(keys[name], alloc.alloc(2 * page) or [], priority=priority)
+        tree.match(keys["b"])
+        first = tree.evict(2 * page)
+        after_first = {name: int(tree.match(key).length) for name, key in keys.items()}
+        tree.evict(2 * page)
+        after_second = {name: int(tree.match(key).length) for name, key in keys.items()}
+        assert after_first == {"a": 2 * page, "b": 0, "c": 2 * page}, (
+            f"[RADIX-628] under priority, evict({2 * page}) freed {first} and left {after_first} tokens cached; "
+            "expected b (priority 0) evicted though it was matched last"
+        )
+        assert after_second == {"a": 0, "b": 0, "c": 2 * page}, (
+            f"[RADIX-628] under priority, a second evict({2 * page}) left {after_second}; expected a evicted: of a "
+            "and c, both priority 2, a was accessed longer ago"
+        )
+
     @rule_ids("RADIX-628", "RADIX-629")
     @pytest.mark.parametrize("page", PAGES)
     def test_lfu_evicts_the_leaf_of_fewer_requests_though_it_was_used_last(self, impl: Target, page: int) -> None:
