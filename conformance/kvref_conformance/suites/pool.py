@@ -363,6 +363,21 @@ class PoolSuite(ConformanceSuite):
         ids = pool.allocate(7)
         assert sorted(ids) == list(range(1, 8)), f"allocate(7) on 8 blocks with 0 reserved gave {ids}"
 
+    def admits_as_one_by_one(self, batched: Any, single: Any, sizes: list[int], holders: list[str]) -> None:
+        """``allocate_many`` on ``batched`` admits what allocating the entries one by one on ``single``
+        (in the same state) admits, up to the first that does not fit, and leaves the same counts (POOL-116)."""
+        got = batched.allocate_many(sizes, holders=holders)
+        want = []
+        for count, holder in zip(sizes, holders, strict=True):
+            try:
+                want.append(single.allocate(count, holder=holder))
+            except OutOfBlocksError:
+                break
+        assert [len(g) for g in got] == [len(w) for w in want], f"batched {got} vs one by one {want}"
+        for p in (batched, single):
+            self.check(p)
+        assert counts(batched) == counts(single), f"{counts(batched)} != {counts(single)}"
+
     @rule("POOL-116")
     @requires("batching")
     def test_allocate_many_admits_the_longest_prefix_that_fits_and_stops_there(self, impl: Target) -> None:
@@ -380,17 +395,7 @@ class PoolSuite(ConformanceSuite):
         batched, single = self.pool(impl, 8), self.pool(impl, 8)
         for p in (batched, single):
             cache_chain(p, [1, 2, 3, 4])
-        got = batched.allocate_many([2, 3, 4], holders=["a", "b", "c"])
-        want = []
-        for count, holder in ((2, "a"), (3, "b"), (4, "c")):
-            try:
-                want.append(single.allocate(count, holder=holder))
-            except OutOfBlocksError:
-                break
-        assert [len(g) for g in got] == [len(w) for w in want], f"batched {got} vs one by one {want}"
-        for p in (batched, single):
-            self.check(p)
-        assert counts(batched) == counts(single), f"{counts(batched)} != {counts(single)}"
+        self.admits_as_one_by_one(batched, single, [2, 3, 4], ["a", "b", "c"])
 
     @rule("POOL-116", "EVICT-404")
     @requires("batching", "prefix-cache")
@@ -404,17 +409,7 @@ class PoolSuite(ConformanceSuite):
             p.register(held, [1, 2, 3])
             p.free(held[1::-1], holder="h")  # 2 then 1 cached, 3 still held below them
             cache_chain(p, [11, 12])
-        got = batched.allocate_many([3, 2, 2, 2], holders=["a", "b", "c", "d"])
-        want = []
-        for count, holder in ((3, "a"), (2, "b"), (2, "c"), (2, "d")):
-            try:
-                want.append(single.allocate(count, holder=holder))
-            except OutOfBlocksError:
-                break
-        assert [len(g) for g in got] == [len(w) for w in want], f"batched {got} vs one by one {want}"
-        for p in (batched, single):
-            self.check(p)
-        assert counts(batched) == counts(single), f"{counts(batched)} != {counts(single)}"
+        self.admits_as_one_by_one(batched, single, [3, 2, 2, 2], ["a", "b", "c", "d"])
         if policy in LEAF_POLICIES:
             assert {1, 2} <= batched.resident_hashes(), "an ancestor of a held block was evicted (EVICT-404)"
 
