@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvref.reports.summary import load_results, render_matrix
+from kvref_conformance.deviations import read_deviations
 from tests.meta.test_planted_bugs import run_suite
 
 FREE_DROPS = "TestPool::test_free_drops_one_reference_per_occurrence_including_duplicates_in_one_call"
@@ -35,6 +36,24 @@ def test_a_known_deviation_turns_the_failure_into_a_strict_xfail_and_stale_entri
     assert "matches no test: TestPool::test_that_does_not_exist" in output
     assert results["summary"] == {"xfailed": 1}
     assert results["unmatched_deviations"] and results["chapters"]["01-pool"]["status"] == "partial"
+
+
+@pytest.mark.rule("POOL-107")
+def test_a_deviation_reached_by_chance_may_pass_but_a_strict_one_may_not(tmp_path: Path) -> None:
+    entry = f'[[deviation]]\ntest = "{FREE_DROPS}"\nreason = "r"\nlink = "https://example.org/1"\n'
+    for chance, code_wanted, outcome in ((True, 0, "passed"), (False, 1, "failed")):
+        deviations = tmp_path / f"oracle-{chance}.toml"
+        deviations.write_text(entry + ("reached_by_chance = true\n" if chance else ""))
+        code, output, results = run_suite(
+            "oracle", tmp_path / str(chance), "--deviations", str(deviations), "--", "-k", "TestPool and free_drops"
+        )
+        assert code == code_wanted, (
+            f"reached_by_chance = {chance}: exit {code} on the oracle, which passes:\n{output[-1500:]}"
+        )
+        assert results["summary"] == {outcome: 1}, results["summary"]
+    (tmp_path / "bad.toml").write_text(entry + 'reached_by_chance = "yes"\n')
+    with pytest.raises(ValueError, match="reached_by_chance 'yes' is not true or false"):
+        read_deviations(tmp_path / "bad.toml")
 
 
 @pytest.mark.rule("POOL-104", "POOL-108")
