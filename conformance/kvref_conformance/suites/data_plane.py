@@ -104,8 +104,9 @@ class DataPlaneSuite(ConformanceSuite):
                 ("K", buffers.k_buffer[layer], (kh, kd), False),
                 ("V", buffers.v_buffer[layer], (vh, vd), True),
             ):
-                rows = buffers.tensors.to_host(raw).reshape(-1, heads, dim)  # row s of the token layout, or
-                # row s % block_size of block s // block_size of the paged one: both are row s read flat
+                # Row s of the token layout and row s % block_size of block s // block_size of the paged
+                # one are both row s of the buffer read flat.
+                rows = buffers.tensors.to_host(raw).reshape(-1, heads, dim)
                 for slot, token, position in zip(slots, [7, 8, 9], [0, 1, 2], strict=True):
                     want = expected_row(token, position, layer, heads, dim, buffers.dtype, value=value)
                     wrong = first_mismatch(rows[slot], want)
