@@ -9,7 +9,7 @@ become targets through :meth:`Target.from_backend`; a third party builds one fro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvref.contract.errors import BackendUnavailableError
@@ -64,6 +64,9 @@ class Target:
     #: ``block_tables_factory(num_blocks, *, max_requests, block_size, max_blocks)``: a batch's block
     #: tables over that surface (capability ``block-tables``, chapter 07's REQ-750..REQ-756).
     block_tables_factory: Callable[..., Any] | None = None
+    #: ``tier_factory(capacity, *, policy, enable_events)``: chapter 11's tier store (capability
+    #: ``tier-store``, TIER-1101..TIER-1124).
+    tier_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -86,22 +89,7 @@ class Target:
         if not drop:
             return self
         name = f"{self.name}-without-{'-'.join(drop)}"
-        return Target(
-            name,
-            self.factory,
-            self.capabilities - set(drop),
-            self.version,
-            self.device,
-            self.profile,
-            self.slots_factory,
-            self.slot_arrays_factory,
-            self.radix_factory,
-            self.manager_factory,
-            self.context_factory,
-            self.plane_factory,
-            self.block_arrays_factory,
-            self.block_tables_factory,
-        )
+        return replace(self, name=name, capabilities=self.capabilities - set(drop))
 
     def has(self, capability: str) -> bool:
         """Whether the target declares ``capability``."""
@@ -231,6 +219,14 @@ class Target:
             return RequestManager(pools, **settings)
         return RequestManager(self.create(num_blocks, policy=policy, enable_events=events), **settings)
 
+    def create_tier(self, capacity: int, *, policy: str = "lru", enable_events: bool = True) -> Any:
+        """A new tier store of the implementation (chapter 11); ConfigError where it has none."""
+        if self.tier_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no tier store")
+        return self.tier_factory(capacity, policy=policy, enable_events=enable_events)
+
     def data_plane(self) -> Any:
         """The target's data plane (chapter 08); ConfigError where it has none."""
         if self.plane_factory is None:
@@ -265,6 +261,7 @@ class Target:
         plane_factory: Callable[..., Any] | None = None,
         block_arrays_factory: Callable[..., Any] | None = None,
         block_tables_factory: Callable[..., Any] | None = None,
+        tier_factory: Callable[..., Any] | None = None,
     ) -> Target:
         """A target from any callable with the factory signature above and, where the implementation
         has them, the factories of its other parts (each as the field of the same name describes)."""
@@ -283,6 +280,7 @@ class Target:
             plane_factory,
             block_arrays_factory,
             block_tables_factory,
+            tier_factory,
         )
 
     @classmethod
@@ -351,6 +349,12 @@ class Target:
             return make_tables(num_blocks, device=device, **kwargs)  # type: ignore[misc]
 
         tables = block_tables_factory if make_tables is not None else None
+        make_tier = getattr(backend, "create_tier", None)
+
+        def tier_factory(capacity: int, **kwargs: Any) -> Any:
+            return make_tier(capacity, device=device, **kwargs)  # type: ignore[misc]
+
+        tier = tier_factory if make_tier is not None else None
         return cls(
             name,
             factory,
@@ -366,4 +370,5 @@ class Target:
             plane,
             blocks,
             tables,
+            tier,
         )

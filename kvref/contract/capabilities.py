@@ -6,7 +6,14 @@ that does not declare it (chapter 09). :mod:`kvref.contract.protocol` re-exports
 
 from __future__ import annotations
 
-__all__ = ["ARRAY_CAPABILITIES", "CAPABILITIES", "DATA_CAPABILITIES", "SLOT_CAPABILITIES", "STANDARD_CAPABILITIES"]
+__all__ = [
+    "ARRAY_CAPABILITIES",
+    "CAPABILITIES",
+    "DATA_CAPABILITIES",
+    "SLOT_CAPABILITIES",
+    "STANDARD_CAPABILITIES",
+    "TIER_CAPABILITIES",
+]
 
 #: Capability names an implementation may declare, with the one-line description a test suite
 #: prints when it skips a test for want of the capability.
@@ -52,6 +59,9 @@ CAPABILITIES: dict[str, str] = {
     "policy-lru-leaf-access": "evicts least recently accessed leaves only (lru-leaf-access)",
     "policy-ref-zero": "drops a hashed block when its last reference goes (ref-zero)",
     "policy-fifo": "evicts by registration order (fifo)",
+    "tier-store": "offers chapter 11's tier store (create_tier: lookup, two-phase store and load, lru)",
+    "tier-arc": "its tier store offers the arc policy (TIER-1118..TIER-1122)",
+    "tier-events": "its tier store reports stored and removed events (TIER-1123)",
 }
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
@@ -70,6 +80,8 @@ SLOT_CAPABILITIES: frozenset[str] = frozenset(
     }
 )
 
+#: What a backend with chapter 11's tier store (``create_tier``) declares beside its pools'.
+TIER_CAPABILITIES: frozenset[str] = frozenset({"tier-store", "tier-arc", "tier-events"})
 #: The array surfaces (chapter 05, ERR-510) and the batched step over them (REQ-750), which only device backends offer.
 ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays", "block-tables"})
 #: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
@@ -84,4 +96,5 @@ STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
     *SLOT_CAPABILITIES,
     *ARRAY_CAPABILITIES,
     *DATA_CAPABILITIES,
+    *TIER_CAPABILITIES,
 }

@@ -32,6 +32,7 @@ __all__ = [
     "ReservedBlockError",
     "SpecError",
     "StaleBlockError",
+    "TierStateError",
     "UnknownHashError",
 ]
 
@@ -92,6 +93,10 @@ class NotHeldError(BlockStateError):
 
 class StaleBlockError(BlockStateError):
     """A block reference carries a generation older than the block's current one (POOL-111)."""
+
+
+class TierStateError(BlockStateError):
+    """A tier's key is in the wrong state for a load or its completion (TIER-1113, TIER-1115)."""
 
 
 class OutOfBlocksError(KVRefError):

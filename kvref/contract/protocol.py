@@ -26,6 +26,7 @@ from kvref.contract.capabilities import (
     DATA_CAPABILITIES,
     SLOT_CAPABILITIES,
     STANDARD_CAPABILITIES,
+    TIER_CAPABILITIES,
 )
 from kvref.contract.events import KVEvent, PrefixCacheStats
 from kvref.contract.policies import EvictionPolicy
@@ -52,6 +53,7 @@ __all__ = [
     "ARRAY_CAPABILITIES",
     "STANDARD_CAPABILITIES",
     "DATA_CAPABILITIES",
+    "TIER_CAPABILITIES",
 ]
 
 Holder = Hashable

@@ -7,10 +7,11 @@ from typing import Any
 
 from kvref import __version__
 from kvref.contract.errors import ConfigError
-from kvref.contract.protocol import DATA_CAPABILITIES, SLOT_CAPABILITIES
+from kvref.contract.protocol import DATA_CAPABILITIES, SLOT_CAPABILITIES, TIER_CAPABILITIES
 from kvref.oracle.blockpool.pool import OracleBlockPool
 from kvref.oracle.radix.allocator import OracleSlotAllocator
 from kvref.oracle.radix.tree import OracleRadixCache
+from kvref.oracle.tiers.store import OracleTierStore
 
 __all__ = ["OracleBackend", "backend"]
 
@@ -37,8 +38,9 @@ class OracleBackend:
         return "host"
 
     def capabilities(self) -> frozenset[str]:
-        """Everything the spec defines, chapter 06's token slots included."""
-        return OracleBlockPool(2).capabilities() | SLOT_CAPABILITIES | (DATA_CAPABILITIES - {"data-device-checks"})
+        """Everything the spec defines, chapter 06's token slots and chapter 11's tier store included."""
+        pools = OracleBlockPool(2).capabilities()
+        return pools | SLOT_CAPABILITIES | TIER_CAPABILITIES | (DATA_CAPABILITIES - {"data-device-checks"})
 
     def data_plane(self, device: str | None = None) -> Any:
         """Chapter 08's reference: kvref's data-plane classes on NumPy on the host (:mod:`kvref.oracle.data`)."""
@@ -68,6 +70,19 @@ class OracleBackend:
         """A new allocator and an :class:`OracleRadixCache` over it under ``policy`` (chapter 06)."""
         slots = self.create_slots(size, page_size=page_size, sort=sort, device=device)
         return slots, OracleRadixCache(slots, policy=policy, max_tokens=max_tokens, enable_events=enable_events)
+
+    def create_tier(
+        self,
+        capacity: int,
+        *,
+        policy: str = "lru",
+        medium: str = "host",
+        enable_events: bool = False,
+        device: str | None = None,
+    ) -> OracleTierStore:
+        """A new :class:`OracleTierStore` of ``capacity`` slots under ``policy`` (chapter 11)."""
+        self.device(device)
+        return OracleTierStore(capacity, policy=policy, medium=medium, enable_events=enable_events)
 
     def create(
         self,
