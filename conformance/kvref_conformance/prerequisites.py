@@ -19,6 +19,7 @@ PREREQUISITES: dict[str, tuple[str, ...]] = {
     "PFX": _CACHE,
     "EVICT": (*_CACHE, "PFX-311"),
     "ERR": _ALLOCATE_AND_FREE,
+    "TIER": ("TIER-1104", "TIER-1110"),
 }
 
 

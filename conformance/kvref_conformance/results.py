@@ -37,6 +37,7 @@ _CHAPTERS = {
     "DATA": "08-data-plane",
     "CONF": "09-backends",
     "TRACE": "10-traces-and-replay",
+    "TIER": "11-tiers",
 }
 
 

@@ -34,6 +34,7 @@ from kvref_conformance.suites.slot_extend import SlotExtendSuite
 from kvref_conformance.suites.slots import SlotAllocatorSuite
 from kvref_conformance.suites.starting_over import StartingOverSuite
 from kvref_conformance.suites.stateful import StatefulSuite
+from kvref_conformance.suites.tiers import TierSuite
 
 
 class TestPool(PoolSuite):
@@ -146,3 +147,7 @@ class TestDataIntegrity(DataIntegritySuite):
 
 class TestDataIntegrityRadix(DataIntegrityRadixSuite):
     """Chapter 08 over chapter 06's radix cache and token-slot allocator, where the backend has them."""
+
+
+class TestTiers(TierSuite):
+    """Chapter 11's tier store, where the selected backend offers one."""

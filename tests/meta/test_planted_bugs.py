@@ -57,7 +57,7 @@ def named_rules(results: dict[str, Any]) -> set[str]:
     for failure in results.get("failures", []):
         if len(failure["rules"]) <= 3:
             named.update(failure["rules"])
-        named.update(re.findall(r"\[([A-Z]+-\d{3})\]", failure["replay"]))
+        named.update(re.findall(r"\[([A-Z]+-\d{3,4})\]", failure["replay"]))
     return named
 
 
