@@ -78,7 +78,7 @@ def as_tier_key(value: object, *, op: str, arg: str = "key") -> int:
         return value
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise InvalidTypeError("TIER-1102", f"{op}: {arg} must be an integer key, got {type(value).__name__} {value!r}")
-    return int(value.__index__())  # type: ignore[attr-defined]
+    return int(value.__index__())
 
 
 def as_tier_keys(values: object, *, op: str, arg: str = "keys") -> list[int]:

@@ -42,7 +42,7 @@ def tier_view(tier: Any, keys: tuple[int, ...] = KEYS) -> dict[str, Any]:
 
 def stored(tier: Any, keys: list[int], request: Hashable = "writer", *, finish: bool = True) -> StorePlan:
     """Prepare and complete a store of ``keys`` for ``request``, then end the request."""
-    plan = tier.prepare_store(keys, request=request)
+    plan: StorePlan | None = tier.prepare_store(keys, request=request)
     assert plan is not None, f"[TIER-1104] a store of {keys} into a tier with room was refused"
     tier.complete_store(list(plan.keys), request=request)
     if finish:
@@ -411,7 +411,8 @@ class TierSuite(ConformanceSuite):
     @pytest.mark.parametrize("policy", ["lru", "arc"])
     def test_random_calls_behave_like_the_oracle(self, impl: Target, policy: str) -> None:
         self.tier(impl, 2, policy=policy)  # skips without the policy
-        run_state_machine_as_test(lambda: TierMachine(impl, policy), settings=settings())
+        machine = type(f"TierMachine_{policy}", (TierMachine,), {"impl": impl, "policy": policy})
+        run_state_machine_as_test(machine, settings=settings())
 
 
 class TierMachine(RuleBasedStateMachine):
@@ -423,13 +424,16 @@ class TierMachine(RuleBasedStateMachine):
     must read it back.
     """
 
-    def __init__(self, impl: Target, policy: str) -> None:
+    #: The target and the policy, which a subclass per run sets (TierSuite.test_random_calls_behave_like_the_oracle).
+    impl: Target
+    policy: str
+    capacity = 4
+
+    def __init__(self) -> None:
         super().__init__()
-        self.impl = impl
-        self.policy = policy
-        self.capacity = 4
-        self.tier = impl.create_tier(self.capacity, policy=policy, enable_events=impl.has("tier-events"))
-        self.oracle = OracleTierStore(self.capacity, policy=policy, enable_events=impl.has("tier-events"))
+        events = self.impl.has("tier-events")
+        self.tier = self.impl.create_tier(self.capacity, policy=self.policy, enable_events=events)
+        self.oracle = OracleTierStore(self.capacity, policy=self.policy, enable_events=events)
         self.shadow: dict[int, tuple[str, int]] = {}  # target slot -> the KV written there
         self.loads: dict[tuple[int, int], int] = {}  # (request, key) -> loads in flight
         self.stores: dict[int, set[int]] = {}  # request -> keys it made pending

@@ -53,8 +53,12 @@ class VllmBackend:
         return "host"
 
     def capabilities(self) -> frozenset[str]:
-        """As :meth:`VllmBlockPool.capabilities`."""
-        return capabilities_of(self.caching)
+        """As :meth:`VllmBlockPool.capabilities`; with prefix caching on, the CPU offload tier's too (chapter 11)."""
+        if not self.caching:
+            return capabilities_of(False)
+        from kvref_conformance.peers.vllm.tiers import tier_capabilities
+
+        return capabilities_of(True) | tier_capabilities()
 
     def create(
         self,
@@ -83,6 +87,21 @@ class VllmBackend:
 
         self.device(device)
         return VllmRequestManager(num_blocks, **{**settings, "enable_caching": self.caching})
+
+    def create_tier(
+        self,
+        capacity: int,
+        *,
+        policy: str = "lru",
+        medium: str = "host",
+        enable_events: bool = False,
+        device: str | None = None,
+    ) -> Any:
+        """vLLM's ``CPUOffloadingManager`` of ``capacity`` chunks under ``policy`` (chapter 11)."""
+        from kvref_conformance.peers.vllm.tiers import VllmTierStore
+
+        self.device(device)
+        return VllmTierStore(capacity, policy=policy, enable_events=enable_events)
 
 
 #: vLLM's BlockPool with prefix caching on (entry point ``vllm``).
