@@ -109,3 +109,15 @@ def test_the_conformance_readme_example_builds_a_target_with_its_parts() -> None
     assert target.create(8).num_usable == 7 and target.create_slots(8).available_size() == 8
     _, tree = target.create_radix(16)
     assert tree.total_size() == 0 and all(scope[k].target is target for k in ("TestMyPool", "TestMyPrefixCache"))
+
+
+@pytest.mark.rule("TIER-1104", "TIER-1119", "TIER-1125")
+def test_the_readme_tier_example_serves_four_keys_and_moves_the_reused_ones_to_t2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (block,) = python_blocks("kvref.oracle.tiers")
+    scope: dict[str, Any] = {}
+    exec(compile(block, "README.md (chapter 11 example)", "exec"), scope)
+    printed = capsys.readouterr().out
+    assert "pending" in printed and "length=4, device=1, per_tier=(3,)" in printed, f"the example printed {printed!r}"
+    assert scope["host"].policy_state()["t2"] == [12, 11], "the README promises 11 and 12 in T2"
