@@ -87,6 +87,8 @@ def as_tier_keys(values: object, *, op: str, arg: str = "keys") -> list[int]:
     A str, bytes, mapping, set (no order) or None is refused with InvalidTypeError naming TIER-1102,
     as is any item that is not an integer; nothing has been done when it is raised.
     """
+    if type(values) is list and all(type(value) is int for value in values):
+        return values  # the caller's own list: implementations read it and never change it
     if isinstance(values, (str, bytes, bytearray, Mapping, set, frozenset)) or values is None:
         raise InvalidTypeError(
             "TIER-1102", f"{op}: {arg} must be an ordered sequence of integer keys, got {type(values).__name__}"

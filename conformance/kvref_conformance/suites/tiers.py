@@ -502,6 +502,10 @@ class TierMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_tier_as_the_oracle(self) -> None:
+        self.oracle.check_invariants()
+        check = getattr(self.tier, "check_invariants", None)
+        if check is not None:
+            check()  # the target's own check, where it has one (ERR-508)
         for key in KEYS[:8]:
             got = (self.tier.state(key), self.tier.pins(key), self.tier.lookup(key))
             want = (self.oracle.state(key), self.oracle.pins(key), self.oracle.lookup(key))

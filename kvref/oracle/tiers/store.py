@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvref.contract.errors import ConfigError, InvalidTypeError, InvariantViolation, TierStateError
-from kvref.contract.tiers import TIER_POLICIES, KeyState, Lookup, StorePlan, TierEvent, as_tier_keys
+from kvref.contract.tiers import TIER_POLICIES, KeyState, Lookup, StorePlan, TierEvent, as_tier_key, as_tier_keys
 from kvref.oracle.tiers.policies import ArcTierPolicy, LruTierPolicy, tier_policy
 
 __all__ = ["OracleTierStore", "RequestUse"]
@@ -96,9 +96,10 @@ class OracleTierStore:
 
     def lookup(self, key: object) -> Lookup:
         """``"miss"``, ``"pending"`` or ``"hit"``, changing nothing (TIER-1103)."""
-        checked = as_tier_keys([key], op="lookup", arg="key")[0]
-        state = self.state(checked)
-        return "miss" if state == "absent" else "pending" if state == "pending" else "hit"
+        checked = key if type(key) is int else as_tier_key(key, op="lookup")
+        if checked in self._pins:
+            return "hit"
+        return "pending" if checked in self._pending else "miss"
 
     # -- stores ------------------------------------------------------------------------------
 
