@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "MAX_BLOCK_SIZE",
@@ -114,6 +114,21 @@ def block_size(text: str) -> int:
 capacity = positive_count("TRACE-1030", "a capacity (blocks)")
 #: Processes of a sweep.
 worker_count = positive_count("CONF-912", "a worker count")
+
+
+#: One token's K and V in bytes, for the loads of the tiers below the device (TIER-1128).
+kv_bytes_per_token = positive_count("TIER-1130", "KV bytes per token")
+
+
+def tier_spec(text: str) -> Any:
+    """A tier below the device pool: ``NAME:BLOCKS:GBPS[:LATENCY_MS]`` (TIER-1130)."""
+    from kvref.contract.errors import InvalidValueError
+    from kvref.simulation.serving.tiers import TierSpec
+
+    try:
+        return TierSpec.parse(text)
+    except InvalidValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def seed(text: str) -> int:

@@ -25,6 +25,7 @@ def add_serving_commands(sub: Any) -> None:
     """Add ``serve-replay`` and ``traces`` to the ``kvref`` command's subparsers."""
     from kvref.cli import arguments as arg
     from kvref.simulation.serving import PREEMPTION_MODES, SERVING_WORKLOADS, StepModel
+    from kvref.simulation.serving.tiers import DEFAULT_KV_BYTES_PER_TOKEN
 
     defaults = StepModel()
     whole = arg.positive_count
@@ -158,6 +159,19 @@ def add_serving_commands(sub: Any) -> None:
     serve.add_argument(
         "--results", type=arg.results_file, help="JSON Lines file of finished points; a rerun skips those written"
     )
+    serve.add_argument(
+        "--tier",
+        action="append",
+        type=arg.tier_spec,
+        metavar="NAME:BLOCKS:GBPS[:LATENCY_MS]",
+        help="a tier below the device pool (repeat, first below the device first): e.g. host:20000:25:0.05",
+    )
+    serve.add_argument(
+        "--kv-bytes-per-token",
+        type=arg.kv_bytes_per_token,
+        default=DEFAULT_KV_BYTES_PER_TOKEN,
+        help="one token's K and V in bytes, for the tiers' loads (default: an 8B Llama's 131,072)",
+    )
     serve.add_argument("--out", type=arg.output_directory, help="directory for serving.json, serving.md and the plots")
     serve.add_argument("--json", action="store_true", help="machine-readable output")
     serve.add_argument(
@@ -229,6 +243,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     from kvref.simulation.replay import check_warmup
     from kvref.simulation.serving.runner import load_workload
     from kvref.simulation.serving.sweep import grid, run_sweep
+    from kvref.simulation.serving.tiers import check_tier_names
 
     check_warmup(args.warmup, "serve-replay")
     if args.range and args.target_hit_rate is None and args.target_ttft_p90 is None:
@@ -243,6 +258,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             "--capacity points): give one --policy and one --block-size, or the --capacity points to replay",
         )
     _check_engine_arguments(args)
+    check_tier_names(args.tier or ())
     specs = _workloads(args)
     first = load_workload(specs[0])
     model = _model(args)
@@ -262,6 +278,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return _run_on_vllm(args, specs, capacities, model)
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
+    if args.tier:
+        common.update(tiers=tuple(args.tier), kv_bytes_per_token=args.kv_bytes_per_token)
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
     results_file = Path(args.results) if args.results else None
@@ -338,6 +356,7 @@ def _check_engine_arguments(args: argparse.Namespace) -> None:
         ("--policy other than lru", any(p != "lru" for p in args.policy or [])),
         ("--results", args.results is not None),
         ("--workers", args.workers not in (None, 1)),
+        ("--tier", bool(args.tier)),
     ]
     for flag, given in refused:
         if given:
@@ -597,6 +616,7 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
         print_table(table)
     for note in (*(f"- {n}" for n in notes), *COLUMN_NOTES):
         print(note)
+    _print_tiers(results)
     if sizing is not None:  # its answer is among the notes
         curve = Table(title="the capacities the search replayed", box=box.SIMPLE_HEAD, padding=(0, 1))
         for column in ("blocks", sizing.measure, "meets"):
@@ -604,6 +624,43 @@ def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any
         for r in sizing.tried:
             curve.add_row(f"{r.capacity:,}", sizing.shown(r), "yes" if sizing.meets(r) else "no")
         print_table(curve)
+
+
+def _print_tiers(results: list[Any]) -> None:
+    """Per replay and tier: what it served, loads faster and slower than recomputing, the crossover (TIER-1129)."""
+    from rich import box
+    from rich.table import Table
+
+    tiered = [r for r in results if r.tiers is not None]
+    if not tiered:
+        return
+    table = Table(title="tiers below the device", box=box.SIMPLE_HEAD, padding=(0, 1))
+    columns = ("policy", "blocks", "tier", "requests", "tokens", "faster", "slower", "crossover")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("policy", "tier") else "right", overflow="fold")
+    for r in tiered:
+        for line in r.tiers.lines:
+            crossover = "never" if line.crossover_blocks is None else f"{line.crossover_blocks:,}"
+            table.add_row(
+                r.policy,
+                f"{r.capacity:,}",
+                line.name,
+                f"{line.requests:,}",
+                f"{line.tokens:,}",
+                f"{line.helped:,}",
+                f"{line.hurt:,}",
+                crossover,
+            )
+    print_table(table)
+    for line in tiered[0].tiers.lines:
+        print(
+            f"- {line.name}: {line.blocks:,} blocks at {line.gbps:g} GB/s and {line.latency_ms:g} ms a load; a block "
+            f"loads in {line.load_ms_per_block:.3f} ms and recomputes in {line.recompute_ms_per_block:.3f} ms"
+        )
+    print(
+        "- faster, slower: requests whose blocks from the tier loaded in less (more) time than recomputing them; "
+        "crossover: the fewest blocks from which a load from the tier beats recomputing them"
+    )
 
 
 def run_traces(args: argparse.Namespace) -> int:

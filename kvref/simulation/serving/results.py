@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvref.simulation.serving.tiers import TierReport
+
 __all__ = ["PERCENTILES", "Percentiles", "RequestRecord", "ServingResult", "nearest_rank", "thin_timeline"]
 
 #: The percentiles every latency is reported at.
@@ -106,6 +108,8 @@ class ServingResult:
     outputs_hit: bool
     belady_token_hits: int | None = None
     belady_block_hits: int | None = None
+    #: the tiers below the device pool, where the replay had any (TIER-1129)
+    tiers: TierReport | None = None
     timeline: list[tuple[float, int]] = field(default_factory=list, compare=False)
 
     @property
@@ -160,4 +164,6 @@ class ServingResult:
         fields["ttft_ms"] = Percentiles(**fields["ttft_ms"])
         fields["queue_ms"] = Percentiles(**fields["queue_ms"])
         fields["timeline"] = [tuple(p) for p in fields.get("timeline", [])]
+        if fields.get("tiers") is not None:
+            fields["tiers"] = TierReport.from_json(fields["tiers"])
         return cls(**fields)

@@ -22,6 +22,7 @@ from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import ServingResult
 from kvref.simulation.serving.scheduler import ServingReplay
+from kvref.simulation.serving.tiers import DEFAULT_KV_BYTES_PER_TOKEN, TierCascade, TierSpec
 from kvref.simulation.serving.workload import SERVING_WORKLOADS, ServingWorkload
 
 __all__ = ["WORKLOAD_KINDS", "ServingPoint", "WorkloadSpec", "load_workload", "run_point"]
@@ -83,10 +84,18 @@ class ServingPoint:
     warmup: float = 0.0
     backend: str = "oracle"
     belady: bool = True
+    #: tiers below the device pool, first tier first (TIER-1126..TIER-1130), and one token's KV bytes
+    tiers: tuple[TierSpec, ...] = ()
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
 
     def key(self) -> str:
-        """The point's parameters as canonical JSON: its key in a results file (TRACE-1049)."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        """The point's parameters as canonical JSON: its key in a results file (TRACE-1049).
+
+        A point without tiers leaves them out, so its key is the one it had before tiers existed."""
+        fields = dataclasses.asdict(self)
+        if not self.tiers:
+            del fields["tiers"], fields["kv_bytes_per_token"]
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
     def describe(self) -> str:
         """A short label for progress bars."""
@@ -108,8 +117,16 @@ def run_point(
         raise InvalidValueError("TRACE-1030", f"capacity must be a positive integer, got {point.capacity!r}")
     pool = create_pool(point.capacity + 1, backend=point.backend, policy=point.policy)
     manager = RequestManager(pool, block_size=workload.block_size, max_model_len=point.model.max_model_len)
+    tiers = None
+    if point.tiers:
+        tiers = TierCascade(
+            point.tiers,
+            block_size=workload.block_size,
+            kv_bytes_per_token=point.kv_bytes_per_token,
+            prefill_ms_per_token=point.model.prefill_ms_per_token,
+        )
     replay = ServingReplay(
-        workload, manager, point.model, warmup=point.warmup, fast_forward=fast_forward, progress=progress
+        workload, manager, point.model, warmup=point.warmup, fast_forward=fast_forward, progress=progress, tiers=tiers
     )
     result = replay.run(backend=point.backend, policy=point.policy)
     if point.belady and not workload.outputs_hit:
@@ -148,4 +165,6 @@ def point_from_json(data: dict[str, Any]) -> ServingPoint:
         warmup=data["warmup"],
         backend=data["backend"],
         belady=data["belady"],
+        tiers=tuple(TierSpec(**tier) for tier in data.get("tiers", ())),
+        kv_bytes_per_token=data.get("kv_bytes_per_token", DEFAULT_KV_BYTES_PER_TOKEN),
     )

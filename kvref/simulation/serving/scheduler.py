@@ -18,11 +18,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvref.contract.manager import KVCacheBlocks
 from kvref.contract.requests import Request, RequestStatus
 from kvref.oracle.manager import RequestManager
 from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import Percentiles, RequestRecord, ServingResult, thin_timeline
+from kvref.simulation.serving.tiers import TierCascade, TierLoad
 from kvref.simulation.serving.workload import ServedRequest, ServingWorkload
 
 __all__ = ["ServingReplay"]
@@ -45,10 +47,15 @@ class _Live:
         "hit_blocks",
         "hit_tokens",
         "index",
+        "load",
+        "load_tokens",
+        "loaded",
         "paused",
         "preemptions",
+        "ready_us",
         "req",
         "spec",
+        "stored",
     )
 
     def __init__(self, index: int, spec: ServedRequest, req: Request) -> None:
@@ -66,6 +73,11 @@ class _Live:
         self.preemptions = 0
         self.hit_tokens = -1
         self.hit_blocks = 0
+        self.load: TierLoad | None = None  # a load from the tiers in flight (TIER-1127)
+        self.ready_us = -1  # when it ends
+        self.load_tokens = 0  # the tokens computed once it ends: the device hit and the loaded blocks
+        self.loaded = False  # the request holds its blocks and waits to be scheduled after its load
+        self.stored = 0  # leading blocks the request will not store into the tiers (TIER-1126)
 
     def catch_up(self) -> Request:
         """Append the output tokens sampled since the last call, and return the request (REQ-702).
@@ -107,7 +119,8 @@ class ServingReplay:
     ``warmup``: the fraction of requests, in arrival order, that run but are not counted
     (TRACE-1013). ``fast_forward=False`` steps one by one and asks the manager for every token (the
     definition TRACE-1040's shortcuts must equal); a manager with a sliding-window or mamba group is
-    always stepped so. ``progress(done, total)`` is called as requests finish.
+    always stepped so. ``progress(done, total)`` is called as requests finish. ``tiers``: the
+    tiers below the device pool (TIER-1126..TIER-1129).
     """
 
     def __init__(
@@ -119,8 +132,10 @@ class ServingReplay:
         warmup: float = 0.0,
         fast_forward: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        tiers: TierCascade | None = None,
     ) -> None:
         self.workload = workload
+        self.tiers = tiers
         self.manager = manager
         self.model = model
         # A window (or mamba) group frees the blocks that slide out of it at any token, not only where a
@@ -134,6 +149,7 @@ class ServingReplay:
         # each pool's usable blocks and how many groups draw from it (TRACE-1037)
         self._pool_groups = [(p.num_usable, sum(g.pool is p for g in manager.groups)) for p in self._pools]
         self._waiting: deque[_Live] = deque()
+        self._loading: list[_Live] = []  # admitted, waiting for their loads from the tiers (TIER-1127)
         self._running: list[_Live] = []
         self._finished: list[_Live] = []
         self._now = 0
@@ -167,20 +183,30 @@ class ServingReplay:
         caching = "prefix-cache" in pool.capabilities()
         evictions_before = sum(p.stats.evictions for p in self._pools) if caching else 0
         started = time.perf_counter()
-        while nxt < n or self._waiting or self._running:
+        while nxt < n or self._waiting or self._running or self._loading:
             while nxt < n and specs[nxt].arrival_us <= self._now:
                 self._arrive(nxt, specs[nxt])
                 nxt += 1
+            if self._loading:
+                self._end_loads()
             if not (self._waiting or self._running):
-                if nxt < n:
-                    self._now = specs[nxt].arrival_us
+                self._now = self._next_event(specs[nxt].arrival_us if nxt < n else None) or self._now
                 continue
             steady, duration = self._step()
-            if steady and self.fast_forward:
-                self._skip_quiet_steps(duration, specs[nxt].arrival_us if nxt < n else None)
+            if not duration:  # idle until the next load ends or request arrives
+                self._now = self._next_event(specs[nxt].arrival_us if nxt < n else None) or self._now
+            elif steady and self.fast_forward:
+                self._skip_quiet_steps(duration, self._next_event(specs[nxt].arrival_us if nxt < n else None))
         seconds = time.perf_counter() - started
         evictions = (sum(p.stats.evictions for p in self._pools) if caching else 0) - evictions_before
         return self._result(backend, policy or getattr(pool.policy, "value", ""), evictions, seconds)
+
+    def _next_event(self, arrival_us: int | None) -> int | None:
+        """When the next request arrives or the next load ends, whichever is first; None if neither is due."""
+        events = [live.ready_us for live in self._loading]
+        if arrival_us is not None:
+            events.append(arrival_us)
+        return min(events) if events else None
 
     def _arrive(self, index: int, spec: ServedRequest) -> None:
         """A request joins the waiting queue, or is rejected when it could never run (TRACE-1037)."""
@@ -265,6 +291,13 @@ class ServingReplay:
         if pause and running and not scheduled:
             self._break_pause_deadlock()
             quiet = False
+        if not scheduled and not preempted and self._loading:
+            return False, 0  # nothing runs until a load ends or a request arrives: no step, no time (TIER-1127)
+        if not scheduled and not running:
+            holders = [live for live in self._waiting if live.loaded]
+            if holders:  # loaded requests hold the blocks the queue's head needs: the last gives them back
+                self._release_loaded(holders[-1])
+                quiet = False
         duration = model.duration_us(prefill, decode)
         self._account(duration, 1)  # during the step: after its allocations, before its frees
         self._now += duration
@@ -286,7 +319,23 @@ class ServingReplay:
         while waiting and budget > 0 and len(running) < self.model.max_num_seqs:
             live = waiting[0]
             req = live.req
+            if live.loaded:  # its blocks are held and its loaded tokens computed (TIER-1127)
+                n = min(req.num_tokens - req.num_computed_tokens, budget)
+                if manager.allocate_slots(req, n, full_sequence_must_fit=whole) is None:
+                    break
+                waiting.popleft()
+                running.append(live)
+                live.loaded = False
+                req.status = RequestStatus.RUNNING
+                scheduled.append((live, n))
+                budget -= n
+                continue
             blocks, hit = manager.get_computed_blocks(req)
+            load = self._plan_load(req, blocks, hit)
+            if load is not None:
+                if not self._start_load(live, blocks, hit, load):
+                    break
+                continue
             if not chunked and req.num_tokens - hit > budget:
                 break
             n = min(req.num_tokens - hit, budget)
@@ -302,9 +351,77 @@ class ServingReplay:
                 live.hit_tokens = hit
                 live.hit_blocks = len(blocks.blocks[0]) if hit else 0
                 live.admitted_us = self._now
+            live.stored = max(live.stored, hit // self._size)
             scheduled.append((live, n))
             budget -= n
         return budget
+
+    # ------------------------------------------------------------------ tiers
+
+    def _plan_load(self, req: Request, blocks: KVCacheBlocks, hit: int) -> TierLoad | None:
+        """What the tiers serve after the device hit, within the hit bound (TIER-1127)."""
+        if self.tiers is None:
+            return None
+        bound = (req.num_tokens - 1) // self._size  # REQ-701: the last token is always computed
+        return self.tiers.plan_load(req.block_hashes[:bound], len(blocks.blocks[0]) if hit else 0)
+
+    def _start_load(self, live: _Live, blocks: KVCacheBlocks, hit: int, load: TierLoad) -> bool:
+        """Take device blocks for the device hit and the loaded tokens and start the load; False if they do not fit."""
+        tiers = self.tiers
+        if tiers is None:
+            return False
+        req = live.req
+        external = load.blocks * self._size
+        got = self.manager.allocate_slots(
+            req,
+            0,
+            hit,
+            blocks,
+            num_external_computed_tokens=external,
+            delay_cache_blocks=True,
+            full_sequence_must_fit=self.model.reserve_full_sequence,
+        )
+        if got is None:
+            return False
+        self._waiting.popleft()
+        tiers.start_load(req.request_id, load)
+        live.load = load
+        live.ready_us = self._now + load.load_us
+        live.load_tokens = hit + external
+        if live.hit_tokens < 0:
+            live.hit_tokens = hit
+            live.hit_blocks = len(blocks.blocks[0]) if hit else 0
+            live.admitted_us = self._now
+        live.stored = max(live.stored, hit // self._size + load.blocks)
+        self._tally.prefill_saved += hit + external
+        self._loading.append(live)
+        return True
+
+    def _release_loaded(self, live: _Live) -> None:
+        """A queued request that holds its loaded blocks frees them and will recompute, as a preempted
+        request does (TIER-1127, TRACE-1035); it keeps its place in the queue."""
+        self.manager.preempt(live.catch_up())
+        live.loaded = False
+        live.preemptions += 1
+        self._tally.preemptions += 1
+
+    def _end_loads(self) -> None:
+        """Loads that have ended: unpin, cache the blocks on the device, queue the requests first (TIER-1128)."""
+        tiers = self.tiers
+        if tiers is None:
+            return
+        done = [live for live in self._loading if live.ready_us <= self._now]
+        for live in reversed(done):
+            self._loading.remove(live)
+            load = live.load
+            req = live.req
+            if load is not None:
+                tiers.end_load(req.request_id, load)
+            req.num_computed_tokens = live.load_tokens
+            self.manager.cache_blocks(req, live.load_tokens)
+            live.load = None
+            live.loaded = True
+            self._waiting.appendleft(live)
 
     def _preempt(self, live: _Live) -> None:
         """Free a running request to recompute later, at the front of the queue (REQ-714, TRACE-1035)."""
@@ -323,9 +440,15 @@ class ServingReplay:
         """Count computed tokens, sample, finish (TRACE-1034); whether anything but decoding happened."""
         now = self._now
         eventful = False
+        tiers = self.tiers
         for live, n in scheduled:
             req = live.req
             req.num_computed_tokens += n
+            if tiers is not None:  # blocks this step filled go down to the tiers (TIER-1126)
+                full = min(req.num_computed_tokens // self._size, len(req.block_hashes))
+                if full > live.stored:
+                    tiers.store(req.request_id, req.block_hashes[live.stored : full])
+                    live.stored = full
             if not live.decoding and req.num_computed_tokens < req.num_tokens:
                 continue
             spec = live.spec
@@ -347,6 +470,8 @@ class ServingReplay:
     def _finish(self, live: _Live) -> None:
         req = live.req
         self.manager.free(req)
+        if self.tiers is not None:
+            self.tiers.finish(req.request_id)
         req.status = RequestStatus.FINISHED
         self._running.remove(live)
         live.req = _DONE  # what the request held is freed; its tokens need not stay in memory
@@ -427,5 +552,6 @@ class ServingReplay:
             steps=tally.steps,
             seconds=seconds,
             outputs_hit=self.workload.outputs_hit,
+            tiers=self.tiers.report() if self.tiers is not None else None,
             timeline=thin_timeline(self._timeline),
         )
