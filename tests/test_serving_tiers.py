@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -159,3 +160,29 @@ def test_any_workload_with_a_host_tier_finishes_leaving_no_block_or_pin_behind(
     plain, tiered = results
     assert tiered.counted_requests + tiered.rejected == plain.counted_requests + plain.rejected
     assert sum(p.num_in_use for p in manager.pools) == 0, "a request kept its blocks after the replay"
+
+
+@rule("TIER-1129", "TIER-1130")
+def test_a_sweep_of_device_and_host_sizes_writes_its_grid_and_heat_map(tmp_path: Path) -> None:
+    assert [t.blocks for t in TierSpec.parse_sweep("host:100,400:25:0.05")] == [100, 400]
+    with pytest.raises(InvalidValueError, match=r"\[TIER-1130\]"):
+        TierSpec.parse_sweep("host:100,100:25")
+    command = [sys.executable, "-m", "kvref", "serve-replay", "--policy", "lru", "--no-belady", "--workers", "2"]
+    run = subprocess.run(
+        [*command, "--capacity", "60", "--capacity", "120", "--tier", "host:100,400:25:0.05", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = (tmp_path / "serving.md").read_text(encoding="utf-8")
+    assert "## p90 time to first token by device and host blocks" in summary and "| 400 |" in summary, summary[-800:]
+    assert (tmp_path / "serving-tiers.png").stat().st_size > 10_000, "no heat map"
+    assert "tier blocks" in run.stdout and run.stdout.count(" host ") >= 4, run.stdout[-1500:]
+    searching = subprocess.run(
+        [*command[:-2], "--target-ttft-p90", "100", "--tier", "host:100,400:25"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert searching.returncode != 0 and "TIER-1130" in searching.stderr, searching.stderr[-400:]

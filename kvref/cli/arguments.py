@@ -121,12 +121,13 @@ kv_bytes_per_token = positive_count("TIER-1130", "KV bytes per token")
 
 
 def tier_spec(text: str) -> Any:
-    """A tier below the device pool: ``NAME:BLOCKS:GBPS[:LATENCY_MS]`` (TIER-1130)."""
+    """A tier below the device pool, ``NAME:BLOCKS:GBPS[:LATENCY_MS]``, with BLOCKS a comma list for
+    a sweep over the tier's size (TIER-1130): one TierSpec per size."""
     from kvref.contract.errors import InvalidValueError
     from kvref.simulation.serving.tiers import TierSpec
 
     try:
-        return TierSpec.parse(text)
+        return TierSpec.parse_sweep(text)
     except InvalidValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

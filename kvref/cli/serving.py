@@ -11,6 +11,7 @@ sizes run as independent tasks, and prints the table; ``--out`` writes the repor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -164,7 +165,8 @@ def add_serving_commands(sub: Any) -> None:
         action="append",
         type=arg.tier_spec,
         metavar="NAME:BLOCKS:GBPS[:LATENCY_MS]",
-        help="a tier below the device pool (repeat, first below the device first): e.g. host:20000:25:0.05",
+        help="a tier below the device pool (repeat, first below the device first): e.g. host:20000:25:0.05; "
+        "BLOCKS as a comma list (host:5000,10000,20000:25) sweeps the tier's size beside --capacity",
     )
     serve.add_argument(
         "--kv-bytes-per-token",
@@ -258,7 +260,12 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             "--capacity points): give one --policy and one --block-size, or the --capacity points to replay",
         )
     _check_engine_arguments(args)
-    check_tier_names(args.tier or ())
+    tier_sizes = list(itertools.product(*args.tier)) if args.tier else [()]
+    check_tier_names(tier_sizes[0])
+    if searching and len(tier_sizes) > 1:
+        raise InvalidValueError(
+            "TIER-1130", "a capacity search sizes the device with the tiers fixed: give one BLOCKS per --tier"
+        )
     specs = _workloads(args)
     first = load_workload(specs[0])
     model = _model(args)
@@ -279,14 +286,17 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         return _run_on_vllm(args, specs, capacities, model)
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     if args.tier:
-        common.update(tiers=tuple(args.tier), kv_bytes_per_token=args.kv_bytes_per_token)
+        common.update(tiers=tier_sizes[0], kv_bytes_per_token=args.kv_bytes_per_token)
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
     results_file = Path(args.results) if args.results else None
     if searching:  # the search replays what it needs; the grid only where capacities are asked for too
         sizing = _size(args, specs[0], policies[0], common, fits, never)
         notes.append(f"{sizing.sentence()}; policy {policies[0]}, block size {first.block_size}")
-    points = grid(specs, policies, capacities, **common) if args.capacity or not searching else []
+    points = []
+    if args.capacity or not searching:  # the device's capacities, at each size of the tiers (TIER-1129)
+        for tiers in tier_sizes:
+            points += grid(specs, policies, capacities, **{**common, **({"tiers": tiers} if tiers else {})})
     in_process = not args.scheduler and (args.workers == 1 or len(points) == 1)
     if not points:
         results = list(sizing.tried) if sizing is not None else []
@@ -635,7 +645,7 @@ def _print_tiers(results: list[Any]) -> None:
     if not tiered:
         return
     table = Table(title="tiers below the device", box=box.SIMPLE_HEAD, padding=(0, 1))
-    columns = ("policy", "blocks", "tier", "requests", "tokens", "faster", "slower", "crossover")
+    columns = ("policy", "blocks", "tier", "tier blocks", "requests", "tokens", "faster", "slower", "crossover")
     for column in columns:
         table.add_column(column, justify="left" if column in ("policy", "tier") else "right", overflow="fold")
     for r in tiered:
@@ -645,6 +655,7 @@ def _print_tiers(results: list[Any]) -> None:
                 r.policy,
                 f"{r.capacity:,}",
                 line.name,
+                f"{line.blocks:,}",
                 f"{line.requests:,}",
                 f"{line.tokens:,}",
                 f"{line.helped:,}",
@@ -654,7 +665,7 @@ def _print_tiers(results: list[Any]) -> None:
     print_table(table)
     for line in tiered[0].tiers.lines:
         print(
-            f"- {line.name}: {line.blocks:,} blocks at {line.gbps:g} GB/s and {line.latency_ms:g} ms a load; a block "
+            f"- {line.name}: at {line.gbps:g} GB/s and {line.latency_ms:g} ms a load; a block "
             f"loads in {line.load_ms_per_block:.3f} ms and recomputes in {line.recompute_ms_per_block:.3f} ms"
         )
     print(

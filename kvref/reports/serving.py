@@ -78,11 +78,20 @@ def _ms(value: float) -> str:
     return f"{value:,.1f} ms"
 
 
+def tier_sizes(r: ServingResult) -> tuple[tuple[str, int], ...]:
+    """The tiers below the device of ``r`` as (name, blocks), first tier first; empty without tiers."""
+    return tuple((line.name, line.blocks) for line in r.tiers.lines) if r.tiers is not None else ()
+
+
 def curve_label(r: ServingResult, results: Sequence[ServingResult]) -> str:
-    """The policy, with the block size where ``results`` hold several (a block-size sweep)."""
+    """The policy, with the block size where ``results`` hold several (a block-size sweep), and the
+    tiers' sizes where they differ (a sweep of the tiers, TIER-1129)."""
+    label = r.policy
     if len({x.block_size for x in results}) > 1:
-        return f"{r.policy}, {r.block_size}-token blocks"
-    return r.policy
+        label = f"{label}, {r.block_size}-token blocks"
+    if len({tier_sizes(x) for x in results}) > 1:
+        label += "".join(f", {name} {blocks:,}" for name, blocks in tier_sizes(r)) or ", no tier"
+    return label
 
 
 def table_row(r: ServingResult, results: Sequence[ServingResult] = ()) -> list[str]:
@@ -132,6 +141,7 @@ def render_serving_markdown(
     if len({r.capacity for r in results}) > 1:
         lines += _by_capacity(results, lambda r: f"{r.token_hit_rate:.2%}", "Token hit rate by capacity")
         lines += _by_capacity(results, lambda r: _ms(r.ttft_ms.p90), "p90 time to first token by capacity")
+    lines += render_tier_grid(results)
     if sizing is not None:
         lines += ["", "## Cache sizing", "", sizing.sentence() + ".", "", f"| blocks | {sizing.measure} | meets |"]
         lines.append("|---:|---:|---|")
@@ -212,6 +222,58 @@ def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None
     finish_figure(plt, fig, ax, f"{title}\nat {middle:,} blocks", path)
 
 
+def _tier_grid(results: Sequence[ServingResult]) -> tuple[list[int], list[int], dict[tuple[int, int], ServingResult]]:
+    """Device capacities, first-tier sizes and the result at each pair, for one policy and block size."""
+    first = results[0]
+    same = [r for r in results if (r.policy, r.block_size) == (first.policy, first.block_size) and r.tiers]
+    cells = {(r.capacity, r.tiers.lines[0].blocks): r for r in same if r.tiers is not None}
+    return sorted({c for c, _ in cells}), sorted({t for _, t in cells}), cells
+
+
+def _tier_heatmap(results: Sequence[ServingResult], title: str, path: Path) -> None:
+    """p90 time to first token over device blocks x first-tier blocks, each cell annotated (TIER-1129)."""
+    plt = pyplot("the serving replay's plots")
+    from matplotlib.colors import LogNorm
+
+    devices, sizes, cells = _tier_grid(results)
+    name = results[0].tiers.lines[0].name if results[0].tiers is not None else "tier"
+    values = [[cells[(d, t)].ttft_ms.p90 if (d, t) in cells else float("nan") for d in devices] for t in sizes]
+    fig, ax = plt.subplots(figsize=(1.2 * len(devices) + 3, 0.7 * len(sizes) + 2.5))
+    finite = [v for row in values for v in row if v == v]
+    spread = bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 10
+    norm = LogNorm(min(finite), max(finite)) if spread else None  # a log scale where the cells span decades
+    image = ax.imshow(values, cmap="viridis_r", aspect="auto", origin="lower", norm=norm)
+    for y, row in enumerate(values):
+        for x, value in enumerate(row):
+            if value == value:
+                shade = image.cmap(image.norm(value))
+                colour = "white" if 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5 else "black"
+                ax.text(x, y, f"{value:,.1f} ms", ha="center", va="center", fontsize=8, color=colour)
+    ax.set_xticks(range(len(devices)), [f"{d:,}" for d in devices], fontsize=8)
+    ax.set_yticks(range(len(sizes)), [f"{t:,}" for t in sizes], fontsize=8)
+    ax.set_xlabel("device capacity (blocks)")
+    ax.set_ylabel(f"{name} tier (blocks)")
+    fig.colorbar(image, ax=ax, label="p90 time to first token (ms)")
+    ax.set_title(f"{title}\np90 TTFT by device and {name} blocks, {results[0].policy}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def render_tier_grid(results: Sequence[ServingResult]) -> list[str]:
+    """The Markdown table of the tier sweep: p90 TTFT and tokens the first tier served, device x tier blocks."""
+    devices, sizes, cells = _tier_grid(results)
+    if len(devices) < 2 and len(sizes) < 2:
+        return []
+    name = results[0].tiers.lines[0].name if results[0].tiers is not None else "tier"
+    lines = ["", f"## p90 time to first token by device and {name} blocks", ""]
+    lines += [f"| {name} blocks | " + " | ".join(f"{d:,}" for d in devices) + " |", "|---:|" + "---:|" * len(devices)]
+    for t in sizes:
+        row = [_ms(cells[(d, t)].ttft_ms.p90) if (d, t) in cells else "-" for d in devices]
+        lines.append(f"| {t:,} | " + " | ".join(row) + " |")
+    return [*lines, "", "![p90 TTFT by device and tier blocks](serving-tiers.png)"]
+
+
 def write_serving_report(
     results: Sequence[ServingResult],
     out_dir: Path,
@@ -242,4 +304,7 @@ def write_serving_report(
         paths.append(out_dir / name)
     _timelines(results, title, out_dir / "serving-blocks.png")
     paths.append(out_dir / "serving-blocks.png")
+    if render_tier_grid(results):
+        _tier_heatmap(results, title, out_dir / "serving-tiers.png")
+        paths.append(out_dir / "serving-tiers.png")
     return paths

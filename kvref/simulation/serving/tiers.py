@@ -57,6 +57,17 @@ class TierSpec:
                 )
 
     @classmethod
+    def parse_sweep(cls, text: str) -> tuple[TierSpec, ...]:
+        """``NAME:BLOCKS[,BLOCKS...]:GBPS[:LATENCY_MS]``: one tier per size given, for a sweep (TIER-1130)."""
+        parts = text.split(":")
+        if len(parts) < 2 or "," not in parts[1]:
+            return (cls.parse(text),)
+        sizes = parts[1].split(",")
+        if len(set(sizes)) != len(sizes):
+            raise InvalidValueError("TIER-1130", f"--tier {text!r}: a size is given twice")
+        return tuple(cls.parse(":".join([parts[0], size, *parts[2:]])) for size in sizes)
+
+    @classmethod
     def parse(cls, text: str) -> TierSpec:
         """``NAME:BLOCKS:GBPS[:LATENCY_MS]``, as ``--tier`` takes it (TIER-1130)."""
         parts = text.split(":")
