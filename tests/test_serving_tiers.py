@@ -118,7 +118,12 @@ def test_a_bad_tier_is_refused_naming_its_rule(text: str) -> None:
 
 @rule("TIER-1130")
 def test_the_command_refuses_a_bad_or_repeated_tier_before_any_replay() -> None:
-    for extra in (["--tier", "host:0:25"], ["--tier", "a:10:1", "--tier", "a:20:2"], ["--kv-bytes-per-token", "0"]):
+    for extra in (
+        ["--tier", "host:0:25"],
+        ["--tier", "a:10:1", "--tier", "a:20:2"],
+        ["--kv-bytes-per-token", "0"],
+        ["--kv-bytes-per-token", "1024"],  # without a tier it would size nothing
+    ):
         run = subprocess.run(
             [sys.executable, "-m", "kvref", "serve-replay", "--capacity", "60", "--no-belady", *extra],
             capture_output=True,
@@ -127,6 +132,9 @@ def test_the_command_refuses_a_bad_or_repeated_tier_before_any_replay() -> None:
         )
         assert run.returncode != 0 and "TIER-1130" in run.stderr, f"{extra}: {run.returncode} {run.stderr[-400:]}"
         assert run.stdout == "", f"{extra}: a replay ran: {run.stdout[:200]}"
+    engine = [sys.executable, "-m", "kvref", "serve-replay", "--engine", "vllm", "--tier", "host:10:1"]
+    run = subprocess.run(engine, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "--tier" in run.stderr and "TRACE-1050" in run.stderr, run.stderr[-400:]
 
 
 @rule("TIER-1126", "TIER-1127", "TIER-1128")

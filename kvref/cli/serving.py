@@ -171,8 +171,7 @@ def add_serving_commands(sub: Any) -> None:
     serve.add_argument(
         "--kv-bytes-per-token",
         type=arg.kv_bytes_per_token,
-        default=DEFAULT_KV_BYTES_PER_TOKEN,
-        help="one token's K and V in bytes, for the tiers' loads (default: an 8B Llama's 131,072)",
+        help=f"one token's K and V in bytes, for tier loads (default {DEFAULT_KV_BYTES_PER_TOKEN:,}, an 8B Llama's)",
     )
     serve.add_argument("--out", type=arg.output_directory, help="directory for serving.json, serving.md and the plots")
     serve.add_argument("--json", action="store_true", help="machine-readable output")
@@ -245,7 +244,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     from kvref.simulation.replay import check_warmup
     from kvref.simulation.serving.runner import load_workload
     from kvref.simulation.serving.sweep import grid, run_sweep
-    from kvref.simulation.serving.tiers import check_tier_names
+    from kvref.simulation.serving.tiers import DEFAULT_KV_BYTES_PER_TOKEN, check_tier_names
 
     check_warmup(args.warmup, "serve-replay")
     if args.range and args.target_hit_rate is None and args.target_ttft_p90 is None:
@@ -262,6 +261,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
     _check_engine_arguments(args)
     tier_sizes = list(itertools.product(*args.tier)) if args.tier else [()]
     check_tier_names(tier_sizes[0])
+    if args.kv_bytes_per_token is not None and not args.tier:
+        raise InvalidValueError("TIER-1130", "--kv-bytes-per-token sizes the tiers' loads: it goes with --tier")
     if searching and len(tier_sizes) > 1:
         raise InvalidValueError(
             "TIER-1130", "a capacity search sizes the device with the tiers fixed: give one BLOCKS per --tier"
@@ -286,7 +287,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
         return _run_on_vllm(args, specs, capacities, model)
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     if args.tier:
-        common.update(tiers=tier_sizes[0], kv_bytes_per_token=args.kv_bytes_per_token)
+        common.update(tiers=tier_sizes[0], kv_bytes_per_token=args.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
     notes = [first.note, f"step model: {model.describe()}", f"backend {args.backend}, warm-up {args.warmup:g}"]
     sizing = None
     results_file = Path(args.results) if args.results else None
