@@ -280,6 +280,21 @@ class TierSuite(ConformanceSuite):
             f"[TIER-1117] after touch([3, 2]) the order is 1, 2, 3 oldest first; evicted {plan and plan.evicted}"
         )
 
+    @rule("TIER-1116", "TIER-1112")
+    def test_lru_counts_a_touch_of_a_pinned_key_as_a_use(self, impl: Target) -> None:
+        tier = self.tier(impl, 3)
+        stored(tier, [1], request="a")
+        stored(tier, [2], request="b")
+        stored(tier, [3], request="c")
+        tier.prepare_load([1], request="reader")
+        tier.touch([1])  # while pinned: still a use
+        tier.touch([2])
+        tier.complete_load([1], request="reader")
+        plan = tier.prepare_store([4, 5], request="r")
+        assert plan is not None and list(plan.evicted) == [3, 1], (
+            f"[TIER-1116] 1 was touched while pinned, then 2: the order is 3, 1, 2; evicted {plan and plan.evicted}"
+        )
+
     # -- arc ----------------------------------------------------------------------------------
 
     @rule("TIER-1118", "TIER-1119", "TIER-1120")
@@ -312,6 +327,22 @@ class TierSuite(ConformanceSuite):
         stored(tier, [4], request="g")  # T1 is empty: evicts T2's oldest, 1, into B2
         stored(tier, [1], request="h")  # a B2 hit: target 1 -> 0
         assert tier.policy_state()["target"] == 0, f"[TIER-1121] a B2 hit lowers target: {tier.policy_state()}"
+
+    @rule("TIER-1120", "TIER-1121")
+    def test_arc_takes_from_t1_when_t2_has_nothing_to_evict(self, impl: Target) -> None:
+        tier = self.tier(impl, 2, policy="arc")
+        stored(tier, [1], request="a")
+        stored(tier, [2], request="b")
+        stored(tier, [3], request="c")  # evicts 1 into B1
+        tier.touch([1])
+        tier.touch([1])  # two ghost hits: target 2
+        tier.touch([2])  # 2 is used again: T2
+        state = tier.policy_state()
+        assert (state["t1"], state["t2"], state["target"]) == ([3], [2], 2), f"[TIER-1121] {state}"
+        plan = tier.prepare_store([2, 4], request="d")  # T1 holds fewer than target: T2 first, but 2 is named
+        assert plan is not None and list(plan.evicted) == [3], (
+            f"[TIER-1120] T2's only key is named by the store, so T1's 3 goes; got {plan}"
+        )
 
     @rule("TIER-1122")
     def test_arc_ghost_lists_stay_within_capacity(self, impl: Target) -> None:
