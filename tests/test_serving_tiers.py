@@ -59,6 +59,14 @@ def test_a_request_evicted_from_the_device_loads_its_prefix_from_the_host_and_wa
         f"[TIER-1128] the third request's first token comes after its load and one step: {result.ttft_ms}"
     )
     assert replay(requests, None).prefill_tokens_saved == 4, "without the host only the device's block is saved"
+    slow = TierCascade(
+        [TierSpec("host", 16, 0.001, 1000.0)], block_size=SIZE, kv_bytes_per_token=1000, prefill_ms_per_token=0.02
+    )
+    waited = replay(requests, slow)
+    held_us = (waited.mean_blocks_in_use * waited.makespan_ms - result.mean_blocks_in_use * result.makespan_ms) * 1000
+    assert held_us == pytest.approx(2 * 999_000, rel=1e-6), (
+        f"[TRACE-1039] a load 999 ms longer holds its 2 blocks 999 ms longer: {held_us:,.0f} block-us more"
+    )
     assert result.prefill_tokens_saved == 8 and line.hurt == 1, "5 ms to load what 0.08 ms recomputes is slower"
 
 
@@ -109,7 +117,18 @@ def test_a_result_with_tiers_survives_its_json() -> None:
 @rule("TIER-1130")
 @pytest.mark.parametrize(
     "text",
-    ["host:0:25", "host:10:0", "host:10:nan", ":10:1", "host:10", "host:10:1:-1", "host:ten:1", "host:1\u0660:1"],
+    [
+        "host:0:25",
+        "host:10:0",
+        "host:10:nan",
+        ":10:1",
+        "host:10",
+        "host:10:1:-1",
+        "host:ten:1",
+        "host:1\u0660:1",
+        "host:10:1e-320",
+        "host:10:1:1e308",
+    ],
 )
 def test_a_bad_tier_is_refused_naming_its_rule(text: str) -> None:
     with pytest.raises(InvalidValueError, match=r"\[TIER-1130\]"):
@@ -194,3 +213,15 @@ def test_a_sweep_of_device_and_host_sizes_writes_its_grid_and_heat_map(tmp_path:
         timeout=120,
     )
     assert searching.returncode != 0 and "TIER-1130" in searching.stderr, searching.stderr[-400:]
+
+
+@rule("TIER-1129")
+def test_the_tier_report_counts_only_the_requests_after_the_warm_up() -> None:
+    point = ServingPoint(
+        WorkloadSpec("builtin", "chat", 16), 60, "lru", belady=False, tiers=(TierSpec("host", 400, 25.0),)
+    )
+    whole, half = run_point(point), run_point(dataclasses.replace(point, warmup=0.5))
+    assert whole.tiers is not None and half.tiers is not None
+    assert half.tiers.lines[0].requests < whole.tiers.lines[0].requests, (
+        f"[TIER-1129] the warm-up's loads were counted: {half.tiers.lines[0]} against {whole.tiers.lines[0]}"
+    )

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvref.contract.errors import ConfigError, InvalidValueError, InvariantViolation, TierStateError
+from kvref.contract.tiers import apply_tier_events
 from kvref.oracle.tiers import OracleTierStore, tiered_prefix
 
 CALLS = st.lists(
@@ -85,3 +86,12 @@ def test_tiered_prefix_and_creation_refuse_bad_numbers() -> None:
     with pytest.raises(InvalidValueError, match=r"\[TIER-1125\]"):
         tiered_prefix([1, 2], 3, [tier])
     assert tiered_prefix([], 0, []) is not None
+
+
+@pytest.mark.rule("TIER-1123", "TIER-1124")
+def test_the_oracles_reset_reports_every_ready_key_removed_so_events_rebuild_the_empty_tier() -> None:
+    tier = OracleTierStore(3, enable_events=True)
+    tier.prepare_store([1, 2, 3], request="a")
+    tier.complete_store([1, 2], request="a")
+    tier.reset()
+    assert apply_tier_events(set(), tier.take_events()) == set() == set(tier.resident())

@@ -206,7 +206,10 @@ class OracleTierStore:
         return events
 
     def reset(self) -> None:
-        """Every key absent, every slot free, the policy and the requests' uses forgotten (TIER-1124)."""
+        """Every key absent, every slot free, the policy and the requests' uses forgotten (TIER-1124).
+
+        With events on, one ``removed`` event names every ready key, so the events rebuild the tier."""
+        self._report(list(self._pins), removed=True)
         self._slots.clear()
         self._pending.clear()
         self._pins.clear()

@@ -190,11 +190,11 @@ class ServingReplay:
             if self._loading:
                 self._end_loads()
             if not (self._waiting or self._running):
-                self._now = self._next_event(specs[nxt].arrival_us if nxt < n else None) or self._now
+                self._idle_until(self._next_event(specs[nxt].arrival_us if nxt < n else None))
                 continue
             steady, duration = self._step()
             if not duration:  # idle until the next load ends or request arrives
-                self._now = self._next_event(specs[nxt].arrival_us if nxt < n else None) or self._now
+                self._idle_until(self._next_event(specs[nxt].arrival_us if nxt < n else None))
             elif steady and self.fast_forward:
                 self._skip_quiet_steps(duration, self._next_event(specs[nxt].arrival_us if nxt < n else None))
         seconds = time.perf_counter() - started
@@ -207,6 +207,16 @@ class ServingReplay:
         if arrival_us is not None:
             events.append(arrival_us)
         return min(events) if events else None
+
+    def _idle_until(self, when: int | None) -> None:
+        """Move the clock to ``when`` with no step run, counting the blocks that loads hold meanwhile (TRACE-1039)."""
+        if when is None or when <= self._now:
+            return
+        in_use = sum(p.num_in_use for p in self._pools)
+        self._tally.in_use_time += in_use * (when - self._now)
+        if not self._timeline or self._timeline[-1][1] != in_use:
+            self._timeline.append((self._now, in_use))
+        self._now = when
 
     def _arrive(self, index: int, spec: ServedRequest) -> None:
         """A request joins the waiting queue, or is rejected when it could never run (TRACE-1037)."""
@@ -320,6 +330,8 @@ class ServingReplay:
             live = waiting[0]
             req = live.req
             if live.loaded:  # its blocks are held and its loaded tokens computed (TIER-1127)
+                if not chunked and req.num_tokens - req.num_computed_tokens > budget:
+                    break
                 n = min(req.num_tokens - req.num_computed_tokens, budget)
                 if manager.allocate_slots(req, n, full_sequence_must_fit=whole) is None:
                     break
@@ -384,7 +396,7 @@ class ServingReplay:
         if got is None:
             return False
         self._waiting.popleft()
-        tiers.start_load(req.request_id, load)
+        tiers.start_load(req.request_id, load, counted=live.index >= self.first_counted)
         live.load = load
         live.ready_us = self._now + load.load_us
         live.load_tokens = hit + external

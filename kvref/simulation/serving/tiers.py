@@ -17,6 +17,7 @@ from typing import Any
 
 from kvref.contract.errors import InvalidValueError
 from kvref.oracle.tiers import OracleTierStore
+from kvref.simulation.serving.model import MAX_COST_MS
 
 __all__ = [
     "DEFAULT_KV_BYTES_PER_TOKEN",
@@ -48,12 +49,14 @@ class TierSpec:
             raise InvalidValueError(
                 "TIER-1130", f"--tier {self.name}: blocks must be a positive integer, got {self.blocks!r}"
             )
-        for what, value, low in (("bandwidth (GB/s)", self.gbps, None), ("latency (ms)", self.latency_ms, 0.0)):
+        for what, value, low, high in (
+            ("bandwidth (GB/s)", self.gbps, 1e-6, 1e6),
+            ("latency (ms)", self.latency_ms, 0.0, MAX_COST_MS),
+        ):
             number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or (value <= 0 if low is None else value < low):
-                need = "above 0" if low is None else "at least 0"
+            if not number or not low <= value <= high:
                 raise InvalidValueError(
-                    "TIER-1130", f"--tier {self.name}: {what} must be a finite number {need}, got {value!r}"
+                    "TIER-1130", f"--tier {self.name}: {what} must be a number from {low:g} to {high:g}, got {value!r}"
                 )
 
     @classmethod
@@ -187,11 +190,14 @@ class TierCascade:
         )
         return TierLoad(tuple(tuple(k) for k in per_tier), math.ceil(load), math.ceil(blocks * self.recompute_block_us))
 
-    def start_load(self, request: str, load: TierLoad) -> None:
-        """Pin the load's keys in their tiers and count what each tier serves (TIER-1128, TIER-1129)."""
+    def start_load(self, request: str, load: TierLoad, *, counted: bool = True) -> None:
+        """Pin the load's keys in their tiers and, for a ``counted`` request (not in the warm-up), count
+        what each tier serves (TIER-1128, TIER-1129)."""
         for i, (store, keys) in enumerate(zip(self.stores, load.keys, strict=True)):
             if keys:
                 store.prepare_load(list(keys), request=request)
+                if not counted:
+                    continue
                 part_us = self.specs[i].latency_ms * 1000 + len(keys) * self.block_us[i]
                 helped = part_us < len(keys) * self.recompute_block_us  # this tier's part against its recompute
                 self._requests[i] += 1
