@@ -224,6 +224,8 @@ def _timelines(results: Sequence[ServingResult], title: str, path: Path) -> None
 
 def _tier_grid(results: Sequence[ServingResult]) -> tuple[list[int], list[int], dict[tuple[int, int], ServingResult]]:
     """Device capacities, first-tier sizes and the result at each pair, for one policy and block size."""
+    if not results:
+        return [], [], {}
     first = results[0]
     same = [r for r in results if (r.policy, r.block_size) == (first.policy, first.block_size) and r.tiers]
     cells = {(r.capacity, r.tiers.lines[0].blocks): r for r in same if r.tiers is not None}
