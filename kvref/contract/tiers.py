@@ -9,11 +9,12 @@ completed (TIER-1104..TIER-1115); the policy (``lru``, ``arc``) picks what a sto
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from kvref.contract.errors import InvalidTypeError
+from kvref.contract.validate import as_list
 
 __all__ = [
     "LOOKUP_RESULTS",
@@ -89,22 +90,8 @@ def as_tier_keys(values: object, *, op: str, arg: str = "keys") -> list[int]:
     """
     if type(values) is list and all(type(value) is int for value in values):
         return values  # the caller's own list: implementations read it and never change it
-    if isinstance(values, (str, bytes, bytearray, Mapping, set, frozenset)) or values is None:
-        raise InvalidTypeError(
-            "TIER-1102", f"{op}: {arg} must be an ordered sequence of integer keys, got {type(values).__name__}"
-        )
-    tolist = getattr(values, "tolist", None)
-    if tolist is not None:
-        if getattr(values, "ndim", 1) != 1:
-            raise InvalidTypeError(
-                "TIER-1102", f"{op}: {arg} must be one-dimensional, got shape {getattr(values, 'shape', None)}"
-            )
-        values = tolist()
-    if not isinstance(values, Iterable):
-        raise InvalidTypeError(
-            "TIER-1102", f"{op}: {arg} must be a sequence of integer keys, got {type(values).__name__}"
-        )
-    return [as_tier_key(value, op=op, arg=f"{arg}[{index}]") for index, value in enumerate(values)]
+    items = as_list(values, op=op, arg=arg, rule="TIER-1102")
+    return [as_tier_key(value, op=op, arg=f"{arg}[{index}]") for index, value in enumerate(items)]
 
 
 @runtime_checkable

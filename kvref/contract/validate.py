@@ -74,30 +74,29 @@ def as_count(value: object, *, op: str, arg: str = "count", rule: str | None = N
     return count
 
 
-def as_list(values: object, *, op: str, arg: str) -> list[Any]:
-    """``values`` as a list: any sequence or 1-d array, never a str, bytes, mapping or None."""
+def as_list(values: object, *, op: str, arg: str, rule: str = "ERR-503") -> list[Any]:
+    """``values`` as a list: any sequence or 1-d array, never a str, bytes, mapping or None; a refusal
+    names ``rule`` (ERR-503 unless a chapter gives its own)."""
     if type(values) is list:
         return values
     if isinstance(values, (tuple, range)):
         return list(values)
     if isinstance(values, (str, bytes, bytearray, memoryview, Mapping)) or values is None:
-        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
+        raise InvalidTypeError(rule, f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
     if isinstance(values, (set, frozenset)):
-        raise InvalidTypeError(
-            "ERR-503", f"{op}: {arg} must be an ordered sequence; a {type(values).__name__} has no order"
-        )
+        raise InvalidTypeError(rule, f"{op}: {arg} must be an ordered sequence; a {type(values).__name__} has no order")
     tolist = getattr(values, "tolist", None)
     if tolist is not None:
         if getattr(values, "ndim", 1) != 1:
             raise InvalidTypeError(
-                "ERR-503", f"{op}: {arg} must be one-dimensional, got shape {getattr(values, 'shape', None)}"
+                rule, f"{op}: {arg} must be one-dimensional, got shape {getattr(values, 'shape', None)}"
             )
         result = tolist()
         if not isinstance(result, list):  # pragma: no cover - defensive for exotic arrays
-            raise InvalidTypeError("ERR-503", f"{op}: {arg} must be one-dimensional")
+            raise InvalidTypeError(rule, f"{op}: {arg} must be one-dimensional")
         return result
     if not isinstance(values, Iterable):
-        raise InvalidTypeError("ERR-503", f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
+        raise InvalidTypeError(rule, f"{op}: {arg} must be a sequence of integers, got {type(values).__name__}")
     return list(values)
 
 
