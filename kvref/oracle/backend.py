@@ -20,6 +20,8 @@ class OracleBackend:
     """Factory of :class:`OracleBlockPool`; pure Python, always usable, host memory only."""
 
     name = "oracle"
+    #: The class ``create_tier`` builds (a subclass may name another, as the planted-bug backends do).
+    tier_store: type[OracleTierStore] = OracleTierStore
 
     def version(self) -> str:
         """kvref's own version: the oracle ships with it."""
@@ -82,7 +84,7 @@ class OracleBackend:
     ) -> OracleTierStore:
         """A new :class:`OracleTierStore` of ``capacity`` slots under ``policy`` (chapter 11)."""
         self.device(device)
-        return OracleTierStore(capacity, policy=policy, medium=medium, enable_events=enable_events)
+        return self.tier_store(capacity, policy=policy, medium=medium, enable_events=enable_events)
 
     def create(
         self,

@@ -129,22 +129,8 @@ class PendingKeyEvictable(OracleTierStore):
 
 
 def _backend(store: type[OracleTierStore]) -> type[OracleBackend]:
-    class PlantedTierBackend(OracleBackend):
-        name = store.__name__
-
-        def create_tier(
-            self,
-            capacity: int,
-            *,
-            policy: str = "lru",
-            medium: str = "host",
-            enable_events: bool = False,
-            device: str | None = None,
-        ) -> OracleTierStore:
-            return store(capacity, policy=policy, medium=medium, enable_events=enable_events)
-
-    PlantedTierBackend.__name__ = PlantedTierBackend.__qualname__ = store.__name__ + "Backend"
-    return PlantedTierBackend
+    planted = type(store.__name__ + "Backend", (OracleBackend,), {"name": store.__name__, "tier_store": store})
+    return planted
 
 
 #: Each planted tier bug and the rule the suite must name.
