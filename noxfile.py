@@ -7,7 +7,8 @@ of README.md.
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
 ``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak;
-``nox -s sim-to-real`` holds the serving replay to vLLM's own scheduler on the whole traces.
+``nox -s sim-to-real`` holds the serving replay to vLLM's own scheduler on the whole traces, ``sim-to-real-sglang``
+to SGLang's.
 Every conformance session writes its verdict files; ``conformance`` fails when the oracle's, torch's
 or CuPy's differ from the committed ones in ``results/verdicts``, and ``nox -s verdicts`` rewrites them.
 torch is pinned to 2.13.0 through ``.ci/constraints.txt`` wherever it is installed.
@@ -335,6 +336,17 @@ def sim_to_real(session: nox.Session) -> None:
     session.run("python", "scripts/sim_to_real.py", "--requests", "0", *session.posargs)
 
 
+@ci_session(name="sim-to-real-sglang")
+def sim_to_real_sglang(session: nox.Session) -> None:
+    """kvref's serving replay against SGLang's own scheduler (TRACE-1054, TRACE-1055); writes
+    results/sim-to-real-sglang.md. The table measures how far kvref's model, which follows vLLM's
+    scheduler, is from SGLang's; it fails on nothing but an error. Not a default session."""
+    install(session, "conformance", torch=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
+    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS, *SGLANG_SCHEDULER_IMPORTS)
+    session.run("python", "scripts/sim_to_real.py", "--engine", "sglang", "--requests", "0", *session.posargs)
+
+
 @ci_session(name="bench-peers")
 def bench_peers(session: nox.Session) -> None:
     """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators and
@@ -477,6 +489,8 @@ SGLANG_RADIX_IMPORTS = [
     "openai==3.57.0",
     "partial-json-parser==0.2.1.1.post7",
 ]
+#: What SGLang's scheduler module imports on top, for the serving replay on its scheduler (TRACE-1054).
+SGLANG_SCHEDULER_IMPORTS = ["setproctitle==1.3.8", "einops==0.8.2", "uvicorn==0.54.0", "fastapi==0.165.0"]
 #: What the radix caches of the older releases the bug corpus installs import at module level on
 #: top (0.5.5-0.5.7: fastapi; 0.5.17-0.5.18: xgrammar, einops); sgl_kernel has a stand-in.
 SGLANG_OLDER_IMPORTS = ["fastapi==0.165.0", "einops==0.8.2", "xgrammar==0.2.8"]
@@ -493,8 +507,9 @@ def peer_sglang(session: nox.Session) -> None:
         session.run(
             "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
         )
-    # SGLang's own KV-event encoder and radix caches writing the streams kvref reads (PFX-323).
-    session.install("-c", CONSTRAINTS, "pytest-benchmark")
+    # SGLang's own KV-event encoder and radix caches writing the streams kvref reads (PFX-323), and
+    # the serving replay on SGLang's own scheduler beside kvref's on short workloads (TRACE-1054).
+    session.install("-c", CONSTRAINTS, "pytest-benchmark", *SGLANG_SCHEDULER_IMPORTS)
     # SGLang's import warns (deprecated torch calls, quantization kernels it has only for GPUs).
     session.run(
         "pytest",
@@ -503,6 +518,7 @@ def peer_sglang(session: nox.Session) -> None:
         "-W",
         "ignore::UserWarning",
         "tests/test_engine_events.py",
+        "tests/test_sglang_scheduler.py",
         "-k",
         "sglang",
     )

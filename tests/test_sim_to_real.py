@@ -235,11 +235,11 @@ CONFIGURATIONS["mooncake, sliding window + full, admission capped"] = (
 @rule("TRACE-1050", "TRACE-1051", "TRACE-1052")
 @pytest.mark.parametrize("name", list(CONFIGURATIONS))
 def test_vllm_s_own_scheduler_agrees_with_kvref_request_by_request(name: str) -> None:
-    from kvref.simulation.serving.comparison import compare_with_vllm
+    from kvref.simulation.serving.comparison import compare_with_engine
 
     make, capacity, model, caching = CONFIGURATIONS[name]
     groups = HYBRIDS.get(name, (FULL_ATTENTION,))
-    comparison = compare_with_vllm(make(), capacity, model, prefix_caching=caching, groups=groups)
+    comparison = compare_with_engine("vllm", make(), capacity, model, prefix_caching=caching, groups=groups)
     assert comparison.differences == ()
     assert comparison.exact == comparison.requests > 0
     assert comparison.engine.counts() == comparison.kvref.counts()
@@ -264,14 +264,14 @@ def test_vllm_s_evictions_and_preemptions_are_its_own_counts() -> None:
 @needs_vllm
 @rule("TRACE-1050")
 def test_a_workload_whose_last_requests_are_rejected_ends_on_vllm_as_on_kvref() -> None:
-    from kvref.simulation.serving.comparison import compare_with_vllm
+    from kvref.simulation.serving.comparison import compare_with_engine
 
     fits = ServedRequest(0, 20, 2, prompt_tokens=tuple(range(20)))
     too_long = ServedRequest(1_000, 200, 2, prompt_tokens=tuple(range(200)))
     workload = ServingWorkload(
         (fits, too_long, too_long), 16, "two too long", outputs_hit=False, fixed_block_size=False
     )
-    comparison = compare_with_vllm(workload, 4, StepModel())
+    comparison = compare_with_engine("vllm", workload, 4, StepModel())
     assert comparison.engine.rejected == comparison.kvref.rejected == 2
     assert comparison.exact == comparison.requests == 1
 
@@ -296,10 +296,10 @@ def test_a_prompt_as_long_as_the_model_leaves_no_room_for_a_token_and_is_rejecte
 @needs_vllm
 @rule("TRACE-1050")
 def test_requests_without_output_run_on_vllm_as_on_kvref() -> None:
-    from kvref.simulation.serving.comparison import compare_with_vllm
+    from kvref.simulation.serving.comparison import compare_with_engine
 
     requests = tuple(ServedRequest(i * 100, 20, 0, prompt_tokens=tuple(range(20)), output_tokens=()) for i in range(3))
     workload = ServingWorkload(requests, 4, "no outputs", outputs_hit=True, fixed_block_size=False)
-    comparison = compare_with_vllm(workload, 20, StepModel(max_model_len=20 + 1))
+    comparison = compare_with_engine("vllm", workload, 20, StepModel(max_model_len=20 + 1))
     assert comparison.agrees
     assert comparison.kvref.token_hits > 0

@@ -5,7 +5,8 @@ traces fetch``) or a built-in workload with requests overlapping in time through
 manager (spec chapter 10, TRACE-1030..TRACE-1049), over a grid of policies, capacities and block
 sizes run as independent tasks, and prints the table; ``--out`` writes the report and plots;
 ``--target-hit-rate`` / ``--target-ttft-p90`` search the smallest capacity meeting a target;
-``--engine vllm`` replays on vLLM's own scheduler instead, and ``--compare`` beside kvref's (TRACE-1050..TRACE-1052).
+``--engine vllm`` / ``--engine sglang`` replays on the engine's own scheduler instead, and ``--compare``
+beside kvref's (TRACE-1050..TRACE-1052, TRACE-1054, TRACE-1055; ``kvref.cli.engines``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kvref.cli.console import print_table, progress_bar, quiet
+from kvref.cli.engines import check_engine_arguments, run_on_engine
+from kvref.cli.serving_tables import print_serving_results
 
 __all__ = ["add_serving_commands", "run_serve_replay", "run_traces"]
 
@@ -97,15 +100,19 @@ def add_serving_commands(sub: Any) -> None:
     serve.add_argument("--no-belady", action="store_true", help="skip Belady's offline reference")
     serve.add_argument(
         "--engine",
-        choices=["kvref", "vllm"],
+        choices=["kvref", "vllm", "sglang"],
         default="kvref",
-        help="whose scheduler runs the steps: kvref's model, or vLLM's own Scheduler (needs vLLM installed)",
+        help="whose scheduler runs the steps: kvref's model, vLLM's own Scheduler or SGLang's (needs it installed)",
     )
     serve.add_argument(
-        "--compare", action="store_true", help="with --engine vllm: kvref's model beside it, request by request"
+        "--compare",
+        action="store_true",
+        help="with --engine vllm or sglang: kvref's model beside it, request by request",
     )
     serve.add_argument(
-        "--no-prefix-caching", action="store_true", help="with --engine vllm: prefix caching off (on both sides)"
+        "--no-prefix-caching",
+        action="store_true",
+        help="with --engine vllm or sglang: prefix caching off (on both sides)",
     )
     serve.add_argument(
         "--sliding-window",
@@ -258,7 +265,7 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             "a capacity search sizes one cache (the first --policy at the first --block-size, beside a grid of "
             "--capacity points): give one --policy and one --block-size, or the --capacity points to replay",
         )
-    _check_engine_arguments(args)
+    check_engine_arguments(args)
     tier_sizes = list(itertools.product(*args.tier)) if args.tier else [()]
     check_tier_names(tier_sizes[0])
     if args.kv_bytes_per_token is not None and not args.tier:
@@ -283,8 +290,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     capacities = sorted({min(c, never) for c in asked} or {fits << k for k in range(6) if (fits << k) <= 2 * never})
-    if args.engine == "vllm":
-        return _run_on_vllm(args, specs, capacities, model)
+    if args.engine != "kvref":
+        return run_on_engine(args, specs, capacities, model)
     common = {"model": model, "warmup": args.warmup, "backend": args.backend, "belady": not args.no_belady}
     if args.tier:
         common.update(tiers=tier_sizes[0], kv_bytes_per_token=args.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
@@ -338,220 +345,8 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             payload["sizing"] = {"capacity": sizing.capacity, "sentence": sizing.sentence()}
         print(json.dumps(payload, indent=1))
         return _sizing_status(sizing)
-    _print_results(results, title, notes, sizing)
+    print_serving_results(results, title, notes, sizing)
     return _sizing_status(sizing)
-
-
-def _check_engine_arguments(args: argparse.Namespace) -> None:
-    """Refuse, before any work, what vLLM's scheduler cannot be asked and what needs it (TRACE-1050, CONF-912)."""
-    from kvref.contract.errors import InvalidValueError
-
-    if args.engine != "vllm":
-        engine_only = (
-            ("--compare", args.compare),
-            ("--no-prefix-caching", args.no_prefix_caching),
-            ("--sliding-window", args.sliding_window is not None),
-            ("--mamba", args.mamba),
-            ("--events", args.events is not None),
-            ("--snapshot", args.snapshot is not None),
-        )
-        for flag, given in engine_only:
-            if given:
-                raise InvalidValueError("TRACE-1051", f"{flag} goes with --engine vllm")
-        return
-    refused = [
-        ("--target-hit-rate / --target-ttft-p90", args.target_hit_rate is not None or args.target_ttft_p90 is not None),
-        ("--scheduler", args.scheduler is not None),
-        ("--preemption pause", args.preemption != "recompute"),
-        ("--backend", args.backend != "oracle"),
-        ("--policy other than lru", any(p != "lru" for p in args.policy or [])),
-        ("--results", args.results is not None),
-        ("--workers", args.workers not in (None, 1)),
-        ("--tier", bool(args.tier)),
-    ]
-    for flag, given in refused:
-        if given:
-            raise InvalidValueError(
-                "TRACE-1050",
-                f"{flag}: --engine vllm replays the given capacities through vLLM's own scheduler, which evicts "
-                "by its own LRU, preempts by recompute and runs in this process",
-            )
-    if args.budget < args.max_seqs:
-        raise InvalidValueError(
-            "TRACE-1050", f"--budget {args.budget:,} is less than --max-seqs {args.max_seqs:,}: vLLM refuses that"
-        )
-    if args.events is not None and args.no_prefix_caching:
-        raise InvalidValueError("PFX-323", "--events: vLLM sends no KV events with prefix caching off")
-    from kvref.cli import arguments as arg
-
-    why = arg.snapshot_clash(args.snapshot, args.events)
-    if why:
-        raise InvalidValueError(
-            "PFX-327", f"--snapshot records what vLLM's cache holds at the end of its stream; {why}"
-        )
-    from kvref.simulation.serving.vllm_scheduler import vllm_version
-
-    vllm_version()  # refuses with how to install it
-
-
-def _run_on_vllm(args: argparse.Namespace, specs: list[Any], capacities: list[int], model: Any) -> int:
-    """Replay each block size and capacity through vLLM's scheduler, and with --compare kvref's beside it."""
-    from rich import box
-    from rich.table import Table
-
-    from kvref.cli.replay import trace_name
-    from kvref.contract.manager import FULL_ATTENTION, CacheGroup
-    from kvref.reports.comparison import (
-        COMPARISON_COLUMNS,
-        COMPARISON_NOTES,
-        DIFFERENCE_COLUMNS,
-        comparison_row,
-        difference_rows,
-        render_comparison_markdown,
-    )
-    from kvref.simulation.serving.comparison import compare_with_vllm
-    from kvref.simulation.serving.runner import load_workload
-    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay, vllm_version
-
-    caching = not args.no_prefix_caching
-    groups = (
-        FULL_ATTENTION,
-        *([CacheGroup.window(args.sliding_window)] if args.sliding_window is not None else []),
-        *([CacheGroup.mamba()] if args.mamba else []),
-    )
-    workloads = [load_workload(spec) for spec in specs]
-    first = workloads[0]
-    sides = 2 if args.compare else 1
-    total = sum(len(w.requests) for w in workloads) * len(capacities) * sides
-    title = f"kvref serve-replay --engine vllm: {trace_name(first.source)}, {len(first.requests):,} requests"
-    notes = [
-        first.note,
-        f"step model: {model.describe()}",
-        f"vLLM {vllm_version()}, prefix caching {'on' if caching else 'off'}, KV cache groups: "
-        + ", ".join(g.kind if g.sliding_window is None else f"window {g.sliding_window:,}" for g in groups),
-    ]
-    if args.events is not None and len(workloads) * len(capacities) != 1:
-        from kvref.contract.errors import InvalidValueError
-
-        raise InvalidValueError(
-            "PFX-323", "--events records one replay on vLLM: give one --capacity and one --block-size"
-        )
-    events = Path(args.events) if args.events is not None else None
-    snapshot = Path(args.snapshot) if args.snapshot is not None else None
-    for path in (events, snapshot):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-    comparisons: list[tuple[str, Any]] = []
-    results = []
-    with progress_bar(f"replaying {len(first.requests):,} requests on vLLM", total) as advance:
-
-        def progress(done: int, _total: int) -> None:
-            advance(done)
-
-        for workload in workloads:
-            for capacity in capacities:
-                name = f"block size {workload.block_size}, {capacity:,} blocks"
-                if args.compare:
-                    comparison = compare_with_vllm(
-                        workload,
-                        capacity,
-                        model,
-                        prefix_caching=caching,
-                        groups=groups,
-                        warmup=args.warmup,
-                        progress=progress,
-                        events=events,
-                        snapshot=snapshot,
-                    )
-                    comparisons.append((name, comparison))
-                    results.append(comparison.engine)
-                else:
-                    replay = VllmSchedulerReplay(
-                        workload,
-                        capacity,
-                        model,
-                        prefix_caching=caching,
-                        groups=groups,
-                        warmup=args.warmup,
-                        progress=progress,
-                        events=events,
-                        snapshot=snapshot,
-                    )
-                    results.append(replay.run())
-    if args.out:
-        out = Path(args.out)
-        if args.compare:
-            path = out / "comparison.md"
-            path.write_text(render_comparison_markdown(title, comparisons, notes=[f"- {n}" for n in notes if n]))
-            print(f"wrote {path}", file=sys.stderr)
-        else:
-            from kvref.reports.serving import write_serving_report
-
-            for path in write_serving_report(results, out, title=title, notes=notes, sizing=None):
-                print(f"wrote {path}", file=sys.stderr)
-    if args.json:
-        payload: dict[str, Any] = {"title": title, "notes": notes, "results": [r.to_json() for r in results]}
-        if args.compare:
-            payload["comparisons"] = [_comparison_json(name, c) for name, c in comparisons]
-        print(json.dumps(payload, indent=1))
-        return _comparison_status(comparisons)
-    if not args.compare:
-        _print_results(results, title, notes, None)
-        return 0
-    print(title)
-    table = Table(title="kvref's serving replay against vLLM's scheduler", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for column in COMPARISON_COLUMNS:
-        table.add_column(column, justify="left" if column == "configuration" else "right", overflow="fold")
-    for name, comparison in comparisons:
-        table.add_row(*comparison_row(name, comparison))
-    print_table(table)
-    for note in COMPARISON_NOTES + tuple(f"- {n}" for n in notes if n):
-        print(note)
-    differing = [row for name, c in comparisons for row in difference_rows(name, c.differences)]
-    if differing:
-        diffs = Table(title="requests that differ (the first ten of each)", box=box.SIMPLE_HEAD, padding=(0, 1))
-        for column in DIFFERENCE_COLUMNS:
-            diffs.add_column(
-                column, justify="left" if column in ("configuration", "side") else "right", overflow="fold"
-            )
-        for row in differing:
-            diffs.add_row(*row)
-        print_table(diffs)
-    return _comparison_status(comparisons)
-
-
-def _comparison_status(comparisons: list[tuple[str, Any]]) -> int:
-    """0 where every configuration agrees (TRACE-1051); 1, with a line each, where one does not."""
-    status = 0
-    for name, c in comparisons:
-        if not c.agrees:
-            status = 1
-            why = "no request was compared" if not c.requests else f"{c.requests - c.exact:,} requests differ"
-            if c.requests and c.exact == c.requests:
-                why = "the aggregate counts differ"
-            print(f"kvref serve-replay: {name}: kvref and vLLM do not agree: {why}", file=sys.stderr)
-    return status
-
-
-def _comparison_json(name: str, comparison: Any) -> dict[str, Any]:
-    """One comparison for ``--json``: its counts, both results, and the differing requests' records."""
-    import dataclasses
-
-    c = comparison
-    return {
-        "configuration": name,
-        "requests": c.requests,
-        "exact": c.exact,
-        "cached_equal": c.cached_equal,
-        "preemptions_equal": c.preemptions_equal,
-        "first_step_equal": c.first_step_equal,
-        "hit_rate_error_pp": c.hit_rate_error_pp,
-        "counts_equal": c.counts_equal,
-        "agrees": c.agrees,
-        "kvref": c.kvref.to_json(),
-        "engine": c.engine.to_json(),
-        "differences": [dataclasses.asdict(d) for d in c.differences],
-    }
 
 
 def _sizing_status(sizing: Any) -> int:
@@ -607,72 +402,6 @@ def _size(args: argparse.Namespace, spec: Any, policy: str, common: dict[str, An
     if read_back:
         print(f"sizing: {read_back} of {len(answer.tried)} probes read back from {results_file}", file=sys.stderr)
     return answer
-
-
-def _print_results(results: list[Any], title: str, notes: list[str], sizing: Any) -> None:
-    """Three narrow tables (hits, latency, blocks), each within 80 columns, then the notes and sizing."""
-    from rich import box
-    from rich.table import Table
-
-    from kvref.reports.serving import COLUMN_NOTES, TABLE_COLUMNS, TABLE_GROUPS, table_row
-
-    rows = [dict(zip(TABLE_COLUMNS, table_row(r, results), strict=True)) for r in results]
-    print(title)
-    for heading, columns in TABLE_GROUPS:
-        table = Table(title=heading, box=box.SIMPLE_HEAD, padding=(0, 1))
-        for column in columns:
-            table.add_column(column, justify="left" if column == "policy" else "right", overflow="fold")
-        for row in rows:
-            table.add_row(*(row[c] for c in columns))
-        print_table(table)
-    for note in (*(f"- {n}" for n in notes), *COLUMN_NOTES):
-        print(note)
-    _print_tiers(results)
-    if sizing is not None:  # its answer is among the notes
-        curve = Table(title="the capacities the search replayed", box=box.SIMPLE_HEAD, padding=(0, 1))
-        for column in ("blocks", sizing.measure, "meets"):
-            curve.add_column(column, justify="right", overflow="fold")
-        for r in sizing.tried:
-            curve.add_row(f"{r.capacity:,}", sizing.shown(r), "yes" if sizing.meets(r) else "no")
-        print_table(curve)
-
-
-def _print_tiers(results: list[Any]) -> None:
-    """Per replay and tier: what it served, loads faster and slower than recomputing, the crossover (TIER-1129)."""
-    from rich import box
-    from rich.table import Table
-
-    tiered = [r for r in results if r.tiers is not None]
-    if not tiered:
-        return
-    table = Table(title="tiers below the device", box=box.SIMPLE_HEAD, padding=(0, 1))
-    columns = ("policy", "blocks", "tier", "tier blocks", "requests", "tokens", "faster", "slower", "crossover")
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("policy", "tier") else "right", overflow="fold")
-    for r in tiered:
-        for line in r.tiers.lines:
-            crossover = "never" if line.crossover_blocks is None else f"{line.crossover_blocks:,}"
-            table.add_row(
-                r.policy,
-                f"{r.capacity:,}",
-                line.name,
-                f"{line.blocks:,}",
-                f"{line.requests:,}",
-                f"{line.tokens:,}",
-                f"{line.helped:,}",
-                f"{line.hurt:,}",
-                crossover,
-            )
-    print_table(table)
-    for line in tiered[0].tiers.lines:
-        print(
-            f"- {line.name}: at {line.gbps:g} GB/s and {line.latency_ms:g} ms a load; a block "
-            f"loads in {line.load_ms_per_block:.3f} ms and recomputes in {line.recompute_ms_per_block:.3f} ms"
-        )
-    print(
-        "- faster, slower: requests whose blocks from the tier loaded in less (more) time than recomputing them; "
-        "crossover: the fewest blocks from which a load from the tier beats recomputing them"
-    )
 
 
 def run_traces(args: argparse.Namespace) -> int:

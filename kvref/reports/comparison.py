@@ -1,5 +1,6 @@
-"""kvref's serving replay beside vLLM's scheduler as a table: one row per configuration, then the
-requests that differ (TRACE-1051). Used by ``kvref serve-replay --compare`` and results/sim-to-real.md.
+"""kvref's serving replay beside an engine's scheduler as a table: one row per configuration, then the
+requests that differ (TRACE-1051). Used by ``kvref serve-replay --compare`` and results/sim-to-real*.md.
+Each function takes the engine's name as the tables print it (``ENGINE_NAMES``).
 """
 
 from __future__ import annotations
@@ -10,46 +11,55 @@ from kvref.simulation.serving.comparison import Comparison, RequestDifference
 from kvref.simulation.serving.results import RequestRecord
 
 __all__ = [
-    "COMPARISON_COLUMNS",
-    "COMPARISON_NOTES",
     "DIFFERENCE_COLUMNS",
+    "ENGINE_NAMES",
+    "comparison_columns",
+    "comparison_notes",
     "comparison_row",
     "difference_rows",
     "render_comparison_markdown",
 ]
 
-#: Columns of a comparison's row, after the configuration's name.
-COMPARISON_COLUMNS = (
-    "configuration",
-    "requests",
-    "rejected",
-    "exact",
-    "counts equal",
-    "cached equal",
-    "preemptions equal",
-    "first-token step equal",
-    "kvref hits",
-    "vLLM hits",
-    "error (pp)",
-    "preemptions kvref / vLLM",
-    "kvref s",
-    "vLLM s",
-)
+#: Each engine's name as the tables print it.
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def comparison_columns(engine: str) -> tuple[str, ...]:
+    """Columns of a comparison's row against ``engine`` (its name as printed), the configuration first."""
+    return (
+        "configuration",
+        "requests",
+        "rejected",
+        "exact",
+        "counts equal",
+        "cached equal",
+        "preemptions equal",
+        "first-token step equal",
+        "kvref hits",
+        f"{engine} hits",
+        "error (pp)",
+        f"preemptions kvref / {engine}",
+        "kvref s",
+        f"{engine} s",
+    )
+
 
 #: Columns of a differing request's row.
 DIFFERENCE_COLUMNS = ("configuration", "request", "side", "cached tokens", "preemptions", "first-token step", "at (ms)")
 
-#: What the columns mean, printed under the tables.
-COMPARISON_NOTES = (
-    "- *exact*: requests whose cached tokens, preemption count, first-token step and first-token time "
-    "are all equal on both sides (TRACE-1051); the *equal* columns count one field each.",
-    "- *kvref hits*, *vLLM hits*: prompt tokens cached at each request's first admission over prompt "
-    "tokens, requests after the warm-up; *error*: kvref's minus vLLM's, in percentage points.",
-    "- *rejected*: requests that could never fit, kvref / vLLM, left out of the comparison (TRACE-1037); "
-    "*counts equal*: every aggregate count and time of the two replays is equal (steps, evictions, "
-    "prefill tokens, blocks in use, makespan).",
-    "- *kvref s*, *vLLM s*: each replay's own wall time on this machine.",
-)
+
+def comparison_notes(engine: str) -> tuple[str, ...]:
+    """What the columns mean, printed under the tables."""
+    return (
+        "- *exact*: requests whose cached tokens, preemption count, first-token step and first-token time "
+        "are all equal on both sides (TRACE-1051); the *equal* columns count one field each.",
+        f"- *kvref hits*, *{engine} hits*: prompt tokens cached at each request's first admission over prompt "
+        f"tokens, requests after the warm-up; *error*: kvref's minus {engine}'s, in percentage points.",
+        f"- *rejected*: requests that could never fit, kvref / {engine}, left out of the comparison (TRACE-1037); "
+        "*counts equal*: every aggregate count and time of the two replays is equal (steps, evictions, "
+        "prefill tokens, blocks in use, makespan).",
+        f"- *kvref s*, *{engine} s*: each replay's own wall time on this machine.",
+    )
 
 
 def _share(count: int, total: int) -> str:
@@ -57,7 +67,7 @@ def _share(count: int, total: int) -> str:
 
 
 def comparison_row(name: str, comparison: Comparison) -> list[str]:
-    """One configuration's row, every number whole (COMPARISON_COLUMNS)."""
+    """One configuration's row, every number whole (:func:`comparison_columns`)."""
     c = comparison
     n = c.requests
     return [
@@ -89,12 +99,12 @@ def _side(record: RequestRecord | None) -> list[str]:
     ]
 
 
-def difference_rows(name: str, differences: Sequence[RequestDifference]) -> list[list[str]]:
-    """Two rows per differing request, kvref's then vLLM's (DIFFERENCE_COLUMNS)."""
+def difference_rows(name: str, differences: Sequence[RequestDifference], engine: str) -> list[list[str]]:
+    """Two rows per differing request, kvref's then ``engine``'s (DIFFERENCE_COLUMNS)."""
     rows = []
     for d in differences:
         rows.append([name, f"r{d.index}", "kvref", *_side(d.kvref)])
-        rows.append([name, f"r{d.index}", "vLLM", *_side(d.engine)])
+        rows.append([name, f"r{d.index}", engine, *_side(d.engine)])
     return rows
 
 
@@ -105,16 +115,17 @@ def _markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> li
 
 
 def render_comparison_markdown(
-    title: str, comparisons: Sequence[tuple[str, Comparison]], *, notes: Sequence[str] = ()
+    title: str, comparisons: Sequence[tuple[str, Comparison]], *, engine: str, notes: Sequence[str] = ()
 ) -> str:
-    """The Markdown of ``comparisons``: the table, its notes, then each configuration's differing requests."""
+    """The Markdown of ``comparisons`` against ``engine``: the table, its notes, then each configuration's
+    differing requests."""
     lines = [f"# {title}", ""]
     lines += list(notes)
     if notes:
         lines.append("")
-    lines += _markdown_table(COMPARISON_COLUMNS, [comparison_row(name, c) for name, c in comparisons])
-    lines += ["", *COMPARISON_NOTES, ""]
-    differing = [row for name, c in comparisons for row in difference_rows(name, c.differences)]
+    lines += _markdown_table(comparison_columns(engine), [comparison_row(name, c) for name, c in comparisons])
+    lines += ["", *comparison_notes(engine), ""]
+    differing = [row for name, c in comparisons for row in difference_rows(name, c.differences, engine)]
     lines.append("## Requests that differ (the first ten of each configuration)")
     lines.append("")
     if differing:

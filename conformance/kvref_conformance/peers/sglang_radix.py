@@ -16,48 +16,27 @@ kvref's ``LockReceipt`` to SGLang's ``TreeLock``.
 
 SGLang's package imports its model configurations, which import ``transformers`` and, for some
 vision models, ``torchvision``. PyPI's torchvision does not import beside torch's CPU build, so
-where torchvision is missing :func:`load_radix_cache` imports ``transformers`` first (it then
-knows torchvision is absent) and puts an empty ``torchvision`` module in its place; nothing the
-radix cache runs touches it. SGLang's scheduler in 0.5.23 uses ``UnifiedRadixCache`` for most
-models (``peers/sglang_unified.py``, backends ``sglang-unified*``); ``RadixCache`` serves FlexKV
-and the simulated queue tree (spec chapter 06).
+where torchvision is missing :func:`load_radix_cache` puts an empty one in its place
+(``kvref.simulation.sglang_imports``); nothing the radix cache runs touches it. SGLang's
+scheduler in 0.5.23 uses ``UnifiedRadixCache`` for most models (``peers/sglang_unified.py``,
+backends ``sglang-unified*``); ``RadixCache`` serves FlexKV and the simulated queue tree (spec
+chapter 06).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import sys
-import types
 from array import array
 from collections.abc import Sequence
 from itertools import count
 from typing import Any
 
 from kvref.oracle.radix import LockReceipt, MatchResult
+from kvref.simulation.sglang_imports import stand_in, stand_in_torchvision
 from kvref_conformance.peers.sglang_events import SglangEventTranslator, key_namespace
 
 __all__ = ["SglangRadixTree", "cache_params", "installed_release", "load_radix_cache", "make_sglang_importable"]
-
-
-def _stand_in(*names: str) -> None:
-    """Empty packages under ``names`` (parents first) whose every attribute is an empty class."""
-
-    def attribute(name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {})
-
-    for name in names:
-        module = types.ModuleType(name)
-        module.__path__ = []
-        module.__file__ = f"<kvref stand-in for {name}>"
-        module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        module.__getattr__ = attribute  # type: ignore[method-assign]
-        sys.modules[name] = module
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(sys.modules[parent], child, module)
 
 
 def _register_configurations_again() -> None:
@@ -86,14 +65,10 @@ def make_sglang_importable() -> None:
     empty ``torchvision`` where it is missing (after ``transformers`` decided it is absent), an empty
     ``sgl_kernel`` (the CUDA kernels the host KV pool of 0.5.6-0.5.16 imports), and, for releases
     before 0.5.21, configurations registered a second time without an error."""
-    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
-        import transformers.image_utils  # noqa: F401  (decides, before the stand-in exists)
-
-        # older releases' utilities import torchvision.io at module level as well
-        _stand_in("torchvision", "torchvision.transforms", "torchvision.transforms.functional", "torchvision.io")
+    stand_in_torchvision()
     release = installed_release()
     if release < (0, 5, 17) and importlib.util.find_spec("sgl_kernel") is None and "sgl_kernel" not in sys.modules:
-        _stand_in("sgl_kernel", "sgl_kernel.kvcacheio")
+        stand_in("sgl_kernel", "sgl_kernel.kvcacheio")
     if release < (0, 5, 21) and importlib.util.find_spec("transformers") is not None:
         _register_configurations_again()
 

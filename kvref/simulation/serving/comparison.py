@@ -1,8 +1,9 @@
-"""kvref's serving replay beside vLLM's own scheduler on the same arrivals, request by request (TRACE-1051).
+"""kvref's serving replay beside an engine's own scheduler on the same arrivals, request by request (TRACE-1051).
 
-:func:`compare_with_vllm` replays one workload at one capacity twice, through kvref's
-:class:`~kvref.simulation.serving.ServingReplay` over the oracle's request manager and through
-:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`, under one step model, and
+:func:`compare_with_engine` replays one workload at one capacity twice, through kvref's
+:class:`~kvref.simulation.serving.ServingReplay` over the oracle's request manager and through the
+engine's scheduler (:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`,
+:class:`~kvref.simulation.serving.sglang_scheduler.SglangSchedulerReplay`), under one step model, and
 holds the two side by side: for each request whether its cached tokens, preemptions and
 first-token step are equal, and the aggregate token hit rates.
 """
@@ -12,13 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from kvref.contract.errors import InvalidValueError
 from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.simulation.serving.model import StepModel
 from kvref.simulation.serving.results import RequestRecord, ServingResult
 from kvref.simulation.serving.workload import ServingWorkload
 
-__all__ = ["Comparison", "RequestDifference", "compare_records", "compare_with_vllm", "kvref_replay"]
+if TYPE_CHECKING:
+    from kvref.simulation.serving.sglang_scheduler import SglangSchedulerReplay
+    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
+
+__all__ = [
+    "ENGINES",
+    "Comparison",
+    "RequestDifference",
+    "compare_records",
+    "compare_with_engine",
+    "engine_replay",
+    "kvref_replay",
+]
 
 #: How many differing requests a comparison keeps to show.
 SHOWN_DIFFERENCES = 10
@@ -130,7 +145,57 @@ def kvref_replay(
     return result, replay.records()
 
 
-def compare_with_vllm(
+#: The engines whose own schedulers the serving replay drives (TRACE-1050, TRACE-1054).
+ENGINES = ("vllm", "sglang")
+
+
+def engine_replay(
+    engine: str,
+    workload: ServingWorkload,
+    capacity: int,
+    model: StepModel,
+    *,
+    prefix_caching: bool = True,
+    groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,),
+    warmup: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+    events: Path | None = None,
+    snapshot: Path | None = None,
+) -> VllmSchedulerReplay | SglangSchedulerReplay:
+    """The replay of ``workload`` at ``capacity`` on ``engine``'s own scheduler (TRACE-1050, TRACE-1054).
+
+    vLLM's takes KV cache groups beside full attention and records its event stream and final
+    snapshot; SGLang's is driven with one full-attention tree and neither, and refuses them."""
+    from kvref.simulation.serving.sglang_scheduler import SglangSchedulerReplay
+    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
+
+    if engine == "vllm":
+        return VllmSchedulerReplay(
+            workload,
+            capacity,
+            model,
+            prefix_caching=prefix_caching,
+            groups=groups,
+            warmup=warmup,
+            progress=progress,
+            events=events,
+            snapshot=snapshot,
+        )
+    if engine != "sglang":
+        raise InvalidValueError("TRACE-1050", f"engine must be one of {list(ENGINES)}, got {engine!r}")
+    if groups != (FULL_ATTENTION,) or events is not None or snapshot is not None:
+        raise InvalidValueError(
+            "TRACE-1054",
+            "SGLang's scheduler is driven with one full-attention radix tree: no window or mamba group, "
+            "no event stream, no snapshot",
+        )
+    return SglangSchedulerReplay(
+        workload, capacity, model, prefix_caching=prefix_caching, warmup=warmup, progress=progress
+    )
+
+
+def compare_with_engine(
+    engine: str,
     workload: ServingWorkload,
     capacity: int,
     model: StepModel,
@@ -142,13 +207,11 @@ def compare_with_vllm(
     events: Path | None = None,
     snapshot: Path | None = None,
 ) -> Comparison:
-    """Replay ``workload`` at ``capacity`` through kvref and through vLLM's scheduler and compare them
-    (TRACE-1050, TRACE-1051). ``progress(done, total)`` counts the requests of both replays; ``events``
-    records vLLM's KV event batches and ``snapshot`` what its block pool holds at the end
-    (:class:`~kvref.simulation.serving.vllm_scheduler.VllmSchedulerReplay`)."""
-    from kvref.simulation.serving.vllm_scheduler import VllmSchedulerReplay
-
-    engine = VllmSchedulerReplay(
+    """Replay ``workload`` at ``capacity`` through kvref and through ``engine``'s own scheduler and compare
+    them (TRACE-1051). ``progress(done, total)`` counts the requests of both replays; the other
+    arguments are :func:`engine_replay`'s, which refuses what the engine cannot be asked before any replay."""
+    replay = engine_replay(
+        engine,
         workload,
         capacity,
         model,
@@ -162,5 +225,5 @@ def compare_with_vllm(
     ours, our_records = kvref_replay(
         workload, capacity, model, prefix_caching=prefix_caching, groups=groups, warmup=warmup, progress=progress
     )
-    theirs = engine.run()
-    return compare_records(ours, our_records, theirs, engine.records())
+    theirs = replay.run()
+    return compare_records(ours, our_records, theirs, replay.records())
