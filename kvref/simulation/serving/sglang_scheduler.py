@@ -180,7 +180,8 @@ class SglangSchedulerReplay:
         """The model's context length as SGLang is given it: ``max_model_len``."""
         return self.model.max_model_len
 
-    def _longest_request(self) -> int:
+    def longest_request(self) -> int:
+        """The most tokens a request of the workload has, prompt and output."""
         return max((s.prompt_length + s.output_length for s in self.workload.requests), default=1)
 
     def _publish_server_args(self) -> Any:
@@ -202,102 +203,6 @@ class SglangSchedulerReplay:
         reset_context()
         publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None))
         return args
-
-    def _scheduler(self) -> Any:
-        """SGLang's scheduler over its own pools and radix cache, without a model worker (TRACE-1054)."""
-        import torch
-        from sglang.srt.disaggregation.utils import DisaggregationMode
-        from sglang.srt.managers.scheduler import Scheduler
-        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components import ComponentType
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-        from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-        server_args = self._publish_server_args()
-        schedule = get_schedule()
-        page = self.workload.block_size
-        tokens = self.capacity * page
-        s = object.__new__(Scheduler)
-        s.server_args = server_args
-        # what Scheduler.__init__ reads from the published arguments: every feature off
-        s.schedule_policy = schedule.schedule_policy
-        s.page_size = schedule.page_size
-        s.spec_algorithm = SpeculativeAlgorithm.from_string(None)
-        s.disaggregation_mode = DisaggregationMode.NULL
-        for name in _FEATURES_OFF:
-            setattr(s, name, False)
-        for name in _PARTS_ABSENT:
-            setattr(s, name, None)
-        s.forward_ct = s.processed_tokens_counter = s.priority_scheduling_preemption_threshold = 0
-        s.total_prefill_busy_us = s.total_prefill_uncached_tokens = 0
-        s.is_generation = True
-        s.kv_shard_widening = 1
-        s._pause_intervals = []
-        s.decode_moment_totals = [0.0] * 6
-        s.return_health_check_ipcs = []
-        # the model: only what the batch code reads (no vocabulary check bites: any token id is taken)
-        s.model_config = _model_config(self.context_length)
-        # the memory pools as SGLang's model runner makes them, on the CPU; a request pool row holds
-        # the longest request of the workload (its width changes no decision, only memory)
-        rows = self.model.max_num_seqs
-        width = min(self.context_length, self._longest_request()) + 4
-        if page == 1:
-            allocator = TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, False)
-        else:
-            allocator = PagedTokenToKVPoolAllocator(tokens, page, torch.float16, "cpu", None, False)
-        s.token_to_kv_pool_allocator = allocator
-        s.req_to_token_pool = ReqToTokenPool(rows, width, "cpu", False)
-        s.max_total_num_tokens = tokens
-        s.max_running_requests = rows
-        s.max_prefill_tokens = schedule.max_prefill_tokens
-        # as SGLang's model worker reports them (tp_worker.get_worker_info)
-        s.max_req_len = min(self.context_length - 1, tokens - 1)
-        s.max_req_input_len = s.max_req_len - 5
-        s.device = "cpu"
-        params = CacheInitParams(
-            disable=not self.prefix_caching,
-            req_to_token_pool=s.req_to_token_pool,
-            token_to_kv_pool_allocator=allocator,
-            page_size=page,
-            eviction_policy=server_args.radix_eviction_policy,
-            enable_kv_cache_events=self.prefix_caching,
-            chunked_prefill_size=schedule.chunked_prefill_size,
-        )
-        params.tree_components = (ComponentType.FULL,)  # what its cache registry gives a full-attention model
-        s.tree_cache = UnifiedRadixCache(params)
-        s.disable_radix_cache = not self.prefix_caching
-        if not get_parallel().pp_max_micro_batch_size:  # as init_model_worker sets it
-            get_context().override(
-                "scheduler.pp_max_micro_batch_size_default",
-                pp_max_micro_batch_size=max(rows // get_parallel().pp_size, 1),
-            )
-        # what the scheduler reports to, and the GPU-only parts: inert
-        s.metrics_reporter = _Inert(
-            enable_metrics=False, num_generated_tokens=0, forward_ct_decode=0, num_retracted_reqs=0
-        )
-        s.output_streamer = s.load_publisher = s.profiler_manager = _Inert()
-        s.load_inquirer = _Inert(_get_num_pending_tokens=lambda **kwargs: 0)
-        s.tp_worker = _Namespace(model_runner=_Namespace(attn_backend=object(), prefill_aware_swa=False))
-        s.grammar_manager = _Namespace(has_waiting_grammars=lambda: False)
-        s.dp_attn_adapter = _Namespace(
-            maybe_prepare_mlp_sync_batch=lambda batch, need_sync=False: batch,
-            maybe_convert_decode_to_extend=lambda batch: batch,
-        )
-        s.ngram_embedding_manager = _Namespace(prepare_for_forward=lambda batch, chunked_req=None: batch)
-        # SGLang's own initialisers of its scheduling state
-        s.init_running_status()
-        s.chunked_prefill_size = schedule.chunked_prefill_size  # as init_chunked_prefill
-        if s.chunked_prefill_size is not None and s.chunked_prefill_size <= 0:
-            s.chunked_prefill_size = None
-        s.prefill_decode_interval = s._prefill_decode_interval_remaining = 0
-        s.prefill_decode_interval_min_bs = schedule.prefill_decode_interval_min_bs
-        s.is_mixed_chunk = s.chunked_prefill_size is not None and schedule.enable_mixed_chunk
-        s.init_schedule_policy()
-        s.init_batch_result_processor()
-        return s
 
     def _request(self, scheduler: Any, index: int) -> Any:
         """SGLang's ``Req`` for a plain text request, as its ``handle_generate_request`` builds it:
@@ -323,22 +228,12 @@ class SglangSchedulerReplay:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SGLang's import warns of kernels it has only for GPUs
             stand_in_torchvision()
-            scheduler = self._scheduler()
+            scheduler = _cpu_scheduler(self, self._publish_server_args())
         return self._replay(scheduler)
 
-    def _model_output(self, batch: Any, scheduler: Any) -> Any:
-        """What ``run_batch`` returns after a forward: its counters moved, then for each request the next
-        token of its recorded output (TRACE-1038)."""
-        import torch
-        from sglang.srt.managers.utils import GenerationBatchResult
-
-        scheduler.forward_ct += 1
-        batch.forward_iter = scheduler.forward_ct
-        batch.launch_ts = time.monotonic()
-        batch.after_idle_gap = scheduler._sched_idled
-        scheduler._sched_idled = False
-        if batch.extend_num_tokens:
-            scheduler.processed_tokens_counter += batch.extend_num_tokens
+    def _next_tokens(self, batch: Any) -> list[int]:
+        """What a model would sample for each request of ``batch``: the next token of its recorded
+        output (TRACE-1038)."""
         specs = self.workload.requests
         tokens = []
         for request in batch.reqs:
@@ -346,14 +241,7 @@ class SglangSchedulerReplay:
             position = len(request.output_ids)
             spec = specs[index]
             tokens.append(spec.output_token(index, position) if position < spec.output_length else 0)
-        extending = batch.forward_mode.is_extend()
-        return GenerationBatchResult(
-            logits_output=None,
-            next_token_ids=torch.tensor(tokens, dtype=torch.int64),
-            extend_input_len_per_req=[r.extend_len for r in batch.reqs] if extending else None,
-            extend_logprob_start_len_per_req=None,
-            can_run_cuda_graph=False,
-        )
+        return tokens
 
     def _replay(self, scheduler: Any) -> ServingResult:
         """The steps of :meth:`run` on ``scheduler``."""
@@ -380,19 +268,14 @@ class SglangSchedulerReplay:
                     if self._progress:
                         self._progress(1, total)
                 else:
-                    scheduler._add_request_to_queue(request)
+                    scheduler.add_request(request)
                     live[request.rid] = (nxt, request)
                 nxt += 1
             if not live:  # idle: the clock moves to the next arrival (TRACE-1031)
                 now = specs[nxt].arrival_us
                 continue
-            running_batch, last_batch = scheduler.running_batch, scheduler.last_batch
-            plan = scheduler.get_next_batch_to_run(running_batch=running_batch, last_batch=last_batch)
-            scheduler.running_batch = plan.running_batch
-            batch = plan.batch_to_run
+            batch = scheduler.next_batch()
             if batch is None:
-                scheduler._sched_idled = True
-                scheduler.last_batch = None
                 if nxt >= total:
                     stuck = ", ".join(sorted(live)[:5])
                     raise InvalidValueError(
@@ -422,8 +305,7 @@ class SglangSchedulerReplay:
                 timeline.append((now, in_use))
             now += duration
             prefill_computed += prefill
-            scheduler.process_batch_result(batch, self._model_output(batch, scheduler))
-            scheduler.last_batch = batch
+            scheduler.finish_batch(batch, self._next_tokens(batch))
             evicted += _removed_pages(tree)
             for request in batch.reqs:
                 index = int(request.rid[1:])
@@ -479,6 +361,146 @@ class SglangSchedulerReplay:
             outputs_hit=workload.outputs_hit,
             timeline=thin_timeline(timeline),
         )
+
+
+def _cpu_scheduler(replay: SglangSchedulerReplay, server_args: Any) -> Any:
+    """SGLang's ``Scheduler`` for ``replay``, its constructor replaced by one that builds its pools, radix
+    cache and scheduling state on the CPU and no model worker (TRACE-1054)."""
+    import torch
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+    from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    class CpuScheduler(Scheduler):  # type: ignore[misc]
+        """SGLang's ``Scheduler`` whose scheduling code runs as it is; only its constructor is this one."""
+
+        running_batch: Any  # set by SGLang's init_running_status
+        last_batch: Any
+
+        def __init__(self) -> None:
+            self.server_args = server_args
+            schedule = get_schedule()
+            page = replay.workload.block_size
+            tokens = replay.capacity * page
+            self.server_args = server_args
+            # what Scheduler.__init__ reads from the published arguments: every feature off
+            self.schedule_policy = schedule.schedule_policy
+            self.page_size = schedule.page_size
+            self.spec_algorithm = SpeculativeAlgorithm.from_string(None)
+            self.disaggregation_mode = DisaggregationMode.NULL
+            for name in _FEATURES_OFF:
+                setattr(self, name, False)
+            for name in _PARTS_ABSENT:
+                setattr(self, name, None)
+            self.forward_ct = self.processed_tokens_counter = self.priority_scheduling_preemption_threshold = 0
+            self.total_prefill_busy_us = self.total_prefill_uncached_tokens = 0
+            self.is_generation = True
+            self.kv_shard_widening = 1
+            self._pause_intervals: list[Any] = []
+            self.decode_moment_totals = [0.0] * 6
+            self.return_health_check_ipcs: list[Any] = []
+            # the model: only what the batch code reads (no vocabulary check bites: any token id is taken)
+            self.model_config = _model_config(replay.context_length)
+            # the memory pools as SGLang's model runner makes them, on the CPU; a request pool row holds
+            # the longest request of the workload (its width changes no decision, only memory)
+            rows = replay.model.max_num_seqs
+            width = min(replay.context_length, replay.longest_request()) + 4
+            if page == 1:
+                allocator = TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, False)
+            else:
+                allocator = PagedTokenToKVPoolAllocator(tokens, page, torch.float16, "cpu", None, False)
+            self.token_to_kv_pool_allocator = allocator
+            self.req_to_token_pool = ReqToTokenPool(rows, width, "cpu", False)
+            self.max_total_num_tokens = tokens
+            self.max_running_requests = rows
+            self.max_prefill_tokens = schedule.max_prefill_tokens
+            # as SGLang's model worker reports them (tp_worker.get_worker_info)
+            self.max_req_len = min(replay.context_length - 1, tokens - 1)
+            self.max_req_input_len = self.max_req_len - 5
+            self.device = "cpu"
+            params = CacheInitParams(
+                disable=not replay.prefix_caching,
+                req_to_token_pool=self.req_to_token_pool,
+                token_to_kv_pool_allocator=allocator,
+                page_size=page,
+                eviction_policy=server_args.radix_eviction_policy,
+                enable_kv_cache_events=replay.prefix_caching,
+                chunked_prefill_size=schedule.chunked_prefill_size,
+            )
+            params.tree_components = (ComponentType.FULL,)  # what its cache registry gives a full-attention model
+            self.tree_cache = UnifiedRadixCache(params)
+            self.disable_radix_cache = not replay.prefix_caching
+            if not get_parallel().pp_max_micro_batch_size:  # as init_model_worker sets it
+                get_context().override(
+                    "scheduler.pp_max_micro_batch_size_default",
+                    pp_max_micro_batch_size=max(rows // get_parallel().pp_size, 1),
+                )
+            # what the scheduler reports to, and the GPU-only parts: inert
+            self.metrics_reporter = _Inert(
+                enable_metrics=False, num_generated_tokens=0, forward_ct_decode=0, num_retracted_reqs=0
+            )
+            self.output_streamer = self.load_publisher = self.profiler_manager = _Inert()
+            self.load_inquirer = _Inert(_get_num_pending_tokens=lambda **kwargs: 0)
+            self.tp_worker = _Namespace(model_runner=_Namespace(attn_backend=object(), prefill_aware_swa=False))
+            self.grammar_manager = _Namespace(has_waiting_grammars=lambda: False)
+            self.dp_attn_adapter = _Namespace(
+                maybe_prepare_mlp_sync_batch=lambda batch, need_sync=False: batch,
+                maybe_convert_decode_to_extend=lambda batch: batch,
+            )
+            self.ngram_embedding_manager = _Namespace(prepare_for_forward=lambda batch, chunked_req=None: batch)
+            # SGLang's own initialisers of its scheduling state
+            self.init_running_status()
+            self.chunked_prefill_size = schedule.chunked_prefill_size  # as init_chunked_prefill
+            if self.chunked_prefill_size is not None and self.chunked_prefill_size <= 0:
+                self.chunked_prefill_size = None
+            self.prefill_decode_interval = self._prefill_decode_interval_remaining = 0
+            self.prefill_decode_interval_min_bs = schedule.prefill_decode_interval_min_bs
+            self.is_mixed_chunk = self.chunked_prefill_size is not None and schedule.enable_mixed_chunk
+            self.init_schedule_policy()
+            self.init_batch_result_processor()
+
+        def add_request(self, request: Any) -> None:
+            """What ``handle_generate_request`` ends with: the request into the waiting queue."""
+            self._add_request_to_queue(request)
+
+        def next_batch(self) -> Any:
+            """``get_next_batch_to_run`` as ``event_loop_normal`` calls it; with none to run, the loop's idle marks."""
+            plan = self.get_next_batch_to_run(running_batch=self.running_batch, last_batch=self.last_batch)
+            self.running_batch = plan.running_batch
+            if plan.batch_to_run is None:
+                self._sched_idled = True
+                self.last_batch = None
+            return plan.batch_to_run
+
+        def finish_batch(self, batch: Any, tokens: list[int]) -> None:
+            """``run_batch``'s counters, ``tokens`` (one per request) as the model's output, then
+            ``process_batch_result`` as ``event_loop_normal`` calls it."""
+            self.forward_ct += 1
+            batch.forward_iter = self.forward_ct
+            batch.launch_ts = time.monotonic()
+            batch.after_idle_gap = self._sched_idled
+            self._sched_idled = False
+            if batch.extend_num_tokens:
+                self.processed_tokens_counter += batch.extend_num_tokens
+            extending = batch.forward_mode.is_extend()
+            result = GenerationBatchResult(
+                logits_output=None,
+                next_token_ids=torch.tensor(tokens, dtype=torch.int64),
+                extend_input_len_per_req=[r.extend_len for r in batch.reqs] if extending else None,
+                extend_logprob_start_len_per_req=None,
+                can_run_cuda_graph=False,
+            )
+            self.process_batch_result(batch, result)
+            self.last_batch = batch
+
+    return CpuScheduler()
 
 
 class _Namespace:
