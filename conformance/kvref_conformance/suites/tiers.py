@@ -155,8 +155,9 @@ class TierSuite(ConformanceSuite):
         )
 
     @rule("TIER-1108", "TIER-1109", "TIER-1112")
-    def test_a_store_that_cannot_evict_enough_returns_none_and_changes_nothing(self, impl: Target) -> None:
-        tier = self.tier(impl, 3)
+    @pytest.mark.parametrize("policy", ["lru", "arc"])
+    def test_a_store_that_cannot_evict_enough_returns_none_and_changes_nothing(self, impl: Target, policy: str) -> None:
+        tier = self.tier(impl, 3, policy=policy)
         stored(tier, [1, 2])
         tier.prepare_load([1], request="reader")  # pinned
         assert tier.prepare_store([3], request="w") is not None  # pending: not evictable either
@@ -473,9 +474,23 @@ class TierMachine(RuleBasedStateMachine):
     def start(self) -> None:
         self.tier.take_events()
 
+    def target(self, rules: str, what: str, call: Callable[[], Any]) -> Any:
+        """The target's answer to a call the rules allow (the oracle takes it); an error it raises instead
+        fails naming ``rules``, the rules of that call."""
+        try:
+            return call()
+        except Exception as exc:
+            raise AssertionError(
+                f"[{rules}] {what}: the target raised {type(exc).__name__}: {exc}; the rules allow the call"
+            ) from exc
+
+    @property
+    def _use_rules(self) -> str:
+        return "TIER-1117" if self.policy == "lru" else "TIER-1118, TIER-1119"
+
     @step(request=st.integers(0, 3), keys=st.lists(st.sampled_from(KEYS[:8]), min_size=1, max_size=4, unique=True))
     def prepare_store(self, request: int, keys: list[int]) -> None:
-        got = self.tier.prepare_store(keys, request=request)
+        got = self.target("TIER-1104", f"store of {keys}", lambda: self.tier.prepare_store(keys, request=request))
         want = self.oracle.prepare_store(keys, request=request)
         if want is None or got is None:
             assert got is None and want is None, f"[TIER-1108] store of {keys}: target {got}, oracle {want}"
@@ -492,7 +507,10 @@ class TierMachine(RuleBasedStateMachine):
     def complete_store(self, data: st.DataObject, success: bool) -> None:
         request = data.draw(st.sampled_from(sorted(r for r, keys in self.stores.items() if keys)))
         keys = sorted(self.stores.pop(request))
-        self.tier.complete_store(keys, request=request, success=success)
+        rules = "TIER-1110" if success else "TIER-1111"
+        self.target(
+            rules, f"completion of {keys}", lambda: self.tier.complete_store(keys, request=request, success=success)
+        )
         self.oracle.complete_store(keys, request=request, success=success)
 
     @step(request=st.integers(0, 3), data=st.data())
@@ -501,7 +519,7 @@ class TierMachine(RuleBasedStateMachine):
         if not ready:
             return
         keys = data.draw(st.lists(st.sampled_from(ready), min_size=1, max_size=3, unique=True))
-        slots = self.tier.prepare_load(keys, request=request)
+        slots = self.target("TIER-1112", f"load of {keys}", lambda: self.tier.prepare_load(keys, request=request))
         self.oracle.prepare_load(keys, request=request)
         for key, slot in zip(keys, slots, strict=True):
             assert self.shadow.get(slot) == ("kv", key), (
@@ -513,7 +531,7 @@ class TierMachine(RuleBasedStateMachine):
     @step(data=st.data())
     def complete_load(self, data: st.DataObject) -> None:
         request, key = data.draw(st.sampled_from(sorted(self.loads)))
-        self.tier.complete_load([key], request=request)
+        self.target("TIER-1114", f"end of a load of {key}", lambda: self.tier.complete_load([key], request=request))
         self.oracle.complete_load([key], request=request)
         self.loads[(request, key)] -= 1
         if not self.loads[(request, key)]:
@@ -523,12 +541,12 @@ class TierMachine(RuleBasedStateMachine):
     def finish_request(self, request: int) -> None:
         if self.stores.get(request) or any(r == request for r, _ in self.loads):
             return  # an engine ends a request once its transfers are prepared and complete
-        self.tier.finish_request(request)
+        self.target(self._use_rules, f"end of request {request}", lambda: self.tier.finish_request(request))
         self.oracle.finish_request(request)
 
     @step(keys=st.lists(st.sampled_from(KEYS[:8]), min_size=1, max_size=3, unique=True))
     def touch(self, keys: list[int]) -> None:
-        self.tier.touch(keys)
+        self.target(self._use_rules, f"touch of {keys}", lambda: self.tier.touch(keys))
         self.oracle.touch(keys)
 
     @invariant()

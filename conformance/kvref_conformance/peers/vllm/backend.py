@@ -97,11 +97,12 @@ class VllmBackend:
         enable_events: bool = False,
         device: str | None = None,
     ) -> Any:
-        """vLLM's ``CPUOffloadingManager`` of ``capacity`` chunks under ``policy`` (chapter 11)."""
-        from kvref_conformance.peers.vllm.tiers import VllmTierStore
+        """vLLM's offloading manager of ``capacity`` chunks under ``policy`` (chapter 11): ``CPUOffloadingManager``,
+        or in a BlockHash-era release (0.11 to 0.19) its manager of that time."""
+        from kvref_conformance.peers.vllm.tiers import create_tier_store
 
         self.device(device)
-        return VllmTierStore(capacity, policy=policy, enable_events=enable_events)
+        return create_tier_store(capacity, policy=policy, enable_events=enable_events)
 
 
 #: vLLM's BlockPool with prefix caching on (entry point ``vllm``).
