@@ -66,3 +66,16 @@ def test_a_capacity_search_refuses_to_size_two_caches_at_once(
 def test_a_replay_where_no_request_fits_exits_non_zero_with_a_sentence(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve-replay", "--capacity", "60", "--policy", "lru", "--max-model-len", "1"]) == 1
     assert "no request was measured" in one_line(capsys.readouterr().err)
+
+
+@rule("CONF-902")
+def test_serve_replay_out_without_matplotlib_is_refused_before_any_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    assert main(["serve-replay", "--capacity", "60", "--out", str(tmp_path / "report")]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "[CONF-902]" in line and "pip install 'kvref[plots]'" in line
+    assert not (tmp_path / "report").exists(), "nothing is written before the refusal"

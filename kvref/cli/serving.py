@@ -266,6 +266,10 @@ def run_serve_replay(args: argparse.Namespace) -> int:
             "--capacity points): give one --policy and one --block-size, or the --capacity points to replay",
         )
     check_engine_arguments(args)
+    if args.out and not args.compare:  # the report's plots: refused before any replay where they cannot be drawn
+        from kvref.reports.plotting import pyplot
+
+        pyplot("the serving replay's plots")
     tier_sizes = list(itertools.product(*args.tier)) if args.tier else [()]
     check_tier_names(tier_sizes[0])
     if args.kv_bytes_per_token is not None and not args.tier:
