@@ -19,12 +19,18 @@ kept here. Policies: ``ref-zero`` (Megatron's ``REF_ZERO``) and ``lru-leaf-acces
 which stamps blocks when they are allocated or matched, never at release: EVICT-411). No
 KV events. Megatron-Core 0.18+ declares Python >= 3.12 only because of a compiled dataset helper;
 the allocator is pure Python, so ``nox -s peer-megatron`` unpacks the wheel onto the path.
+Releases before 0.18 put the allocator's tensors on ``torch.cuda.current_device()``; where torch has
+no CUDA, the adapter answers that question with the CPU while the allocator is built or reset
+(:func:`current_device_on_cpu`): the bookkeeping is the same on either device. Megatron's own block
+hash (``compute_block_hashes_batched``, which its requests hash their prompts with) is offered as
+``hash_blocks`` (chapter 02).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from importlib import metadata
 from typing import Any, SupportsIndex
 
@@ -51,7 +57,24 @@ from kvref_conformance.peers.engine_ids import EngineIds
 __all__ = ["MegatronBackend", "MegatronBlockAllocator", "backend"]
 
 INSTALL = "use `nox -s peer-megatron` (unpacks megatron-core 0.19.2's allocator; see README)"
-_CAPABILITIES = frozenset({"prefix-cache", "pause", "evict", "clear", "policy-ref-zero", "policy-lru-leaf-access"})
+_CAPABILITIES = frozenset(
+    {"prefix-cache", "pause", "evict", "clear", "policy-ref-zero", "policy-lru-leaf-access", "hashing"}
+)
+
+
+@contextlib.contextmanager
+def current_device_on_cpu(torch: Any) -> Iterator[None]:
+    """While it lasts, ``torch.cuda.current_device()`` answers ``"cpu"`` where torch has no CUDA (releases
+    before 0.18 place the allocator's tensors there); with CUDA, nothing changes."""
+    if torch.cuda.is_available():
+        yield
+        return
+    asked = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = asked
 
 
 class _Context:
@@ -96,9 +119,10 @@ class MegatronBlockAllocator(HeldReferences):
             raise ConfigError("CONF-904", f"{op}: Megatron offers ref-zero and lru-leaf-access, not {policy!r}")
         self._torch = torch
         self.context = _Context()
-        self.allocator = KVBlockAllocator(
-            self.context, self._n, 0, enable_prefix_caching=True, prefix_caching_eviction_policy=chosen
-        )
+        with current_device_on_cpu(torch):
+            self.allocator = KVBlockAllocator(
+                self.context, self._n, 0, enable_prefix_caching=True, prefix_caching_eviction_policy=chosen
+            )
         # Releases before 0.19 register hashes without their parents (and evict by timestamp only).
         self._with_parents = "parent_hashes" in inspect.signature(self.allocator.register_kv_block_hashes).parameters
         self._start_references(paused_limit, op)
@@ -155,6 +179,17 @@ class MegatronBlockAllocator(HeldReferences):
         """Megatron's own reference count (0 for the dummy block)."""
         b = self._id(block_id, "ref_count")
         return 0 if b == 0 else int(self.allocator.block_ref_counts[self._m(b)])
+
+    def hash_blocks(self, tokens: Sequence[int], block_size: int) -> list[int]:
+        """Megatron's own hashes of the full blocks of ``tokens`` (``compute_block_hashes_batched``, which its
+        requests hash their prompts with), in this adapter's numbering (Megatron's minus one, as
+        :meth:`block_hash`). Megatron's block hashes take no cache salt, adapter or image: the call has no
+        argument for them."""
+        import torch
+        from megatron.core.inference.inference_request import compute_block_hashes_batched
+
+        prompt = torch.tensor(list(tokens), dtype=torch.int64)
+        return [int(h) - 1 for h in compute_block_hashes_batched(prompt, block_size)]
 
     def block_hash(self, block_id: SupportsIndex) -> int | None:
         """The hash Megatron's ``block_hashes`` holds for the block, or None."""
@@ -288,13 +323,15 @@ class MegatronBlockAllocator(HeldReferences):
         in_use = self.num_in_use
         if in_use:
             raise CacheInUseError("PFX-313", f"reset: {in_use} block(s) in use")
-        self.allocator.reset()
+        with current_device_on_cpu(self._torch):
+            self.allocator.reset()
         self._resets += 1
 
     def clear(self) -> None:
         """Megatron's ``reset()`` as its engine calls it to start over, blocks in use included (POOL-124);
         the caller-side record of holders and pauses goes with it, generations stay."""
-        self.allocator.reset()
+        with current_device_on_cpu(self._torch):
+            self.allocator.reset()
         self._holders.clear()
         self._held.clear()
         self.paused.clear()
