@@ -135,6 +135,14 @@ def test_match_many_of_no_chain_of_empty_chains_and_of_one_hash(backend: str) ->
     assert pool.match_many([[7]], holders=["x"]) == [cached], "one cached hash is a hit of one block"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hash_beyond_int64_has_no_entry_as_on_the_oracle_and_the_pool_goes_on(backend: str) -> None:
+    oracle, pool = pool_on("oracle", 4), pool_on(backend, 4)
+    for value in (1 << 63, -(1 << 63) - 1, 1 << 70):
+        assert pool.hash_entry(value) is None is oracle.hash_entry(value), f"hash_entry({value})"
+    assert pool.allocate(1, holder="h") == oracle.allocate(1, holder="h"), "the pool still answers"
+
+
 @rule("PFX-308", "PFX-309")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_when_the_oldest_copy_leaves_the_next_oldest_is_the_one_found(backend: str) -> None:
