@@ -5,11 +5,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvref.simulation.serving.tiers import TierReport
 
-__all__ = ["PERCENTILES", "Percentiles", "RequestRecord", "ServingResult", "nearest_rank", "thin_timeline"]
+if TYPE_CHECKING:
+    from kvref.simulation.serving.workload import ServingWorkload
+
+__all__ = [
+    "PERCENTILES",
+    "Percentiles",
+    "RequestRecord",
+    "ServingResult",
+    "nearest_rank",
+    "thin_timeline",
+    "engine_result",
+]
 
 #: The percentiles every latency is reported at.
 PERCENTILES = (50, 90, 99)
@@ -167,3 +178,54 @@ class ServingResult:
         if fields.get("tiers") is not None:
             fields["tiers"] = TierReport.from_json(fields["tiers"])
         return cls(**fields)
+
+
+def engine_result(
+    workload: ServingWorkload,
+    records: Sequence[RequestRecord],
+    tally: dict[str, int],
+    *,
+    capacity: int,
+    backend: str,
+    policy: str,
+    first_counted: int,
+    timeline: list[tuple[int, int]],
+    admitted: dict[int, int],
+    seconds: float,
+) -> ServingResult:
+    """The result of a replay on an engine's own scheduler (TRACE-1039, TRACE-1050, TRACE-1054): hits and
+    latencies from each finished request's ``records`` (the counted ones: index ``first_counted`` on),
+    the step counts from ``tally`` (``steps``, ``now``, ``rejected``, ``peak``, ``in_use_time``,
+    ``prefill_computed``, ``prefill_saved``, ``evictions``), each request's first admission from ``admitted``."""
+    now = tally["now"]
+    size = workload.block_size
+    specs = workload.requests
+    counted = [r for r in records if r.index >= first_counted]
+    return ServingResult(
+        source=workload.source,
+        backend=backend,
+        policy=policy,
+        capacity=capacity,
+        block_size=size,
+        preemption="recompute",
+        requests=len(specs),
+        counted_requests=len(counted),
+        rejected=tally["rejected"],
+        blocks=sum(math.ceil(specs[r.index].prompt_length / size) for r in counted),
+        block_hits=sum(r.cached_tokens // size for r in counted),
+        tokens=sum(specs[r.index].prompt_length for r in counted),
+        token_hits=sum(r.cached_tokens for r in counted),
+        prefill_tokens_computed=tally["prefill_computed"],
+        prefill_tokens_saved=tally["prefill_saved"],
+        preemptions=sum(r.preemptions for r in records),
+        evictions=tally["evictions"],
+        ttft_ms=Percentiles.of([(r.first_token_us - specs[r.index].arrival_us) / 1000 for r in counted]),
+        queue_ms=Percentiles.of([(admitted[r.index] - specs[r.index].arrival_us) / 1000 for r in counted]),
+        peak_blocks_in_use=tally["peak"],
+        mean_blocks_in_use=tally["in_use_time"] / now if now else 0.0,
+        makespan_ms=now / 1000,
+        steps=tally["steps"],
+        seconds=seconds,
+        outputs_hit=workload.outputs_hit,
+        timeline=thin_timeline(timeline),
+    )

@@ -34,7 +34,7 @@ from typing import Any
 from kvref.contract.errors import InvalidValueError
 from kvref.simulation.replay import warmup_cut
 from kvref.simulation.serving.model import StepModel
-from kvref.simulation.serving.results import Percentiles, RequestRecord, ServingResult, thin_timeline
+from kvref.simulation.serving.results import RequestRecord, ServingResult, engine_result
 from kvref.simulation.serving.vllm_scheduler import prompt_token_ids
 from kvref.simulation.serving.workload import ServingWorkload
 
@@ -328,38 +328,17 @@ class SglangSchedulerReplay:
     def _result(
         self, tally: dict[str, int], timeline: list[tuple[int, int]], admitted: dict[int, int], seconds: float
     ) -> ServingResult:
-        workload = self.workload
-        now = tally["now"]
-        size = workload.block_size
-        counted = [r for r in self.records() if r.index >= self.first_counted]
-        specs = workload.requests
-        return ServingResult(
-            source=workload.source,
+        return engine_result(
+            self.workload,
+            self.records(),
+            tally,
+            capacity=self.capacity,
             backend=f"sglang {self.version}",
             policy="radix-lru" if self.prefix_caching else "none",
-            capacity=self.capacity,
-            block_size=size,
-            preemption="recompute",
-            requests=len(specs),
-            counted_requests=len(counted),
-            rejected=tally["rejected"],
-            blocks=sum(-(-specs[r.index].prompt_length // size) for r in counted),
-            block_hits=sum(r.cached_tokens // size for r in counted),
-            tokens=sum(specs[r.index].prompt_length for r in counted),
-            token_hits=sum(r.cached_tokens for r in counted),
-            prefill_tokens_computed=tally["prefill_computed"],
-            prefill_tokens_saved=tally["prefill_saved"],
-            preemptions=sum(r.preemptions for r in self._records),
-            evictions=tally["evictions"],
-            ttft_ms=Percentiles.of([(r.first_token_us - specs[r.index].arrival_us) / 1000 for r in counted]),
-            queue_ms=Percentiles.of([(admitted[r.index] - specs[r.index].arrival_us) / 1000 for r in counted]),
-            peak_blocks_in_use=tally["peak"],
-            mean_blocks_in_use=tally["in_use_time"] / now if now else 0.0,
-            makespan_ms=now / 1000,
-            steps=tally["steps"],
+            first_counted=self.first_counted,
+            timeline=timeline,
+            admitted=admitted,
             seconds=seconds,
-            outputs_hit=workload.outputs_hit,
-            timeline=thin_timeline(timeline),
         )
 
 
