@@ -7,6 +7,7 @@ of README.md.
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
 ``nox -s mutation`` runs mutmut over the oracle and the array core, ``nox -s soak`` the long soak;
+``nox -s deep`` runs the suite's deep profile on the newest engine releases for 30 minutes each;
 ``nox -s sim-to-real`` holds the serving replay to vLLM's own scheduler on the whole traces, ``sim-to-real-sglang``
 to SGLang's.
 Every conformance session writes its verdict files; ``conformance`` fails when the oracle's, torch's
@@ -439,6 +440,13 @@ VLLM_NEXT_IMPORTS = [
 ]
 
 
+def install_vllm_next(session: nox.Session) -> None:
+    """kvref with the suite, and vLLM 0.33.0 with the modules its KV code imports, on torch's CPU build."""
+    install(session, "conformance", torch=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", VLLM_NEXT)
+    session.install("-c", CONSTRAINTS, "--no-deps", *VLLM_NEXT_IMPORTS)
+
+
 @ci_session(name="peer-vllm-next")
 def peer_vllm_next(session: nox.Session) -> None:
     """The suite on vLLM 0.33.0's BlockPool and KVCacheManager on torch's CPU build (not a default
@@ -447,9 +455,7 @@ def peer_vllm_next(session: nox.Session) -> None:
     Its MambaManager asserts ``mamba_cache_mode="align"`` whenever caching is on, a mode the adapter
     does not drive, so its mamba rules are not run here (``peers/vllm/pool.py``).
     """
-    install(session, "conformance", torch=True)
-    session.install("-c", CONSTRAINTS, "--no-deps", VLLM_NEXT)
-    session.install("-c", CONSTRAINTS, "--no-deps", *VLLM_NEXT_IMPORTS)
+    install_vllm_next(session)
     for backend in ("vllm", "vllm-nocache"):
         session.run(
             "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
@@ -496,13 +502,18 @@ SGLANG_SCHEDULER_IMPORTS = ["setproctitle==1.3.8", "einops==0.8.2", "uvicorn==0.
 SGLANG_OLDER_IMPORTS = ["fastapi==0.165.0", "einops==0.8.2", "xgrammar==0.2.8"]
 
 
+def install_sglang(session: nox.Session) -> None:
+    """kvref with the suite, and SGLang 0.5.23 with what its allocators and radix caches import."""
+    install(session, "conformance", "events", torch=True)
+    session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
+    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
+
+
 @ci_session(name="peer-sglang")
 def peer_sglang(session: nox.Session) -> None:
     """The conformance suite on SGLang's token and paged allocators with its RadixCache over them and,
     as ``sglang-unified*``, with its UnifiedRadixCache; writes results/conformance/sglang*.json."""
-    install(session, "conformance", "events", torch=True)
-    session.install("-c", CONSTRAINTS, "--no-deps", SGLANG)
-    session.install("-c", CONSTRAINTS, *SGLANG_IMPORTS, *SGLANG_RADIX_IMPORTS)
+    install_sglang(session)
     for backend in ("sglang", "sglang-paged", "sglang-unified", "sglang-unified-paged"):
         session.run(
             "kvref", "conformance", "--backend", backend, "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
@@ -537,12 +548,8 @@ print('unpacked', wheel)
 """
 
 
-@ci_session(name="peer-megatron")
-def peer_megatron(session: nox.Session) -> None:
-    """The conformance suite on Megatron-Core's KVBlockAllocator; writes results/conformance/megatron.json.
-
-    Its state machines drive torch tensors one small op at a time: about two minutes of the four.
-    """
+def install_megatron(session: nox.Session) -> None:
+    """kvref with the suite, and Megatron-Core 0.19.2's ``megatron`` package unpacked from its wheel."""
     install(session, "conformance", torch=True)
     session.install("-c", CONSTRAINTS, "packaging", "triton")
     wheels = session.create_tmp()
@@ -550,6 +557,15 @@ def peer_megatron(session: nox.Session) -> None:
         "pip", "download", "--no-deps", "--python-version", "3.12", "--only-binary=:all:", "-d", wheels, MEGATRON
     )
     session.run("python", "-c", _UNPACK, wheels)
+
+
+@ci_session(name="peer-megatron")
+def peer_megatron(session: nox.Session) -> None:
+    """The conformance suite on Megatron-Core's KVBlockAllocator; writes results/conformance/megatron.json.
+
+    Its state machines drive torch tensors one small op at a time: about two minutes of the four.
+    """
+    install_megatron(session)
     session.run(
         "kvref", "conformance", "--backend", "megatron", "--profile", "ci", "--verdicts", VERDICTS, *session.posargs
     )
@@ -573,6 +589,25 @@ def corpus(session: nox.Session, engine: str) -> None:
     else:
         session.install("-c", CONSTRAINTS, "packaging", "triton")
     session.run("python", "scripts/bug_corpus.py", "--engine", engine, *session.posargs)
+
+
+#: The backend each deep run drives on the newest release of its engine, and how that release installs.
+DEEP_RUNS = {
+    "vllm": ("vllm", install_vllm_next),
+    "sglang": ("sglang-unified-paged", install_sglang),
+    "megatron": ("megatron", install_megatron),
+}
+
+
+@ci_session()
+@nox.parametrize("engine", list(DEEP_RUNS))
+def deep(session: nox.Session, engine: str) -> None:
+    """The suite's ``deep`` profile on the newest release of one engine for 30 minutes (not a default
+    session; ``-- --minutes 60`` for longer): ``scripts/deep_run.py`` writes results/deep/ and
+    results/deep-runs.md, and fails on any failure no deviations file records."""
+    backend, install_engine = DEEP_RUNS[engine]
+    install_engine(session)
+    session.run("python", "scripts/deep_run.py", "--backend", backend, "--render", *session.posargs)
 
 
 @ci_session()

@@ -12,7 +12,11 @@ vLLM's. What it does on vLLM's behalf:
   appended (``make_offload_key``): the adapter passes the integer's 16 bytes, group 0;
 * the observers (``state``, ``pins``, ``slot``, ``num_free``, ``policy_state``) read the manager's
   chunks through its policy (``get``: a chunk's ``ref_cnt`` is -1 while its store is in flight,
-  else its loads in flight) and its free-chunk count (blocks, before 0.30 named them chunks).
+  else its loads in flight) and its free-chunk count (blocks, before 0.30 named them chunks);
+* from 0.33 a failed store yields a removal marked ``metadata_only``, which the connector's event
+  translator uses to drop its own bookkeeping and publishes as no KV event
+  (``OffloadingEventsTranslator._take_removed_event`` in ``offloading/events.py``): the tier's
+  events are what the connector publishes, so the adapter leaves those out.
 
 Before 0.31 the manager kept no use per request: its connector called ``touch`` with all of a
 request's keys after looking the request up and after each store that allocated chunks
@@ -201,10 +205,11 @@ class VllmTierStore:
             self.manager.on_request_finished(context)
 
     def take_events(self) -> list[TierEvent]:
-        """The manager's ``take_events``, keys as integers."""
+        """The manager's ``take_events``, keys as integers, less its ``metadata_only`` removals."""
         return [
             TierEvent(tuple(_number(key) for key in event.keys), bool(event.removed), self.medium)
             for event in self.manager.take_events()
+            if not getattr(event, "metadata_only", False)
         ]
 
     def reset(self) -> None:
