@@ -162,11 +162,14 @@ class ArrayBlockPool(PoolShape, PauseCalls):
         return self.counters.stats()
 
     def capabilities(self) -> frozenset[str]:
-        """Every capability of the protocol but the fused replay (TRACE-1019): replay goes step by step.
+        """Every capability of the protocol but the fused replay (TRACE-1019): replay goes step by step;
+        and ``id-arrays``, the array forms of the calls (:meth:`allocate_ids`, :meth:`match_ids`,
+        :meth:`allocate_many_ids`, :meth:`free_many_ids`).
 
         On a CUDA device also ``cuda-graph``: :meth:`graph_arrays` may be read by captured graphs.
         """
-        return STANDARD_CAPABILITIES | {"cuda-graph"} if self.ops.is_device else STANDARD_CAPABILITIES
+        declared = STANDARD_CAPABILITIES | {"id-arrays"}
+        return declared | {"cuda-graph"} if self.ops.is_device else declared
 
     # ---------------------------------------------------------------- queries
 

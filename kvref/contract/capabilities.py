@@ -21,6 +21,10 @@ CAPABILITIES: dict[str, str] = {
     "prefix-cache": "registers full blocks under their hash and serves longest-prefix hits",
     "events": "reports KV events (stored, removed, all cleared)",
     "batching": "offers allocate_many, free_many and match_many over a whole scheduler step",
+    "id-arrays": (
+        "returns ids as arrays too: allocate_ids, match_ids, allocate_many_ids and free_many_ids (POOL-116, POOL-117, "
+        "POOL-123)"
+    ),
     "pause": "tracks paused holders against a soft limit",
     "evict": "evicts ahead of an allocation, all or nothing (evict: Megatron-Core's evict_lru_blocks, EVICT-412)",
     "clear": "drops every reference, pause and registration at once, blocks in use included (clear, POOL-124)",

@@ -24,6 +24,7 @@ import pytest
 
 from kvref_conformance.machines import DifferentialMachine
 from tests.meta.bugs import EXPECTED
+from tests.meta.id_array_bugs import ID_ARRAY_BUGS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,6 +78,16 @@ def test_the_ci_profile_catches_the_planted_bug_and_names_its_rule(
 ) -> None:
     code, output, results = bug_runs[bug]
     assert code != 0, f"the suite passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
+    named = named_rules(results)
+    assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
+
+
+@pytest.mark.rule("POOL-123")
+@pytest.mark.parametrize(("bug", "rule_id"), sorted(ID_ARRAY_BUGS.items()))
+def test_the_machines_driving_the_array_forms_catch_the_planted_bug(tmp_path: Path, bug: str, rule_id: str) -> None:
+    target = f"tests.meta.id_array_bugs:{bug}"
+    code, output, results = run_suite(target, tmp_path, "--no-shrink", "--", "-k", "Stateful and batched_forms")
+    assert code != 0, f"the batched machine passed on {bug}, which breaks {rule_id}:\n{output[-2000:]}"
     named = named_rules(results)
     assert rule_id in named, f"the suite caught {bug} but named {sorted(named)}, not {rule_id}"
 

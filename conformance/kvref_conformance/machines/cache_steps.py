@@ -28,7 +28,7 @@ class CacheSteps(MachineCore):
         for i, h in enumerate(hashes):
             self.parent_of[h] = hashes[i - 1] if i else None
         want = self.oracle.lookup(hashes)
-        impl_out = outcome(lambda: self.impl.match(hashes, holder=holder))
+        impl_out = outcome(lambda: self.call_match(hashes, holder))
         prefer = None
         if impl_out[0] == "ok":
             hit = impl_out[1]
@@ -61,7 +61,7 @@ class CacheSteps(MachineCore):
             return
         kind, fresh, fresh_o = self.both(
             f"allocate({need}, holder={holder!r}) for the misses",
-            lambda: self.impl.allocate(need, holder=holder),
+            lambda: self.call_allocate(need, holder),
             lambda: self.oracle.allocate(need, holder=holder),
         )
         if kind != "ok":

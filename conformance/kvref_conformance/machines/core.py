@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import note
@@ -85,6 +86,8 @@ class MachineCore(RuleBasedStateMachine):
         self.events = self.caching and self.target.has("events")
         self.pausing = self.target.has("pause")
         self.batching = self.use_batches and self.target.has("batching")
+        #: Whether the calls go through their array forms (``allocate_ids`` and kin), where the target has them.
+        self.arrays = self.use_batches and self.target.has("id-arrays")
         self.exact = self.target.profile == "exact-order"
         self.impl: Any = None
         self.oracle = OracleBlockPool(2)
@@ -158,6 +161,53 @@ class MachineCore(RuleBasedStateMachine):
         """Remember a list the implementation returned and what it held: it must stay so (POOL-123)."""
         self.handed.append((returned, [int(x) for x in returned], what))
         del self.handed[:-_KEPT]
+
+    # ------------------------------------------------- the calls, in either form
+
+    def own_array(self, returned: Any, what: str) -> list[int]:
+        """The ids of an array the implementation returned, the array kept: it must stay so (POOL-123)."""
+        self.keep(returned, what)
+        return [int(x) for x in returned]
+
+    def call_allocate(self, count: int, holder: object) -> list[int]:
+        """The implementation's ``allocate``, or ``allocate_ids`` where the machine drives the array forms."""
+        if not self.arrays:
+            return self.impl.allocate(count, holder=holder)  # the very list, kept by the caller (POOL-123)
+        return self.own_array(self.impl.allocate_ids(count, holder=holder), f"allocate_ids({count}, holder={holder!r})")
+
+    def call_match(self, hashes: list[int], holder: object) -> list[int]:
+        """The implementation's ``match``, or ``match_ids`` where the machine drives the array forms."""
+        if not self.arrays:
+            return self.impl.match(hashes, holder=holder)
+        return self.own_array(self.impl.match_ids(hashes, holder=holder), f"match_ids({hashes}, holder={holder!r})")
+
+    def call_allocate_many(self, counts: list[int], holders: Sequence[object]) -> list[list[int]]:
+        """The implementation's ``allocate_many``, or ``allocate_many_ids`` where the machine drives the
+        array forms: the admitted entries' ids end to end, with the offsets of each (POOL-116)."""
+        if not self.arrays:
+            return self.impl.allocate_many(counts, holders=holders)
+        ids, offsets = self.impl.allocate_many_ids(counts, holders=holders)
+        flat = self.own_array(ids, f"allocate_many_ids({counts}, holders={list(holders)})")
+        bounds = [int(x) for x in offsets]
+        admitted = len(bounds) - 1
+        assert (
+            0 <= admitted <= len(counts)
+            and bounds[0] == 0
+            and bounds[-1] == len(flat)
+            and all(bounds[i + 1] - bounds[i] == counts[i] for i in range(admitted))
+        ), f"[POOL-116] allocate_many_ids({counts}) returned {len(flat)} ids with offsets {bounds}"
+        return [flat[bounds[i] : bounds[i + 1]] for i in range(admitted)]
+
+    def call_free_many(self, lists: list[list[int]], holders: Sequence[object]) -> None:
+        """The implementation's ``free_many``, or ``free_many_ids`` of the lists end to end where the machine
+        drives the array forms (POOL-117)."""
+        if not self.arrays:
+            self.impl.free_many(lists, holders=holders)
+            return
+        offsets = [0]
+        for entry in lists:
+            offsets.append(offsets[-1] + len(entry))
+        self.impl.free_many_ids([a for entry in lists for a in entry], offsets, holders=holders)
 
     def rename(self, ids: list[int]) -> list[int]:
         return [self.i2o[a] for a in ids]

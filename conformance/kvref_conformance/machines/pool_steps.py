@@ -25,7 +25,7 @@ class PoolSteps(MachineCore):
         self.tick()
         kind, got, want = self.both(
             f"allocate({count}, holder={holder!r})",
-            lambda: self.impl.allocate(count, holder=holder),
+            lambda: self.call_allocate(count, holder),
             lambda: self.oracle.allocate(count, holder=holder),
         )
         if kind == "ok":
@@ -145,14 +145,14 @@ class PoolSteps(MachineCore):
 
     @rule(data=st.data())
     def scribble_on_a_returned_list(self, data: st.DataObject) -> None:
-        """Write over a list the implementation returned, as a caller may: the pool must not see it (POOL-123)."""
+        """Write over ids the implementation returned, as a caller may: the pool must not see it (POOL-123)."""
         self.tick()
         if not self.handed:
             return
         returned, _, what = self.handed.pop(data.draw(st.integers(0, len(self.handed) - 1)))
-        if isinstance(returned, list) and returned:
-            returned[:] = [-1] * len(returned)
-            note_what = f"the caller wrote -1 over the list {what} returned"
+        if len(returned):
+            returned[:] = [-1] * len(returned) if isinstance(returned, list) else -1  # a list or an array
+            note_what = f"the caller wrote -1 over the ids {what} returned"
             self.both(note_what, lambda: self.impl.num_free, lambda: self.oracle.num_free)
 
     @rule(counts=st.lists(st.integers(0, 4), max_size=4), data=st.data())
@@ -164,7 +164,7 @@ class PoolSteps(MachineCore):
         """``allocate_many(counts, holders)`` on both sides: the same entries admitted (POOL-116), fresh blocks."""
         kind, got, want = self.both(
             f"allocate_many({counts}, holders={holders})",
-            lambda: self.impl.allocate_many(counts, holders=holders),
+            lambda: self.call_allocate_many(counts, holders),
             lambda: self.oracle.allocate_many(counts, holders=holders),
         )
         if kind != "ok":
@@ -195,7 +195,7 @@ class PoolSteps(MachineCore):
         holders = [h for h, _ in entries]
         kind, _, _ = self.both(
             f"free_many({lists}, holders={holders})",
-            lambda: self.impl.free_many(lists, holders=holders),
+            lambda: self.call_free_many(lists, holders),
             lambda: self.oracle.free_many([self.rename(x) for x in lists], holders=holders),
         )
         assert kind == "ok"
