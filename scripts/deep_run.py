@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "results" / "deep"
@@ -63,7 +64,7 @@ def run_units() -> list[tuple[str, str]]:
     return [("every other test", "not (" + " or ".join(machines) + ")"), *((name, name) for name in machines)]
 
 
-def run_unit(backend: str, name: str, selection: str, seconds: float, results: Path) -> dict[str, object]:
+def run_unit(backend: str, name: str, selection: str, seconds: float, results: Path) -> dict[str, Any]:
     """Run the tests ``selection`` picks for at most ``seconds`` and return what they judged."""
     command = kvref_conformance(backend, "-q", "--results", str(results), "--", "-k", selection, "-rfE")
     started = time.monotonic()
@@ -87,7 +88,7 @@ def run_unit(backend: str, name: str, selection: str, seconds: float, results: P
         except subprocess.TimeoutExpired:
             process.kill()
             output, _ = process.communicate()
-    record: dict[str, object] = {
+    record: dict[str, Any] = {
         "tests": name,
         "seconds": round(time.monotonic() - started, 1),
         "stopped_at_share": stopped,
@@ -113,7 +114,7 @@ def run_unit(backend: str, name: str, selection: str, seconds: float, results: P
     return record
 
 
-def deep_run(backend: str, minutes: float) -> dict[str, object]:
+def deep_run(backend: str, minutes: float) -> dict[str, Any]:
     """The suite on ``backend`` in runs of an equal share of ``minutes``; see the module docstring."""
     units = run_units()
     deadline = time.monotonic() + minutes * 60
@@ -128,11 +129,11 @@ def deep_run(backend: str, minutes: float) -> dict[str, object]:
             failures = record["failures"]
             print(
                 f"{backend} {name}: {record['seconds']} s of {share:.0f}, {record['summary']}, "
-                f"{record['steps']} steps, {len(failures)} new failures"  # type: ignore[arg-type]
+                f"{record['steps']} steps, {len(failures)} new failures"
                 + (" (stopped at its share)" if record["stopped_at_share"] else ""),
                 flush=True,
             )
-            for failure in failures:  # type: ignore[attr-defined]
+            for failure in failures:
                 print(json.dumps(failure, indent=1), flush=True)
     implementation = next((r["implementation"] for r in records if "implementation" in r), {"name": backend})
     return {"backend": backend, "implementation": implementation, "minutes": minutes, "runs": records}
@@ -194,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     for backend in args.backend:
         record = deep_run(backend, args.minutes)
         implementation = record["implementation"]
-        name = f"{backend}@{implementation.get('version', 'unknown')}.json"  # type: ignore[attr-defined]
+        name = f"{backend}@{implementation.get('version', 'unknown')}.json"
         (RECORDS / name).write_text(json.dumps(record, indent=1) + "\n")
-        found += sum(len(c["failures"]) for c in record["runs"])  # type: ignore[attr-defined]
+        found += sum(len(c["failures"]) for c in record["runs"])
     if args.render:
         REPORT.write_text(render())
         print(f"wrote {REPORT.relative_to(ROOT)}")

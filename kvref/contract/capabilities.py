@@ -91,10 +91,12 @@ ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays", "
 #: What a backend with chapter 08's data plane (``data_plane``) declares beside its pools'.
 DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane", "data-device-checks"})
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
-#: is a fast path an implementation may add (TRACE-1019), and ``cuda-graph``, which only a pool
-#: in CUDA memory can have (CONF-908). The oracle and the array backends share it.
+#: is a fast path an implementation may add (TRACE-1019), ``cuda-graph``, which only a pool in
+#: CUDA memory can have (CONF-908), and ``id-arrays``, the array forms of the calls, which only
+#: the array backends have. The oracle and the array backends share it.
 STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
     "replay",
+    "id-arrays",
     "cuda-graph",
     "context-duties",
     *SLOT_CAPABILITIES,

@@ -413,6 +413,46 @@ class OneQueueInReleaseOrder(_Buggy):
         return super().allocate(count, holder=holder)
 
 
+class _IndexThatDoesNotGrow(PrefixIndex):
+    """A prefix index of 1,024 entries that never grows: a hash registered while it is full is
+    recorded on its block but placed nowhere a lookup looks."""
+
+    ENTRIES = 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.placed: set[int] = set()
+
+    def register(self, ids: list[int], hs: list[int], parent: int | None, explain: Any) -> None:
+        super().register(ids, hs, parent, explain)
+        for h in hs:
+            if len(self.placed) < self.ENTRIES:
+                self.placed.add(h)
+
+    def unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
+        blocks = list(blocks)
+        gone = {self.blocks.hash[b] for b in blocks}
+        super().unregister(blocks, keep_tree=keep_tree)
+        self.placed -= {h for h in gone if h not in self.copies}
+
+    def lookup(self, hs: list[int], parent: int | None, prefer: Any = None) -> list[int]:
+        hit = super().lookup(hs, parent, prefer)
+        found = next((i for i, h in enumerate(hs[: len(hit)]) if h not in self.placed), len(hit))
+        return hit[:found]
+
+    def clear(self) -> None:
+        super().clear()
+        self.placed.clear()
+
+
+class IndexThatDoesNotGrow(_Buggy):
+    """The prefix index is a table of 1,024 entries that never grows: past that many cached hashes a
+    registered block is never found again (a fixed-size table, where a pool of a few dozen blocks
+    never comes near the limit)."""
+
+    parts = PoolParts(index=_IndexThatDoesNotGrow)
+
+
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
     class PlantedBackend(OracleBackend):
         name = pool_cls.__name__
@@ -454,6 +494,7 @@ EXPECTED: dict[str, str] = {
     "AdmissionBudgetOfEveryCachedBlock": "POOL-116",
     "PausedCountMissedByFreeMany": "POOL-113",
     "OneQueueInReleaseOrder": "EVICT-408",
+    "IndexThatDoesNotGrow": "PFX-307",
 }
 
 for _name in EXPECTED:

@@ -14,8 +14,8 @@ requested prefix, so a stale or wrong hit fails the step it happens in. Every as
 starts with the id of the rule it checks.
 
 The machine is assembled from one module per concern: :mod:`.core` (side-by-side calls, renaming,
-shadow store), :mod:`.pool_steps`, :mod:`.cache_steps`, :mod:`.targeted_steps` and
-:mod:`.observations`.
+shadow store), :mod:`.pool_steps`, :mod:`.cache_steps`, :mod:`.targeted_steps`, :mod:`.large_steps`
+and :mod:`.observations`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvref_conformance.machines.core import STEP_COUNTS, STEP_SECONDS, chain_hash, chain_hashes
+from kvref_conformance.machines.large_steps import LARGE_RULES, LARGE_SIZES, LargeSteps
 from kvref_conformance.machines.observations import Observations
 from kvref_conformance.machines.targeted_steps import TARGETED_RULES, TargetedSteps
 from kvref_conformance.target import Target
@@ -51,21 +52,29 @@ BATCH_RULES = (
 )
 
 
-class DifferentialMachine(TargetedSteps, Observations):
+class DifferentialMachine(TargetedSteps, LargeSteps, Observations):
     """The machine; :func:`make_machine` binds ``target``, ``policy`` and the features in play."""
 
 
 def make_machine(
-    target: Target, policy: str, *, cache: bool = True, batches: bool = False, targeted: bool = False
+    target: Target,
+    policy: str,
+    *,
+    cache: bool = True,
+    batches: bool = False,
+    targeted: bool = False,
+    large: bool = False,
 ) -> type[DifferentialMachine]:
     """A machine class driving ``target`` under ``policy`` beside the oracle.
 
     ``cache=False`` leaves the prefix cache out (the pool alone); ``batches=True`` adds the
     batched forms to the steps; ``targeted=True`` adds the steps that make the situations random steps
-    rarely reach on purpose (:mod:`.targeted_steps`), with the batched forms where the target has them.
+    rarely reach on purpose (:mod:`.targeted_steps`), with the batched forms where the target has them;
+    ``large=True`` draws pools of hundreds to thousands of blocks and adds the steps that take a share
+    of the pool at once (:mod:`.large_steps`).
     """
     batches = batches or targeted
-    kind = "targeted" if targeted else "batch" if batches else "cache" if cache else "pool"
+    kind = "large" if large else "targeted" if targeted else "batch" if batches else "cache" if cache else "pool"
     name = f"{target.name}:{kind}[{policy}]"
     attrs: dict[str, Any] = {
         "target": target,
@@ -81,6 +90,10 @@ def make_machine(
         attrs.update(dict.fromkeys(BATCH_RULES))
     if not targeted:
         attrs.update(dict.fromkeys(TARGETED_RULES))
+    if large:
+        attrs["sizes"] = LARGE_SIZES
+    else:
+        attrs.update(dict.fromkeys(LARGE_RULES))
     if not target.has("pause"):
         attrs["toggle_pause"] = None
         attrs["a_paused_holder_calls_each_operation"] = None

@@ -24,7 +24,11 @@ class CacheSteps(MachineCore):
     def run_request(self, holder: object, chain: tuple[int, ...]) -> None:
         """Match, allocate the misses, write the KV, register: one scheduler step of a request."""
         self.tick()
-        hashes = chain_hashes(chain)
+        self.serve(holder, chain_hashes(chain), [chain[: i + 1] for i in range(len(chain))], f"chain {list(chain)}")
+
+    def serve(self, holder: object, hashes: list[int], contents: Sequence[tuple[int, ...]], request: str) -> None:
+        """One scheduler step of ``request`` (its blocks' ``hashes``, and ``contents``, what each of its
+        blocks holds in the shadow store): match, allocate the misses, write them, register them."""
         for i, h in enumerate(hashes):
             self.parent_of[h] = hashes[i - 1] if i else None
         want = self.oracle.lookup(hashes)
@@ -33,18 +37,18 @@ class CacheSteps(MachineCore):
         if impl_out[0] == "ok":
             hit = impl_out[1]
             assert len(hit) == len(want), (
-                f"[PFX-307] match of chain {list(chain)} hit {len(hit)} block(s), the spec hits {len(want)}"
+                f"[PFX-307] match of {request} hit {len(hit)} block(s), the spec hits {len(want)}"
             )
             for i, a in enumerate(hit):
-                assert self.shadow.get(a) == chain[: i + 1] and a in self.i2o, (
-                    f"[PFX-307] match returned block {a} for prefix {list(chain[: i + 1])}, but it holds "
-                    f"{self.shadow.get(a)}: a stale or wrong prefix hit"
+                assert self.shadow.get(a) == contents[i] and a in self.i2o, (
+                    f"[PFX-307] match of {request} returned block {a} at position {i}, which holds "
+                    f"{self.shadow.get(a)}, not {contents[i]}: a stale or wrong prefix hit"
                 )
             if self.exact and hit != want:
                 raise AssertionError(f"[PFX-308] exact-order profile: match gave {hit}, the oracle {want}")
             prefer = self.rename(hit)
         kind, hit, hit_o = self.agree(
-            f"match({list(chain)}, holder={holder!r})",
+            f"match of {request}, holder={holder!r}",
             impl_out,
             outcome(lambda: self.oracle.match(hashes, holder=holder, prefer=prefer)),
         )
@@ -55,7 +59,7 @@ class CacheSteps(MachineCore):
             f"of {hashes[: len(hit)]} the spec holds ({hit_o})"
         )
         self.refs[holder].extend(hit)
-        self.keep(hit, f"match({list(chain)}, holder={holder!r})")
+        self.keep(hit, f"match of {request}, holder={holder!r}")
         need = len(hashes) - len(hit)
         if need > self.oracle.num_available:
             return
@@ -68,7 +72,7 @@ class CacheSteps(MachineCore):
             return
         self.fresh(fresh, fresh_o, holder, f"allocate({need})")
         for i, a in enumerate(fresh, start=len(hit)):
-            self.shadow[a] = chain[: i + 1]
+            self.shadow[a] = contents[i]
         parent = hashes[len(hit) - 1] if hit else None
         kind, _, _ = self.both(
             f"register({fresh}, {hashes[len(hit) :]}, parent_hash={parent})",

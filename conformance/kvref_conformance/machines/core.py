@@ -45,6 +45,8 @@ chains_st = st.lists(st.integers(0, 2), min_size=1, max_size=5).map(tuple)
 
 _HASHES: dict[tuple[int, ...], int] = {}
 _KEPT = 8  # returned lists watched at once (POOL-123)
+#: Blocks the per-block observations check after each step in a pool larger than this.
+VIEW_WINDOW = 256
 
 
 def chain_hash(prefix: tuple[int, ...]) -> int:
@@ -100,6 +102,7 @@ class MachineCore(RuleBasedStateMachine):
         self.paused: set[object] = set()
         #: Lists the implementation returned, with their contents then (POOL-123), the newest last.
         self.handed: list[tuple[Any, list[int], str]] = []
+        self.views = 0  # per-block observations made so far (blocks_in_view)
         self.started = time.perf_counter()
 
     # ------------------------------------------------------------- helpers
@@ -172,20 +175,23 @@ class MachineCore(RuleBasedStateMachine):
     def call_allocate(self, count: int, holder: object) -> list[int]:
         """The implementation's ``allocate``, or ``allocate_ids`` where the machine drives the array forms."""
         if not self.arrays:
-            return self.impl.allocate(count, holder=holder)  # the very list, kept by the caller (POOL-123)
+            given: list[int] = self.impl.allocate(count, holder=holder)  # the very list: kept as is (POOL-123)
+            return given
         return self.own_array(self.impl.allocate_ids(count, holder=holder), f"allocate_ids({count}, holder={holder!r})")
 
     def call_match(self, hashes: list[int], holder: object) -> list[int]:
         """The implementation's ``match``, or ``match_ids`` where the machine drives the array forms."""
         if not self.arrays:
-            return self.impl.match(hashes, holder=holder)
+            hit: list[int] = self.impl.match(hashes, holder=holder)
+            return hit
         return self.own_array(self.impl.match_ids(hashes, holder=holder), f"match_ids({hashes}, holder={holder!r})")
 
     def call_allocate_many(self, counts: list[int], holders: Sequence[object]) -> list[list[int]]:
         """The implementation's ``allocate_many``, or ``allocate_many_ids`` where the machine drives the
         array forms: the admitted entries' ids end to end, with the offsets of each (POOL-116)."""
         if not self.arrays:
-            return self.impl.allocate_many(counts, holders=holders)
+            entries: list[list[int]] = self.impl.allocate_many(counts, holders=holders)
+            return entries
         ids, offsets = self.impl.allocate_many_ids(counts, holders=holders)
         flat = self.own_array(ids, f"allocate_many_ids({counts}, holders={list(holders)})")
         bounds = [int(x) for x in offsets]
@@ -208,6 +214,18 @@ class MachineCore(RuleBasedStateMachine):
         for entry in lists:
             offsets.append(offsets[-1] + len(entry))
         self.impl.free_many_ids([a for entry in lists for a in entry], offsets, holders=holders)
+
+    def blocks_in_view(self) -> range | list[int]:
+        """The blocks the per-block observations check after this step: every block of a pool of up to
+        :data:`VIEW_WINDOW` blocks; in a larger one a window of that many, moved on by a window each
+        step, so every block is checked within ``num_blocks / VIEW_WINDOW`` steps (the counts are
+        compared in full after every step)."""
+        n = self.impl.num_blocks
+        if n <= VIEW_WINDOW:
+            return range(n)
+        start = self.views * VIEW_WINDOW % n
+        self.views += 1
+        return [(start + i) % n for i in range(VIEW_WINDOW)]
 
     def rename(self, ids: list[int]) -> list[int]:
         return [self.i2o[a] for a in ids]

@@ -54,7 +54,7 @@ class Observations(MachineCore):
         for holder, refs in self.refs.items():
             for a in refs:
                 model.setdefault(a, Counter())[holder] += 1
-        for b in range(self.impl.num_blocks):
+        for b in self.blocks_in_view():
             want = dict(model.get(b, {}))
             got = self.impl.holders(b)
             assert got == want, f"[STATE-002] block {b}: holders {got}, the references handed out are {want}"
@@ -87,7 +87,7 @@ class Observations(MachineCore):
             f"[EVICT-401] resident hashes differ from the spec's: extra {resident - oracle.resident_hashes()}, "
             f"missing {set(oracle.resident_hashes()) - resident} (policy {self.policy})"
         )
-        for b in range(impl.num_blocks):
+        for b in self.blocks_in_view():
             state = impl.block_state(b)
             if state is BlockState.CACHED or state is BlockState.IN_USE:
                 h = impl.block_hash(b)

@@ -23,6 +23,10 @@ class PoolSteps(MachineCore):
     @rule(holder=holders_st, count=st.integers(0, 7))
     def allocate(self, holder: object, count: int) -> None:
         self.tick()
+        self.allocate_for(holder, count)
+
+    def allocate_for(self, holder: object, count: int) -> None:
+        """``allocate(count, holder=holder)`` on both sides; fresh blocks for ``holder`` (POOL-104, POOL-105)."""
         kind, got, want = self.both(
             f"allocate({count}, holder={holder!r})",
             lambda: self.call_allocate(count, holder),

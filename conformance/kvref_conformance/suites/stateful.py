@@ -74,3 +74,16 @@ class StatefulSuite(ConformanceSuite):
             pytest.skip(f"no prefix cache: the policy does not matter, {first_policy(impl)} runs")
         self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
         run_state_machine_as_test(make_machine(impl, policy, targeted=True), settings=settings())
+
+    @rule("POOL-104", "POOL-105", "STATE-003", "PFX-307", "EVICT-401", "EVICT-404", "EVICT-408")
+    @requires("prefix-cache")
+    @pytest.mark.parametrize("policy", ["lru", "lru-leaf", "fifo", "lru-leaf-access"])
+    def test_a_pool_of_thousands_of_blocks_behaves_like_the_oracle(self, impl: Target, policy: str) -> None:
+        """The machine over pools of 300 and 3,000 blocks, with steps that take a share of the pool at
+        once (:mod:`kvref_conformance.machines.large_steps`): what depends on size (the free stack
+        wrapping around, the prefix index growing, hundreds of blocks evicted in one call). A fifth
+        of the profile's examples, as each step moves hundreds of blocks."""
+        self.pool(impl, 2, policy=policy)  # skips when the policy is not offered
+        profile = settings()
+        fewer = settings(profile, max_examples=max(8, profile.max_examples // 5))
+        run_state_machine_as_test(make_machine(impl, policy, large=True), settings=fewer)
