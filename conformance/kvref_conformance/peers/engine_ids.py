@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = ["EngineIds"]
@@ -25,6 +25,10 @@ class EngineIds(Sequence[int]):
 
     def __getitem__(self, index: Any) -> Any:
         return self.tolist()[index]
+
+    def __iter__(self) -> Iterator[int]:
+        """The ids as the view holds them now, read once (not one whole read per item)."""
+        return iter(self.tolist())
 
     def __len__(self) -> int:
         return int(self._view.numel())
