@@ -333,7 +333,8 @@ def unreported_section(findings: list[tuple[str, Deviation]], versions: dict[str
         "## Found by kvref, not yet reported upstream",
         "",
         "Known deviations of the peers that are bugs and that no upstream issue or pull request names yet",
-        "(`conformance/kvref_conformance/deviations/`). Each is a draft report.",
+        "(`conformance/kvref_conformance/deviations/`). Each is a draft report. The deep runs on the newest",
+        "release of each engine (`nox -s deep`, [`deep-runs.md`](deep-runs.md)) record what they find here.",
     ]
     backends_of: dict[tuple[str, str], list[str]] = {}
     for backend, deviation in findings:  # one allocator serves several backends: one report each
