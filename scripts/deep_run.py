@@ -6,8 +6,10 @@ state machine, in one ``kvref conformance`` process (a quarter of the time at le
 state-machine test (with all its policies) in a process of its own, each for an equal share of the
 time left. A run that ends early (the backend lacks the capability, or its examples are quick)
 hands its unused time to the runs after it; one still running at the end of its share is stopped
-as Ctrl-C stops it, and what it judged so far is kept. Failures on a recorded deviation
-(``deviations/*.toml``) count as known; any other failure is a new finding, printed with its replay.
+as Ctrl-C stops it, and what it judged so far is kept. When a round is over and time is left, the
+state-machine tests that met anything run again in a new round, as often as the time allows.
+Failures on a recorded deviation (``deviations/*.toml``) count as known; any other failure is a new
+finding, printed with its replay.
 
 Each run writes ``results/deep/<backend>@<version>.json``; ``--render`` rewrites
 ``results/deep-runs.md`` from every such file (``nox -s deep`` does both for the newest release of
@@ -32,6 +34,8 @@ RECORDS = ROOT / "results" / "deep"
 REPORT = ROOT / "results" / "deep-runs.md"
 #: Seconds a run stopped at the end of its share gets to write its results.
 GRACE_SECONDS = 60
+#: No run starts with less time than this: loading an engine alone takes seconds.
+SHORTEST_SHARE = 30
 
 
 def kvref_conformance(backend: str, *arguments: str) -> list[str]:
@@ -115,28 +119,45 @@ def run_unit(backend: str, name: str, selection: str, seconds: float, results: P
 
 
 def deep_run(backend: str, minutes: float) -> dict[str, Any]:
-    """The suite on ``backend`` in runs of an equal share of ``minutes``; see the module docstring."""
-    units = run_units()
+    """The suite on ``backend`` in runs of an equal share of ``minutes``, in rounds until the time is
+    up: after each round the state-machine tests that explored anything run again (the ``deep``
+    profile draws new examples each time); see the module docstring."""
     deadline = time.monotonic() + minutes * 60
-    records = []
+    units = run_units()
+    records: list[dict[str, Any]] = []
+    round_number = 1
     with tempfile.TemporaryDirectory() as scratch:
-        for index, (name, selection) in enumerate(units):
-            share = (deadline - time.monotonic()) / (len(units) - index)
-            if index == 0:  # hundreds of tests, some with thousands of examples: a quarter at least
-                share = max(share, minutes * 60 / 4)
-            record = run_unit(backend, name, selection, share, Path(scratch))
-            records.append(record)
-            failures = record["failures"]
-            print(
-                f"{backend} {name}: {record['seconds']} s of {share:.0f}, {record['summary']}, "
-                f"{record['steps']} steps, {len(failures)} new failures"
-                + (" (stopped at its share)" if record["stopped_at_share"] else ""),
-                flush=True,
-            )
-            for failure in failures:
-                print(json.dumps(failure, indent=1), flush=True)
+        while units and deadline - time.monotonic() > SHORTEST_SHARE:
+            again = []
+            for index, (name, selection) in enumerate(units):
+                share = (deadline - time.monotonic()) / (len(units) - index)
+                if share < SHORTEST_SHARE:
+                    break
+                if round_number == 1 and index == 0:  # hundreds of tests, some with thousands of examples
+                    share = max(share, minutes * 60 / 4)
+                record = run_unit(backend, name, selection, share, Path(scratch))
+                record["round"] = round_number
+                records.append(record)
+                failures = record["failures"]
+                print(
+                    f"{backend} round {round_number} {name}: {record['seconds']} s of {share:.0f}, "
+                    f"{record['summary']}, {record['steps']} steps, {len(failures)} new failures"
+                    + (" (stopped at its share)" if record["stopped_at_share"] else ""),
+                    flush=True,
+                )
+                for failure in failures:
+                    print(json.dumps(failure, indent=1), flush=True)
+                if index and explored(record):
+                    again.append((name, selection))
+            units, round_number = again, round_number + 1
     implementation = next((r["implementation"] for r in records if "implementation" in r), {"name": backend})
     return {"backend": backend, "implementation": implementation, "minutes": minutes, "runs": records}
+
+
+def explored(record: dict[str, Any]) -> bool:
+    """Whether a run met tests the backend offers: it judged one, or was stopped while exploring."""
+    summary = record["summary"]
+    return bool(record["stopped_at_share"] or any(summary.get(k) for k in ("passed", "failed", "xfailed")))
 
 
 def render() -> str:
@@ -148,8 +169,10 @@ def render() -> str:
         "`python scripts/deep_run.py --backend <name> --minutes <m>` (`nox -s deep`). The tests that are not state",
         "machines ran in one process, then each state-machine test in its own, under the `deep` profile",
         "(5,000 examples of up to 60 steps per machine), each for an equal share of the time left;",
-        "*stopped* means it was still exploring at the end of its share. *Known* counts failures on a",
-        "recorded deviation; *new* is anything else.",
+        "*stopped* means it was still exploring at the end of its share. While time was left, the",
+        "state-machine tests that met anything ran again in further rounds, on new examples. *Known*",
+        "counts failures on a recorded deviation; *new* is anything else; *steps* are those of the",
+        "machines that finished.",
         "",
     ]
     for path in sorted(RECORDS.glob("*.json")):
@@ -163,15 +186,15 @@ def render() -> str:
             "",
             f"{seconds / 60:.1f} minutes, {steps:,} state-machine steps, {len(new)} new failures.",
             "",
-            "| tests | seconds | passed | known | new | steps | stopped |",
-            "|---|---:|---:|---:|---:|---:|---|",
+            "| round | tests | seconds | passed | known | new | steps | stopped |",
+            "|---:|---|---:|---:|---:|---:|---:|---|",
         ]
         for c in record["runs"]:
             summary = c["summary"]
             if not summary and not c["failures"]:
                 continue
             lines.append(
-                f"| {c['tests']} | {c['seconds']} | {summary.get('passed', 0)} | {c['known']} | "
+                f"| {c.get('round', 1)} | {c['tests']} | {c['seconds']} | {summary.get('passed', 0)} | {c['known']} | "
                 f"{len(c['failures'])} | {c['steps']:,} | {'yes' if c['stopped_at_share'] else ''} |"
             )
         for failure in new:

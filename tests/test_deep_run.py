@@ -58,6 +58,7 @@ def test_the_report_names_each_new_failure_and_counts_the_known_ones(
             "known": 2,
         },
         {
+            "round": 2,
             "tests": "test_m",
             "seconds": 60.0,
             "stopped_at_share": True,
@@ -72,6 +73,13 @@ def test_the_report_names_each_new_failure_and_counts_the_known_ones(
     monkeypatch.setitem(DEEP_RUN["render"].__globals__, "RECORDS", tmp_path)
     text = DEEP_RUN["render"]()
     assert "## x 1.2" in text and "1.5 minutes, 4,321 state-machine steps, 1 new failures." in text
-    assert "| every other test | 30.0 | 9 | 2 | 1 | 0 |  |" in text
-    assert "| test_m | 60.0 | 1 | 0 | 0 | 4,321 | yes |" in text
+    assert "| 1 | every other test | 30.0 | 9 | 2 | 1 | 0 |  |" in text
+    assert "| 2 | test_m | 60.0 | 1 | 0 | 0 | 4,321 | yes |" in text
     assert "`suite.py::TestPool::test_x`: [POOL-101] a reserved id was handed out" in text
+
+
+def test_a_run_goes_again_in_the_next_round_only_where_it_met_tests_the_backend_offers() -> None:
+    explored = DEEP_RUN["explored"]
+    assert explored({"summary": {"passed": 1}, "stopped_at_share": False})
+    assert explored({"summary": {"stopped before its first test ended": 1}, "stopped_at_share": True})
+    assert not explored({"summary": {"unsupported": 4}, "stopped_at_share": False})
