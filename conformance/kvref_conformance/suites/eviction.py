@@ -123,6 +123,11 @@ class EvictionSuite(ConformanceSuite):
         assert cached == {b: one_by_one.block_hash(b) for b in range(one_by_one.num_blocks)}, (
             f"evicting {k} blocks in one call left other blocks cached than {k} calls of one"
         )
+        counts = [(p.num_free, p.num_in_use, p.num_cached, p.num_available) for p in (at_once, one_by_one)]
+        assert counts[0] == counts[1], (
+            f"[EVICT-403] (free, in use, cached, available) after {k} evictions in one call {counts[0]}, "
+            f"after {k} calls of one {counts[1]}"
+        )
 
     def _leaf_forest(self, impl: Target) -> Any:
         """Chain 1-2-3 released head first, a spare copy of 2, hash 4 under 2, chain 11-12 tail first,
