@@ -453,6 +453,29 @@ class IndexThatDoesNotGrow(_Buggy):
     parts = PoolParts(index=_IndexThatDoesNotGrow)
 
 
+class _EvictionCountedPerCall(Eviction):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.uncounted = 0
+
+    def victims(self, k: int, *, keep_tree: bool = True) -> list[int]:
+        taken = super().victims(k, keep_tree=keep_tree)
+        self.uncounted += max(len(taken) - 1, 0)
+        return taken
+
+
+class EvictableCountedOncePerEviction(_Buggy):
+    """The count of evictable blocks goes down by one per eviction, however many blocks it took: after
+    an allocation that evicts several blocks at once, ``num_available`` promises more than an
+    allocation can get (a stale counter, as TensorRT-LLM's ``usedNumBlocks`` that went negative)."""
+
+    parts = PoolParts(eviction=_EvictionCountedPerCall)
+
+    @property
+    def num_available(self) -> int:
+        return super().num_available + self.eviction.uncounted  # type: ignore[attr-defined]
+
+
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
     class PlantedBackend(OracleBackend):
         name = pool_cls.__name__
@@ -495,6 +518,7 @@ EXPECTED: dict[str, str] = {
     "PausedCountMissedByFreeMany": "POOL-113",
     "OneQueueInReleaseOrder": "EVICT-408",
     "IndexThatDoesNotGrow": "PFX-307",
+    "EvictableCountedOncePerEviction": "POOL-106",
 }
 
 for _name in EXPECTED:
