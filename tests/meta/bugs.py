@@ -473,7 +473,8 @@ class EvictableCountedOncePerEviction(_Buggy):
 
     @property
     def num_available(self) -> int:
-        return super().num_available + self.eviction.uncounted  # type: ignore[attr-defined]
+        uncounted: int = self.eviction.uncounted  # type: ignore[attr-defined]
+        return super().num_available + uncounted
 
 
 def _backend(pool_cls: type[OracleBlockPool]) -> type[OracleBackend]:
