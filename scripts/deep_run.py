@@ -130,9 +130,10 @@ def deep_run(backend: str, minutes: float) -> dict[str, Any]:
         while units and deadline - time.monotonic() > SHORTEST_SHARE:
             again = []
             for index, (name, selection) in enumerate(units):
-                share = (deadline - time.monotonic()) / (len(units) - index)
-                if share < SHORTEST_SHARE:
+                left = deadline - time.monotonic()
+                if left < SHORTEST_SHARE:
                     break
+                share = max(left / (len(units) - index), SHORTEST_SHARE)
                 if round_number == 1 and index == 0:  # hundreds of tests, some with thousands of examples
                     share = max(share, minutes * 60 / 4)
                 record = run_unit(backend, name, selection, share, Path(scratch))
@@ -160,6 +161,14 @@ def explored(record: dict[str, Any]) -> bool:
     return bool(record["stopped_at_share"] or any(summary.get(k) for k in ("passed", "failed", "xfailed")))
 
 
+def failure_said(failure: dict[str, Any]) -> str:
+    """A failure in a line: its reason where it has one, else the first assertion of its replay and its rules."""
+    if failure.get("reason"):
+        return str(failure["reason"])
+    said = next((line.strip()[1:].strip() for line in failure.get("replay", "").splitlines() if "Error:" in line), "")
+    return f"{said[:300]} (rules {', '.join(failure.get('rules', []))})"
+
+
 def render() -> str:
     """``results/deep-runs.md`` from every record under ``results/deep/``."""
     lines = [
@@ -172,7 +181,8 @@ def render() -> str:
         "*stopped* means it was still exploring at the end of its share. While time was left, the",
         "state-machine tests that met anything ran again in further rounds, on new examples. *Known*",
         "counts failures on a recorded deviation; *new* is anything else; *steps* are those of the",
-        "machines that finished.",
+        "machines that finished. A failure listed as new was new when the run met it; once reduced it is",
+        "recorded in its deviations file, and `bug-corpus.md` lists it under what kvref found.",
         "",
     ]
     for path in sorted(RECORDS.glob("*.json")):
@@ -198,7 +208,7 @@ def render() -> str:
                 f"{len(c['failures'])} | {c['steps']:,} | {'yes' if c['stopped_at_share'] else ''} |"
             )
         for failure in new:
-            lines += ["", f"- `{failure['test']}`: {failure.get('reason', '')}"]
+            lines += ["", f"- `{failure['test']}`: {failure_said(failure)}"]
         lines.append("")
     return "\n".join(lines)
 

@@ -83,3 +83,12 @@ def test_a_run_goes_again_in_the_next_round_only_where_it_met_tests_the_backend_
     assert explored({"summary": {"passed": 1}, "stopped_at_share": False})
     assert explored({"summary": {"stopped before its first test ended": 1}, "stopped_at_share": True})
     assert not explored({"summary": {"unsupported": 4}, "stopped_at_share": False})
+
+
+def test_a_failure_without_a_reason_is_told_by_its_assertion_and_rules() -> None:
+    failure = {
+        "test": "t",
+        "rules": ["REQ-742"],
+        "replay": "x\nE   AssertionError: [REQ-742] request 4 stays paused\ny",
+    }
+    assert DEEP_RUN["failure_said"](failure) == "AssertionError: [REQ-742] request 4 stays paused (rules REQ-742)"

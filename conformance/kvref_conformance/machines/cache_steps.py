@@ -59,7 +59,8 @@ class CacheSteps(MachineCore):
             f"of {hashes[: len(hit)]} the spec holds ({hit_o})"
         )
         self.refs[holder].extend(hit)
-        self.keep(hit, f"match of {request}, holder={holder!r}")
+        if not self.arrays:  # the array forms keep the engine's own array (own_array)
+            self.keep(hit, f"match of {request}, holder={holder!r}")
         need = len(hashes) - len(hit)
         if need > self.oracle.num_available:
             return

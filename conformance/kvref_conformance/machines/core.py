@@ -102,7 +102,6 @@ class MachineCore(RuleBasedStateMachine):
         self.paused: set[object] = set()
         #: Lists the implementation returned, with their contents then (POOL-123), the newest last.
         self.handed: list[tuple[Any, list[int], str]] = []
-        self.views = 0  # per-block observations made so far (blocks_in_view)
         self.started = time.perf_counter()
 
     # ------------------------------------------------------------- helpers
@@ -144,7 +143,8 @@ class MachineCore(RuleBasedStateMachine):
         assert not reserved, f"[POOL-102] {what} handed out reserved block(s) {sorted(reserved)}"
         if self.exact and got != want:
             raise AssertionError(f"[POOL-115] {what}: exact-order profile: got {got}, the oracle gives {want}")
-        self.keep(got, what)
+        if not self.arrays:  # the array forms keep the engine's own array (own_array)
+            self.keep(got, what)
         for a, b in zip(got, want, strict=True):
             gen = self.impl.generation(a)
             before = self.last_gen.get(a)
@@ -218,13 +218,12 @@ class MachineCore(RuleBasedStateMachine):
     def blocks_in_view(self) -> range | list[int]:
         """The blocks the per-block observations check after this step: every block of a pool of up to
         :data:`VIEW_WINDOW` blocks; in a larger one a window of that many, moved on by a window each
-        step, so every block is checked within ``num_blocks / VIEW_WINDOW`` steps (the counts are
+        step, so every block is checked within ``ceil(num_blocks / VIEW_WINDOW)`` steps (the counts are
         compared in full after every step)."""
         n = self.impl.num_blocks
         if n <= VIEW_WINDOW:
             return range(n)
-        start = self.views * VIEW_WINDOW % n
-        self.views += 1
+        start = STEP_COUNTS[self.name] * VIEW_WINDOW % n
         return [(start + i) % n for i in range(VIEW_WINDOW)]
 
     def rename(self, ids: list[int]) -> list[int]:

@@ -125,7 +125,7 @@ class EvictionSuite(ConformanceSuite):
         )
         counts = [(p.num_free, p.num_in_use, p.num_cached, p.num_available) for p in (at_once, one_by_one)]
         assert counts[0] == counts[1], (
-            f"[EVICT-403] (free, in use, cached, available) after {k} evictions in one call {counts[0]}, "
+            f"[POOL-106] (free, in use, cached, available) after {k} evictions in one call {counts[0]}, "
             f"after {k} calls of one {counts[1]}"
         )
 
