@@ -41,7 +41,16 @@ def test_ctrl_c_ends_serve_replay_and_its_workers_at_once_with_status_130(tmp_pa
     results = tmp_path / "interrupted-sweep.jsonl"
     sizes = [arg for size in (2, 4, 8, 16, 32, 64) for arg in ("--block-size", str(size))]
     command = [sys.executable, "-m", "kvref", "serve-replay", "--workers", "2", "--results", str(results), *sizes]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    run = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+        # Ctrl-C as a terminal sends it: a test run started in the background has SIGINT ignored, and
+        # the command would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while len(processes_naming(str(results))) < 3 and time.monotonic() < deadline:  # the parent and 2 workers
         time.sleep(0.1)
@@ -51,6 +60,7 @@ def test_ctrl_c_ends_serve_replay_and_its_workers_at_once_with_status_130(tmp_pa
         _, err = run.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         run.kill()
+        run.communicate()  # its pipes closed here, not by a later test's garbage collection
         pytest.fail("kvref serve-replay was still running 20 s after Ctrl-C")
     assert run.returncode == 130, f"exit {run.returncode} after Ctrl-C; stderr: {err!r}"
     assert "Traceback" not in err, f"a traceback after Ctrl-C: {err}"
