@@ -36,6 +36,8 @@ REPORT = ROOT / "results" / "deep-runs.md"
 GRACE_SECONDS = 60
 #: No run starts with less time than this: loading an engine alone takes seconds.
 SHORTEST_SHARE = 30
+#: The label of the run of every test that is not a state machine: once, first.
+OTHER_TESTS = "every other test"
 
 
 def kvref_conformance(backend: str, *arguments: str) -> list[str]:
@@ -65,7 +67,7 @@ def run_units() -> list[tuple[str, str]]:
     """What one deep run runs, in order, as (label, pytest ``-k`` expression): every test that is
     not a state machine in one process, then each state-machine test in its own."""
     machines = machine_tests()
-    return [("every other test", "not (" + " or ".join(machines) + ")"), *((name, name) for name in machines)]
+    return [(OTHER_TESTS, "not (" + " or ".join(machines) + ")"), *((name, name) for name in machines)]
 
 
 def run_unit(backend: str, name: str, selection: str, seconds: float, results: Path) -> dict[str, Any]:
@@ -111,10 +113,10 @@ def run_unit(backend: str, name: str, selection: str, seconds: float, results: P
         record["known"] = len(result["known_failures"])
         for path in written:
             path.unlink()
-    elif not stopped:
-        record["failures"] = [{"test": name, "reason": "no results written", "output": output[-4000:]}]
-    if not written and stopped:
+    elif stopped:
         record["summary"] = {"stopped before its first test ended": 1}
+    else:
+        record["failures"] = [{"test": name, "reason": "no results written", "output": output[-4000:]}]
     return record
 
 
@@ -148,7 +150,7 @@ def deep_run(backend: str, minutes: float) -> dict[str, Any]:
                 )
                 for failure in failures:
                     print(json.dumps(failure, indent=1), flush=True)
-                if name != "every other test" and explored(record):
+                if name != OTHER_TESTS and explored(record):
                     again.append((name, selection))
             units, round_number = again, round_number + 1
     implementation = next((r["implementation"] for r in records if "implementation" in r), {"name": backend})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from hypothesis import note
@@ -210,9 +211,7 @@ class MachineCore(RuleBasedStateMachine):
         if not self.arrays:
             self.impl.free_many(lists, holders=holders)
             return
-        offsets = [0]
-        for entry in lists:
-            offsets.append(offsets[-1] + len(entry))
+        offsets = [0, *accumulate(len(entry) for entry in lists)]
         self.impl.free_many_ids([a for entry in lists for a in entry], offsets, holders=holders)
 
     def blocks_in_view(self) -> range | list[int]:

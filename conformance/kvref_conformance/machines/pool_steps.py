@@ -154,7 +154,7 @@ class PoolSteps(MachineCore):
         if not self.handed:
             return
         returned, _, what = self.handed.pop(data.draw(st.integers(0, len(self.handed) - 1)))
-        if len(returned) and (isinstance(returned, list) or hasattr(returned, "__setitem__")):
+        if len(returned) and hasattr(returned, "__setitem__"):  # a list or an array; a tuple is left alone
             returned[:] = [-1] * len(returned) if isinstance(returned, list) else -1  # a list or an array
             note_what = f"the caller wrote -1 over the ids {what} returned"
             self.both(note_what, lambda: self.impl.num_free, lambda: self.oracle.num_free)
