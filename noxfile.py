@@ -308,12 +308,15 @@ def peer_vllm(session: nox.Session) -> None:
 
 @ci_session(name="events-consumer")
 def events_consumer(session: nox.Session) -> None:
-    """NVIDIA Dynamo's KV router index (``ai-dynamo-runtime``) fed the engines' recorded KV-event streams
-    (``tests/data/engine-events``) beside kvref's rebuild; writes results/events-consumer-dynamo.md.
-    Not a default session: the runtime is a 75 MB wheel."""
-    install(session, "events")
+    """NVIDIA Dynamo's KV router index (``ai-dynamo-runtime``): the suite's event-index tests on it
+    (PFX-328..PFX-330, writing its verdict file), then the engines' recorded KV-event streams
+    (``tests/data/engine-events``) fed to it beside kvref's index, writing
+    results/events-consumer-dynamo.md. Not a default session: the runtime is a 75 MB wheel."""
+    install(session, "conformance", "events")
     session.install("-c", CONSTRAINTS, "ai-dynamo-runtime==1.6.1")
-    session.run("python", "scripts/dynamo_consumer.py", *session.posargs, env={"DYN_LOG": "error"})
+    quiet = {"DYN_LOG": "error"}
+    session.run("kvref", "conformance", "--backend", "dynamo", "--profile", "ci", "--verdicts", VERDICTS, env=quiet)
+    session.run("python", "scripts/dynamo_consumer.py", *session.posargs, env=quiet)
 
 
 @ci_session(name="events-faults")

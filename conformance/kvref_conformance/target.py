@@ -67,6 +67,9 @@ class Target:
     #: ``tier_factory(capacity, *, policy, enable_events)``: chapter 11's tier store (capability
     #: ``tier-store``, TIER-1101..TIER-1124).
     tier_factory: Callable[..., Any] | None = None
+    #: ``event_index_factory()``: a router's index rebuilt from KV events (capability ``event-index``,
+    #: chapter 03's PFX-328..PFX-330).
+    event_index_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -227,6 +230,14 @@ class Target:
             raise ConfigError("CONF-904", f"target {self.name!r} has no tier store")
         return self.tier_factory(capacity, policy=policy, enable_events=enable_events)
 
+    def create_event_index(self) -> Any:
+        """A new event index of the implementation (PFX-328..PFX-330); ConfigError where it has none."""
+        if self.event_index_factory is None:
+            from kvref.contract.errors import ConfigError
+
+            raise ConfigError("CONF-904", f"target {self.name!r} has no event index")
+        return self.event_index_factory()
+
     def data_plane(self) -> Any:
         """The target's data plane (chapter 08); ConfigError where it has none."""
         if self.plane_factory is None:
@@ -262,13 +273,15 @@ class Target:
         block_arrays_factory: Callable[..., Any] | None = None,
         block_tables_factory: Callable[..., Any] | None = None,
         tier_factory: Callable[..., Any] | None = None,
+        event_index_factory: Callable[..., Any] | None = None,
     ) -> Target:
         """A target from any callable with the factory signature above and, where the implementation
-        has them, the factories of its other parts (each as the field of the same name describes)."""
+        has them, the factories of its other parts (each as the field of the same name describes).
+        It has a block pool (``factory``), so it declares ``block-pool`` whether named or not."""
         return cls(
             name,
             factory,
-            frozenset(capabilities),
+            frozenset(capabilities) | {"block-pool"},
             version,
             device,
             profile,
@@ -281,11 +294,15 @@ class Target:
             block_arrays_factory,
             block_tables_factory,
             tier_factory,
+            event_index_factory,
         )
 
     @classmethod
     def from_backend(cls, name: str, *, device: str | None = None) -> Target:
-        """A registered backend (or ``module:attribute``), refusing one not usable here."""
+        """A registered backend (or ``module:attribute``), refusing one not usable here.
+
+        It declares ``block-pool`` unless the backend says it has none (``has_block_pool = False``:
+        an implementation of other parts only, a router's event index, say)."""
         from kvref.config.registry import load_backend
 
         backend = load_backend(name)
@@ -304,6 +321,8 @@ class Target:
             return make_slots(size, device=device, **kwargs)  # type: ignore[misc]
 
         capabilities = frozenset(backend.capabilities())
+        if getattr(backend, "has_block_pool", True):
+            capabilities |= {"block-pool"}
         if resolved_device.startswith("cuda"):  # what a pool has on this very device (cuda-graph)
             capabilities |= frozenset(factory(2).capabilities())
         slots = slots_factory if make_slots is not None else None
@@ -355,6 +374,12 @@ class Target:
             return make_tier(capacity, device=device, **kwargs)  # type: ignore[misc]
 
         tier = tier_factory if make_tier is not None else None
+        make_index = getattr(backend, "create_event_index", None)
+
+        def event_index_factory() -> Any:
+            return make_index(device=device)  # type: ignore[misc]
+
+        index = event_index_factory if make_index is not None else None
         return cls(
             name,
             factory,
@@ -371,4 +396,5 @@ class Target:
             blocks,
             tables,
             tier,
+            index,
         )

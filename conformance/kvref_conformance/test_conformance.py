@@ -18,6 +18,7 @@ from kvref_conformance.suites.data_integrity_radix import DataIntegrityRadixSuit
 from kvref_conformance.suites.data_plane import DataPlaneSuite
 from kvref_conformance.suites.error_order import ErrorOrderSuite
 from kvref_conformance.suites.errors import ErrorSuite
+from kvref_conformance.suites.event_index import EventIndexSuite
 from kvref_conformance.suites.eviction import EvictionSuite
 from kvref_conformance.suites.hashing import HashingSuite
 from kvref_conformance.suites.manager import ManagerSuite
@@ -47,6 +48,10 @@ class TestHashing(HashingSuite):
 
 class TestPrefixCache(PrefixCacheSuite):
     """Chapter 03 on the selected backend."""
+
+
+class TestEventIndex(EventIndexSuite):
+    """Chapter 03's event index, a router's rebuild of caches from their KV events, where offered."""
 
 
 class TestEviction(EvictionSuite):

@@ -18,6 +18,7 @@ __all__ = [
 #: Capability names an implementation may declare, with the one-line description a test suite
 #: prints when it skips a test for want of the capability.
 CAPABILITIES: dict[str, str] = {
+    "block-pool": "offers chapter 01's block pool (create); a test that names no other capability needs it",
     "prefix-cache": "registers full blocks under their hash and serves longest-prefix hits",
     "events": "reports KV events (stored, removed, all cleared)",
     "batching": "offers allocate_many, free_many and match_many over a whole scheduler step",
@@ -66,6 +67,7 @@ CAPABILITIES: dict[str, str] = {
     "tier-store": "offers chapter 11's tier store (create_tier: lookup, two-phase store and load, lru)",
     "tier-arc": "its tier store offers the arc policy (TIER-1118..TIER-1122)",
     "tier-events": "its tier store reports stored and removed events (TIER-1123)",
+    "event-index": "rebuilds caches from their KV-event streams and answers prefix queries, as a router (PFX-328)",
 }
 
 #: What a backend with chapter 06's token-slot allocator (``create_slots``) declares beside its pools'.
@@ -92,13 +94,15 @@ ARRAY_CAPABILITIES: frozenset[str] = frozenset({"slot-arrays", "block-arrays", "
 DATA_CAPABILITIES: frozenset[str] = frozenset({"data-plane", "data-device-checks"})
 #: What an implementation of the whole protocol declares: every capability but ``replay``, which
 #: is a fast path an implementation may add (TRACE-1019), ``cuda-graph``, which only a pool in
-#: CUDA memory can have (CONF-908), and ``id-arrays``, the array forms of the calls, which only
-#: the array backends have. The oracle and the array backends share it.
+#: CUDA memory can have (CONF-908), ``id-arrays``, the array forms of the calls, which only
+#: the array backends have, and ``event-index``, a router's index, which only the oracle offers
+#: beside its pools. The oracle and the array backends share it.
 STANDARD_CAPABILITIES: frozenset[str] = frozenset(CAPABILITIES) - {
     "replay",
     "id-arrays",
     "cuda-graph",
     "context-duties",
+    "event-index",
     *SLOT_CAPABILITIES,
     *ARRAY_CAPABILITIES,
     *DATA_CAPABILITIES,

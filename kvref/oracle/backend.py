@@ -9,6 +9,7 @@ from kvref import __version__
 from kvref.contract.errors import ConfigError
 from kvref.contract.protocol import DATA_CAPABILITIES, SLOT_CAPABILITIES, TIER_CAPABILITIES
 from kvref.oracle.blockpool.pool import OracleBlockPool
+from kvref.oracle.event_index import OracleEventIndex
 from kvref.oracle.radix.allocator import OracleSlotAllocator
 from kvref.oracle.radix.tree import OracleRadixCache
 from kvref.oracle.tiers.store import OracleTierStore
@@ -22,6 +23,8 @@ class OracleBackend:
     name = "oracle"
     #: The class ``create_tier`` builds (a subclass may name another, as the planted-bug backends do).
     tier_store: type[OracleTierStore] = OracleTierStore
+    #: The class ``create_event_index`` builds (a planted-bug backend names another).
+    event_index: type[OracleEventIndex] = OracleEventIndex
 
     def version(self) -> str:
         """kvref's own version: the oracle ships with it."""
@@ -40,9 +43,15 @@ class OracleBackend:
         return "host"
 
     def capabilities(self) -> frozenset[str]:
-        """Everything the spec defines, chapter 06's token slots and chapter 11's tier store included."""
+        """Everything the spec defines: chapter 06's token slots, chapter 11's tier store, an event index."""
         pools = OracleBlockPool(2).capabilities()
-        return pools | SLOT_CAPABILITIES | TIER_CAPABILITIES | (DATA_CAPABILITIES - {"data-device-checks"})
+        return (
+            pools
+            | SLOT_CAPABILITIES
+            | TIER_CAPABILITIES
+            | (DATA_CAPABILITIES - {"data-device-checks"})
+            | {"event-index"}
+        )
 
     def data_plane(self, device: str | None = None) -> Any:
         """Chapter 08's reference: kvref's data-plane classes on NumPy on the host (:mod:`kvref.oracle.data`)."""
@@ -85,6 +94,11 @@ class OracleBackend:
         """A new :class:`OracleTierStore` of ``capacity`` slots under ``policy`` (chapter 11)."""
         self.device(device)
         return self.tier_store(capacity, policy=policy, medium=medium, enable_events=enable_events)
+
+    def create_event_index(self, *, device: str | None = None) -> OracleEventIndex:
+        """A new :class:`OracleEventIndex`: a router's rebuild of caches from their KV events (PFX-328..PFX-330)."""
+        self.device(device)
+        return self.event_index()
 
     def create(
         self,
