@@ -6,7 +6,8 @@ Run by ``nox -s corpus`` in an environment that holds the engine's imports. For 
 corpus names, the release is put in place (SGLang: its wheel, without dependencies, over the
 previous one; Megatron-Core: its pure-Python ``megatron`` package unpacked and put on
 ``PYTHONPATH``), then ``kvref conformance --backend B --profile ci`` runs once per backend on it,
-with the second pass the engine's peer session makes (vLLM: its machines again with the events
+writing the release's verdict file to ``results/verdicts/`` as a peer session does, with the
+second pass the engine's peer session makes (vLLM: its machines again with the events
 capability withdrawn, so that its known event deviation hides nothing they would find after it).
 Each bug is judged from those results files (``kvref_conformance.corpus.judge``); the findings go
 to ``results/bug-corpus/<engine>.json`` and all engines' to ``results/bug-corpus.md``.
@@ -40,6 +41,8 @@ from kvref_conformance.corpus import (
 
 RESULTS = Path("results/bug-corpus")
 TABLE = Path("results/bug-corpus.md")
+#: Where each release's verdict file goes (``kvref report --verdicts`` renders them with the rest).
+VERDICTS = Path("results/verdicts")
 #: The longest one conformance run of one backend on one release may take.
 RUN_SECONDS = 1200
 #: Each engine's further passes, as its peer session in noxfile.py makes them.
@@ -90,6 +93,8 @@ def run_suite(engine: str, backend: str, version: str, env: dict[str, str], work
             str(out),
             "-q",
         ]
+        if not number:  # the main pass: the release's verdict file, as its peer session writes one
+            command += ["--verdicts", str(VERDICTS)]
         command += ["--", *extra] if extra else []
         print(f"bug_corpus: {backend} {version}: {' '.join(command)}", flush=True)
         done = subprocess.run(command, env={**os.environ, **env}, timeout=RUN_SECONDS, check=False)
