@@ -65,6 +65,7 @@ class EventIndexMachine(RuleBasedStateMachine):
         self.log: list[str] = []
 
     def sent(self, what: str) -> None:
+        """Note an event sent to the index, for the failure's message."""
         self.log.append(what)
 
     @step(cache=st.integers(0, 2), start=st.integers(0, 10**6), tokens=st.lists(TOKENS, min_size=1, max_size=3))
@@ -184,7 +185,8 @@ class EventIndexSuite(ConformanceSuite):
     """PFX-328..PFX-330 on the target's event index."""
 
     @staticmethod
-    def run(impl: Target, rule_id: str, **settings_of_run: Any) -> None:
+    def run_machine(impl: Target, rule_id: str, **settings_of_run: Any) -> None:
+        """Run :class:`EventIndexMachine` on ``impl`` for ``rule_id`` with the class settings given."""
         name = f"EventIndexMachine_{rule_id.replace('-', '_')}"
         machine = type(name, (EventIndexMachine,), {"impl": impl, "rule_id": rule_id, **settings_of_run})
         run_state_machine_as_test(machine, settings=settings())
@@ -192,17 +194,17 @@ class EventIndexSuite(ConformanceSuite):
     @requires("event-index")
     @rule("PFX-328")
     def test_an_index_answers_each_chain_with_the_leading_blocks_the_cache_holds(self, impl: Target) -> None:
-        self.run(impl, "PFX-328")
+        self.run_machine(impl, "PFX-328")
 
     @requires("event-index")
     @rule("PFX-330", "PFX-328")
     def test_an_index_keeps_its_caches_apart(self, impl: Target) -> None:
-        self.run(impl, "PFX-330", caches=3, removes_caches=True, leaf_removals=True)
+        self.run_machine(impl, "PFX-330", caches=3, removes_caches=True, leaf_removals=True)
 
     @requires("event-index")
     @rule("PFX-329", "PFX-328")
     def test_an_index_keeps_a_block_while_a_reported_copy_is_left(self, impl: Target) -> None:
-        self.run(impl, "PFX-329", caches=2, copies=True, leaf_removals=True)
+        self.run_machine(impl, "PFX-329", caches=2, copies=True, leaf_removals=True)
 
     @requires("event-index")
     @rule("PFX-328")
