@@ -35,7 +35,7 @@ def test_a_chain_is_answered_per_cache_up_to_its_first_missing_block() -> None:
     assert index.held(0) == {B.hash: 1}, "a removed parent leaves its child held"
 
 
-@pytest.mark.rule("PFX-324", "ERR-501")
+@pytest.mark.rule("PFX-324", "ERR-501", "ERR-503")
 @pytest.mark.parametrize(
     ("call", "error", "rule_id"),
     [

@@ -43,6 +43,8 @@ class OracleEventIndex:
                 raise BlockStateError(
                     "PFX-324", f"{op}: parent {top} has no stored copy in cache {name}: no cache stores under it"
                 )
+        if not chain:
+            return
         held = self._caches.setdefault(name, held)
         for block in chain:
             held[block.hash] = held.get(block.hash, 0) + 1

@@ -13,9 +13,9 @@ do, and makes no check of its own:
 * a query -> ``find_matches`` of the chain's token hashes, as the router computes them from a
   request's tokens; its ``scores`` per (worker, data-parallel rank) are the answer.
 
-Each cache is a worker of data-parallel rank 0. An event the tree refuses (a block or parent it
-does not know: ``RuntimeError: Failed to apply event``) is dropped as Dynamo's indexer drops it,
-logging and going on; the adapter keeps the refusals in ``refused``. The suite sends only events
+Each cache is a worker of data-parallel rank 0. Where the tree refuses an event (a block or parent
+it does not know: ``RuntimeError: Failed to apply event``), it has applied what it could of it, and
+the adapter goes on as Dynamo's indexer does, logging; it keeps the refusals in ``refused``. The suite sends only events
 a conforming cache sends, so a refusal shows up as the answers that follow it.
 """
 
@@ -45,6 +45,7 @@ class DynamoEventIndex:
         self.tree = RadixTree()
         self.hash_tokens = compute_block_hash_for_seq
         self.event_id = 0
+        self.tokens_hashed: dict[tuple[int, ...], int] = {}  # a block's token ids -> Dynamo's hash of them
         #: The events the tree refused, in words, oldest first.
         self.refused: list[str] = []
 
@@ -52,7 +53,11 @@ class DynamoEventIndex:
         """Dynamo's hash of each block's token ids, as its relay and router compute them."""
         hashes = []
         for block in blocks:
-            hashes += [int(h) for h in self.hash_tokens(list(block.tokens), len(block.tokens))]
+            hashed = self.tokens_hashed.get(block.tokens)
+            if hashed is None:
+                [hashed] = self.hash_tokens(list(block.tokens), len(block.tokens))
+                hashed = self.tokens_hashed[block.tokens] = int(hashed)
+            hashes.append(hashed)
         return hashes
 
     def apply(self, cache: int, data: object) -> None:
