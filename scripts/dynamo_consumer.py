@@ -37,9 +37,8 @@ from kvref.contract.event_index import IndexedBlock
 from kvref.oracle.event_index import OracleEventIndex
 from kvref.simulation.event_streams import CLEARED, MESSAGE, REMOVED, STORED, Hash, Scope, StreamEvent
 from kvref.simulation.stream_files import read_stream
-from kvref_conformance.peers.dynamo import DynamoEventIndex
+from kvref_conformance.peers.dynamo import MASK, DynamoEventIndex
 
-MASK = (1 << 64) - 1
 SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "engine-events"
 
 

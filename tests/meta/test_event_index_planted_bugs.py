@@ -6,28 +6,19 @@ EventIndex`` under the `ci` profile in a subprocess, as any backend would be.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from tests.meta.event_index_bugs import EVENT_INDEX_BUGS
-from tests.meta.test_planted_bugs import named_rules, run_suite
+from tests.meta.test_planted_bugs import named_rules, run_each_bug
 
 
 @pytest.fixture(scope="module")
 def index_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, dict[str, Any]]]:
     """Every planted event-index bug through the event-index suite."""
     base = tmp_path_factory.mktemp("event-index")
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {
-            bug: pool.submit(
-                run_suite, f"tests.meta.event_index_bugs:{bug}", base / bug, "--no-shrink", "--", "-k", "EventIndex"
-            )
-            for bug in EVENT_INDEX_BUGS
-        }
-        return {bug: future.result() for bug, future in futures.items()}
+    return run_each_bug("tests.meta.event_index_bugs", EVENT_INDEX_BUGS, base, "--no-shrink", "--", "-k", "EventIndex")
 
 
 @pytest.mark.rule("ERR-502")

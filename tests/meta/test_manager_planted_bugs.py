@@ -7,29 +7,20 @@ bugs side by side on the available cores.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.meta.manager_bugs import MANAGER_BUGS
-from tests.meta.test_planted_bugs import named_rules, run_suite
+from tests.meta.test_planted_bugs import named_rules, run_each_bug
 
 
 @pytest.fixture(scope="module")
 def manager_bug_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, dict[str, Any]]]:
     """Every planted manager bug through the manager suite."""
     base = tmp_path_factory.mktemp("manager-bugs")
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {
-            bug: pool.submit(
-                run_suite, f"tests.meta.manager_bugs:{bug}", base / bug, "--no-shrink", "--", "-k", "Manager"
-            )
-            for bug in MANAGER_BUGS
-        }
-        return {bug: future.result() for bug, future in futures.items()}
+    return run_each_bug("tests.meta.manager_bugs", MANAGER_BUGS, base, "--no-shrink", "--", "-k", "Manager")
 
 
 @pytest.mark.rule("ERR-502")

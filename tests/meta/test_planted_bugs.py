@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,16 @@ def run_suite(backend: str, results: Path, *extra: str) -> tuple[int, str, dict[
     return run.returncode, run.stdout + run.stderr, json.loads(files[0].read_text()) if files else {}
 
 
+def run_each_bug(
+    module: str, bugs: Iterable[str], base: Path, *extra: str
+) -> dict[str, tuple[int, str, dict[str, Any]]]:
+    """Each of ``bugs`` (a backend ``module:bug``) through :func:`run_suite` with ``extra``, its results under
+    ``base/bug``, as many at a time as there are cores; each bug's exit code, output and results file."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {bug: pool.submit(run_suite, f"{module}:{bug}", base / bug, *extra) for bug in bugs}
+        return {bug: future.result() for bug, future in futures.items()}
+
+
 def named_rules(results: dict[str, Any]) -> set[str]:
     """Rules the failures of a results file name."""
     named: set[str] = set()
@@ -65,10 +76,7 @@ def named_rules(results: dict[str, Any]) -> set[str]:
 @pytest.fixture(scope="module")
 def bug_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, dict[str, Any]]]:
     """Every planted bug through the whole suite, as many at a time as there are cores."""
-    base = tmp_path_factory.mktemp("planted")
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {bug: pool.submit(run_suite, f"tests.meta.bugs:{bug}", base / bug, "--no-shrink") for bug in EXPECTED}
-        return {bug: future.result() for bug, future in futures.items()}
+    return run_each_bug("tests.meta.bugs", EXPECTED, tmp_path_factory.mktemp("planted"), "--no-shrink")
 
 
 @pytest.mark.rule("ERR-502")

@@ -6,13 +6,11 @@ under the `ci` profile in a subprocess, as any backend would be, as many at a ti
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from tests.meta.test_planted_bugs import named_rules, run_suite
+from tests.meta.test_planted_bugs import named_rules, run_each_bug
 from tests.meta.tier_bugs import TIER_BUGS
 
 
@@ -20,12 +18,7 @@ from tests.meta.tier_bugs import TIER_BUGS
 def tier_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, dict[str, Any]]]:
     """Every planted tier bug through the tier suite."""
     base = tmp_path_factory.mktemp("tiers")
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {
-            bug: pool.submit(run_suite, f"tests.meta.tier_bugs:{bug}", base / bug, "--no-shrink", "--", "-k", "Tiers")
-            for bug in TIER_BUGS
-        }
-        return {bug: future.result() for bug, future in futures.items()}
+    return run_each_bug("tests.meta.tier_bugs", TIER_BUGS, base, "--no-shrink", "--", "-k", "Tiers")
 
 
 @pytest.mark.rule("ERR-502")

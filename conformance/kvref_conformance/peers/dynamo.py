@@ -29,7 +29,7 @@ from typing import Any
 from kvref.contract.errors import ConfigError
 from kvref.contract.event_index import IndexedBlock
 
-__all__ = ["DynamoBackend", "DynamoEventIndex", "backend"]
+__all__ = ["MASK", "DynamoBackend", "DynamoEventIndex", "backend"]
 
 INSTALL = "pip install ai-dynamo-runtime==1.6.1 (nox -s events-consumer does)"
 #: Dynamo's hashes are unsigned 64-bit ints.
