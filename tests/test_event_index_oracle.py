@@ -21,6 +21,7 @@ def index_holding_a_chain() -> OracleEventIndex:
     return index
 
 
+@pytest.mark.rule("PFX-328")
 def test_kvrefs_event_index_speaks_the_protocol() -> None:
     assert isinstance(OracleEventIndex(), EventIndex)
 
