@@ -356,7 +356,9 @@ def bench_peers(session: nox.Session) -> None:
     """The benchmarks through kvref's backends and the installable peers (vLLM, SGLang's allocators and
     RadixCache) in one run.
 
-    Writes results/bench-peers.json; ``kvref report`` renders it with ratios against the oracle.
+    Writes results/bench-peers.json; ``kvref report`` renders it with ratios against the oracle. Then
+    ``scripts/bench_oracle.py`` writes results/bench-oracle.json and .md: the oracle against each engine's
+    own objects, rounds interleaved in one process.
     torch's own DeprecationWarnings on vLLM's import are ignored here (the tests treat warnings
     as errors, which would make vLLM look unusable).
     """
@@ -380,6 +382,9 @@ def bench_peers(session: nox.Session) -> None:
         "ignore::DeprecationWarning",
         *session.posargs,
     )
+    # the oracle beside vLLM's and SGLang's own bookkeeping, interleaved, as CPU-time ratios
+    session.run("python", "scripts/bench_oracle.py")
+    session.run("python", "scripts/bench_oracle.py", "--render")
 
 
 #: vLLM's newest release: a GPU wheel, installed without its dependencies beside torch's CPU build

@@ -7,6 +7,7 @@ The boundaries of a slot's range are tried on both sides.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -171,6 +172,34 @@ CASES: list[tuple[str, Callable[[World], Any] | None, Callable[[World], Any], ty
         "token id -2",
     ),
     (
+        "match: a negative token in an array('q'), as SGLang keeps ids",
+        None,
+        lambda w: w.t.match(array("q", [1, -2])),
+        InvalidValueError,
+        "ERR-504",
+        "match",
+        "token id -2",
+    ),
+    (
+        "match: a negative token in an array('b')",
+        None,
+        lambda w: w.t.match(array("b", [1, 2, -3, 4])),
+        InvalidValueError,
+        "ERR-504",
+        "match",
+        "token id -3",
+    ),
+    ("match: a bool token", None, lambda w: w.t.match([1, True]), InvalidTypeError, "ERR-503", "match", "tokens[1]"),
+    (
+        "match: a token at 2**64",
+        None,
+        lambda w: w.t.match([1, 2**64]),
+        InvalidValueError,
+        "ERR-504",
+        "match",
+        "token id 18446744073709551616 is not below 2**64",
+    ),
+    (
         "match: an unhashable namespace",
         None,
         lambda w: w.t.match([1, 2], namespace=[]),
@@ -308,6 +337,8 @@ CASES: list[tuple[str, Callable[[World], Any] | None, Callable[[World], Any], ty
 @rule(
     "ERR-501",
     "ERR-502",
+    "ERR-503",
+    "ERR-504",
     "ERR-521",
     "RADIX-602",
     "RADIX-604",
@@ -340,6 +371,16 @@ def test_a_refused_call_names_its_rule_operation_and_argument_and_changes_nothin
     assert message.startswith(f"[{rule_id}] {op}: "), f"[ERR-521] {case}: {message!r} does not start with its call"
     assert names in message, f"[ERR-521] {case}: {message!r} does not name {names!r}"
     assert (w.a.snapshot(), w.t.snapshot()) == before, f"[ERR-501] {case}: the refused call changed the state"
+
+
+@rule("RADIX-622")
+@pytest.mark.parametrize("typecode", ["q", "Q", "l", "i", "h", "B"])
+def test_a_key_given_as_an_integer_array_matches_as_the_same_list_does(typecode: str) -> None:
+    w = world()
+    found = w.t.match(array(typecode, [1, 2, 3, 4, 9]))
+    assert (found.length, found.slots) == (4, w.cached), f"array({typecode!r}) key: {found}"
+    assert w.t.insert(array(typecode, [1, 2, 5, 6]), [0, 0, *w.spare]) == 2, "the first page was cached already"
+    assert w.t.node_tokens(w.t.match([1, 2, 5, 6]).node) == (1, 2, 5, 6)
 
 
 CONSTRUCTION: list[tuple[str, Callable[[], Any], type[KVRefError], str, str]] = [

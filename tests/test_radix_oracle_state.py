@@ -8,6 +8,7 @@ checks nothing.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from kvref.contract.errors import InvariantViolation
 from kvref.oracle.radix import OracleRadixCache, OracleSlotAllocator
+from kvref.oracle.radix.nodes import page_key
 
 rule = pytest.mark.rule
 
@@ -158,7 +160,7 @@ TREE_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
     ),
     (
         "a child its parent does not list",
-        lambda t: node(t, [1, 2]).children.pop((5, 6)),
+        lambda t: node(t, [1, 2]).children.pop(page_key(array("Q", [5, 6]), 0, 2)),
         "RADIX-627",
         "is not its parent's child under its first page",
     ),

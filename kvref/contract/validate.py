@@ -9,6 +9,8 @@ argument in its message, so the error reads like a bug report.
 from __future__ import annotations
 
 import operator
+import sys
+from array import array
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, SupportsIndex, TypeAlias
 
@@ -26,6 +28,7 @@ __all__ = [
     "as_int",
     "as_list",
     "as_pool_shape",
+    "as_token_ids",
     "prefix_tree_violation",
     "register_arguments",
     "request_prefix_limit",
@@ -114,6 +117,41 @@ def as_block_id_list(values: object, *, op: str, arg: str = "block_ids") -> list
     if _INT_ONLY.issuperset(map(type, items)):  # every item exactly an int (no bool): the list as it is
         return items
     return [as_int(x, op=op, arg=f"{arg}[{i}]") for i, x in enumerate(items)]
+
+
+#: Integer typecodes of ``array.array``: an array of one holds nothing but integers.
+_INT_TYPECODES = frozenset("bBhHiIlLqQ")
+#: Where an 8-byte integer keeps its sign bit, in this machine's byte order.
+_SIGN_BYTE = 7 if sys.byteorder == "little" else 0
+
+
+def as_token_ids(values: object, *, op: str, arg: str = "tokens") -> array[int]:
+    """Return ``values`` as an ``array("Q")`` of token ids: integers (ERR-503) in ``[0, 2**64)`` (ERR-504).
+
+    The radix tree keeps its keys in this form, so slices compare at C speed. An ``array`` of an
+    integer typecode holds nothing else, so its items are not looked at one by one: an
+    ``array("q")`` (how SGLang's scheduler keeps a request's ids) is checked for negative ids by the
+    sign byte of each and then read as unsigned, bit for bit. Anything else is checked as
+    :func:`as_block_id_list` checks ids. The result may be the caller's own ``array("Q")``; callers
+    must not mutate it.
+    """
+    if type(values) is array and values.typecode in _INT_TYPECODES:
+        if values.typecode == "Q":
+            return values
+        if values.typecode == "q":
+            raw = values.tobytes()
+            if not raw[_SIGN_BYTE::8].isascii():  # a sign bit is set
+                raise InvalidValueError("ERR-504", f"{op}: token id {min(values)} is negative")
+            return array("Q", raw)
+        items: Sequence[int] = values
+    else:
+        items = as_block_id_list(values, op=op, arg=arg)
+    try:
+        return array("Q", items)
+    except OverflowError:  # an id below 0 or at 2**64 or beyond
+        if min(items) < 0:
+            raise InvalidValueError("ERR-504", f"{op}: token id {min(items)} is negative") from None
+        raise InvalidValueError("ERR-504", f"{op}: token id {max(items)} is not below 2**64") from None
 
 
 def as_hash(value: object, *, op: str, arg: str = "block_hash") -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kvref.contract.manager import FULL_ATTENTION, CacheGroup
 from kvref.contract.requests import Request
 from kvref.oracle.manager import RequestManager
 
@@ -47,10 +48,10 @@ def prompts() -> Any:
 
 
 class KvrefChurn:
-    """One request's life through kvref's manager over ``pool``."""
+    """One request's life through kvref's manager over ``pool``, with the manager's ``groups``."""
 
-    def __init__(self, pool: Any) -> None:
-        self.manager = RequestManager(pool, block_size=BLOCK_SIZE, max_model_len=4096)
+    def __init__(self, pool: Any, groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,)) -> None:
+        self.manager = RequestManager(pool, block_size=BLOCK_SIZE, max_model_len=4096, groups=groups)
         self.source = prompts()
 
     def round(self) -> int:
@@ -74,13 +75,13 @@ class KvrefChurn:
 class VllmChurn:
     """The same life through vLLM's own manager, with vLLM requests (peers/vllm/manager.py builds it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: tuple[CacheGroup, ...] = (FULL_ATTENTION,)) -> None:
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request as VllmRequest
 
         from kvref_conformance.peers.vllm.manager import VllmRequestManager
 
-        adapter = VllmRequestManager(BLOCKS, block_size=BLOCK_SIZE, max_model_len=4096)
+        adapter = VllmRequestManager(BLOCKS, block_size=BLOCK_SIZE, max_model_len=4096, groups=groups)
         self.manager, self.hasher = adapter.manager, adapter.block_hasher
         self.request_class, self.params = VllmRequest, SamplingParams(max_tokens=64)
         self.source = prompts()

@@ -1,19 +1,23 @@
 """Benchmarks of chapter 06's radix cache, the oracle beside SGLang's: match, insert, lock/unlock and evict.
 
-Each tree holds ``leaves`` leaves (1e3, 1e4, 1e5), every one a 4-token key under one shared first
-token, over a token-slot allocator of page 1. SGLang's ``RadixCache.evict`` re-heapifies every
+Each tree holds ``leaves`` leaves (1e3, 1e4, 1e5), every one a key of four pages under one shared
+first page, over a token-slot allocator of page 1 (``scripts/bench_oracle.py`` also grows them at
+page 16, with one long key beside them). SGLang's ``RadixCache.evict`` re-heapifies every
 evictable leaf on each call, so one call's cost grows with the leaves; kvref's oracle keeps its
 leaves in a heap with lazy deletion, so one evict costs O(log n) per node evicted.
 
 Where SGLang's ``RadixCache`` imports (``nox -s bench-peers``) the same rounds run on it in the
 same run, through its own calls as its scheduler makes them (``match_prefix`` then
 ``path_device_indices`` for a match's slots, ``insert`` with the allocator's tensor, ``lock`` and
-``unlock``, ``evict``), not through the conformance adapter, whose list conversions would add
-to SGLang's time. The extra info names the leaves, so a report can plot cost against them.
+``unlock``, ``evict``), with its keys as its engine holds them (``RadixKey`` over ``array("q")``),
+not through the conformance adapter, whose list conversions would add to SGLang's time. The
+extra info names the leaves, so a report can plot cost against them.
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -42,8 +46,8 @@ IMPLEMENTATIONS = implementations()
 class OracleDriver:
     """kvref's oracle tree over its allocator: the calls an engine would make."""
 
-    def __init__(self, size: int, policy: str) -> None:
-        self.allocator = OracleSlotAllocator(size)
+    def __init__(self, size: int, policy: str, page: int = 1) -> None:
+        self.allocator = OracleSlotAllocator(size, page_size=page)
         self.tree = OracleRadixCache(self.allocator, policy=policy)
 
     def alloc(self, n: int) -> Any:
@@ -55,7 +59,7 @@ class OracleDriver:
     def insert(self, key: list[int], slots: Any) -> int:
         return self.tree.insert(key, slots)
 
-    def match(self, key: list[int]) -> tuple[int, Any]:
+    def match(self, key: Any) -> tuple[int, Any]:
         """The cached length and the node; the slots come with the result."""
         found = self.tree.match(key)
         return found.length, found.node
@@ -76,17 +80,24 @@ class OracleDriver:
 class SglangDriver:
     """SGLang 0.5.23's ``RadixCache`` over its ``TokenToKVPoolAllocator``, called as its scheduler calls them."""
 
-    def __init__(self, size: int, policy: str) -> None:
+    def __init__(self, size: int, policy: str, page: int = 1) -> None:
         import torch
-        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
         from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 
         from kvref_conformance.peers.sglang_radix import cache_params, load_radix_cache
 
         radix = load_radix_cache()
-        self.allocator = TokenToKVPoolAllocator(size, torch.float16, "cpu", None, False)
-        self.cache = radix.RadixCache(cache_params(self.allocator, page_size=1, policy=policy))
+        if page == 1:
+            self.allocator = TokenToKVPoolAllocator(size, torch.float16, "cpu", None, False)
+        else:
+            self.allocator = PagedTokenToKVPoolAllocator(size, page, torch.float16, "cpu", None, False)
+        self.cache = radix.RadixCache(cache_params(self.allocator, page_size=page, policy=policy))
         self._key, self._evict, self._insert, self._match = radix.RadixKey, EvictParams, InsertParams, MatchPrefixParams
+
+    def _radix_key(self, key: Any) -> Any:
+        """The key as SGLang's scheduler makes it: a ``RadixKey`` over the request's ``array("q")`` of tokens."""
+        return self._key(key if isinstance(key, array) else array("q", key))
 
     def alloc(self, n: int) -> Any:
         return self.allocator.alloc(n)
@@ -95,11 +106,11 @@ class SglangDriver:
         self.allocator.free(slots)
 
     def insert(self, key: list[int], slots: Any) -> int:
-        return int(self.cache.insert(self._insert(key=self._key(key), value=slots)).prefix_len)
+        return int(self.cache.insert(self._insert(key=self._radix_key(key), value=slots)).prefix_len)
 
-    def match(self, key: list[int]) -> tuple[int, Any]:
+    def match(self, key: Any) -> tuple[int, Any]:
         """``match_prefix``, then the prefix's slots as the scheduler reads them (``path_device_indices``)."""
-        found = self.cache.match_prefix(self._match(key=self._key(key)))
+        found = self.cache.match_prefix(self._match(key=self._radix_key(key)))
         self.cache.path_device_indices(found.last_device_node)
         return int(found.device_prefix_len), found.last_device_node
 
@@ -116,15 +127,21 @@ class SglangDriver:
         return int(self.cache.evictable_size())
 
 
-def grown(leaves: int, policy: str = "lru", impl: str = "oracle", spare: int = 64) -> tuple[Any, list[int]]:
-    """A driver whose tree holds ``leaves`` leaves with ``spare`` slots free, and the counter naming the next leaf."""
-    size = leaves * DEPTH + spare
-    driver: Any = SglangDriver(size, policy) if impl == "sglang" else OracleDriver(size, policy)
-    for i in range(leaves):
-        key = [0, i + 1, i + 1, i + 1]
-        slots = driver.alloc(DEPTH)
+def grown(
+    leaves: int, policy: str = "lru", impl: str = "oracle", spare: int = 64, page: int = 1, long_key: Sequence[int] = ()
+) -> tuple[Any, list[int]]:
+    """A driver whose tree holds ``leaves`` leaves with ``spare`` slots free, and the counter naming the next leaf.
+
+    Leaf ``i``'s key is a page of zeros (shared by all) and three pages of ``i + 1``; ``long_key``,
+    when given, is inserted too, under the same first page.
+    """
+    size = (leaves * DEPTH + spare) * page + len(long_key)
+    driver: Any = SglangDriver(size, policy, page) if impl == "sglang" else OracleDriver(size, policy, page)
+    keys = ([0] * page + [i + 1] * (DEPTH - 1) * page for i in range(leaves))
+    for key in [*keys, list(long_key)] if long_key else keys:
+        slots = driver.alloc(len(key))
         have = driver.insert(key, slots)
-        driver.free(slots[:have])  # the shared first token was cached: its slot is a duplicate
+        driver.free(slots[:have])  # the shared first page was cached: its slots are duplicates
     return driver, [leaves + 1]
 
 

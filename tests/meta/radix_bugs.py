@@ -181,7 +181,7 @@ class InsertOverwrites(OracleRadixCache):
 
     def insert(self, tokens: Any, slots: Any, *, namespace: Any = None, priority: Any = 0) -> int:
         have = super().insert(tokens, slots, namespace=namespace, priority=priority)
-        match = self._peek(self._roots[namespace], tuple(tokens))[0]  # the deepest full node
+        match = self._peek(self._roots[namespace], self._aligned(tokens, "insert"))[0]  # the deepest full node
         path = list(reversed(list(match.path())))
         at = 0
         for node in path:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kvref.contract.errors import InvariantViolation
-from kvref.oracle.radix.nodes import Node
+from kvref.oracle.radix.nodes import Node, page_key
 
 __all__ = ["check_tree"]
 
@@ -38,7 +38,7 @@ def check_tree(tree: Any, nodes: list[Node], owner: Mapping[int, Node], locked: 
                 f"both must be the same positive multiple of the page ({ps})",
             )
         parent = node.parent
-        if parent is None or not parent.alive or parent.children.get(node.tokens[:ps]) is not node:
+        if parent is None or not parent.alive or parent.children.get(page_key(node.tokens, 0, ps)) is not node:
             raise _fail("RADIX-627", f"node {node.ident} is not its parent's child under its first page")
         if parent.namespace != node.namespace:
             raise _fail("RADIX-620", f"node {node.ident} shares a parent across namespaces")

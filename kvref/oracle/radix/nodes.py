@@ -9,12 +9,13 @@ eviction costs O(log n) per node evicted, however many leaves there are (RADIX-6
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
 from kvref.contract.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["RADIX_POLICIES", "EvictableLeaves", "Node", "as_radix_policy"]
+__all__ = ["RADIX_POLICIES", "EvictableLeaves", "Node", "as_radix_policy", "page_key"]
 
 #: Eviction policies of the radix cache (RADIX-628): which unlocked leaf goes first.
 RADIX_POLICIES = ("lru", "lfu", "fifo", "mru", "priority")
@@ -29,6 +30,11 @@ def as_radix_policy(value: object) -> str:
     return value
 
 
+def page_key(tokens: array[int], at: int, page: int) -> bytes:
+    """The key a node's parent files it under: the bytes of its first page, ``tokens[at : at + page]``."""
+    return tokens[at : at + page].tobytes()
+
+
 @dataclass(eq=False)
 class Node:
     """A run of whole pages: its tokens, the slots holding them, its place in the tree and its keys.
@@ -41,10 +47,10 @@ class Node:
 
     ident: int
     namespace: Hashable
-    tokens: tuple[int, ...]
+    tokens: array[int]  # array("Q"): slices compare at C speed
     slots: list[int]
     parent: Node | None
-    children: dict[tuple[int, ...], Node] = field(default_factory=dict)
+    children: dict[bytes, Node] = field(default_factory=dict)  # by page_key of each child's first page
     locks: int = 0
     access: int = 0
     created: int = 0

@@ -12,6 +12,7 @@ how much of the key was already cached; the slots the caller passed for that par
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable
 from dataclasses import fields
 from itertools import count
@@ -26,10 +27,10 @@ from kvref.contract.errors import (
     UnknownHashError,
 )
 from kvref.contract.events import KVEvent
-from kvref.contract.validate import IntsLike, as_block_id_list, as_count
+from kvref.contract.validate import IntsLike, as_block_id_list, as_count, as_token_ids
 from kvref.oracle.radix.events import PageEvents
 from kvref.oracle.radix.invariants import check_tree
-from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy
+from kvref.oracle.radix.nodes import EvictableLeaves, Node, as_radix_policy, page_key
 from kvref.oracle.radix.records import LockReceipt, MatchResult, RadixStats, TokenSlotAllocator
 from kvref.oracle.radix.slot_checks import check_new_slots
 
@@ -140,19 +141,18 @@ class OracleRadixCache:
         except TypeError:
             raise InvalidTypeError("ERR-503", f"{op}: namespace {namespace!r} is not hashable") from None
         if root is None and create:
-            root = Node(next(self._ids), namespace, (), [], None)
+            root = Node(next(self._ids), namespace, array("Q"), [], None)
             self._roots[namespace] = root
             self._nodes[root.ident] = root
         return root
 
-    def _aligned(self, tokens: IntsLike, op: str) -> tuple[int, ...]:
-        """The key's tokens up to its last whole page (RADIX-621)."""
-        toks = as_block_id_list(tokens, op=op, arg="tokens")
-        if toks and min(toks) < 0:
-            raise InvalidValueError("ERR-504", f"{op}: token id {min(toks)} is negative")
-        return tuple(toks[: len(toks) // self._page * self._page])
+    def _aligned(self, tokens: IntsLike, op: str) -> array[int]:
+        """The key's tokens up to its last whole page (RADIX-621), checked (ERR-503, ERR-504)."""
+        key = as_token_ids(tokens, op=op)
+        whole = len(key) // self._page * self._page
+        return key if whole == len(key) else key[:whole]
 
-    def _common(self, child: Node, key: tuple[int, ...], at: int) -> int:
+    def _common(self, child: Node, key: array[int], at: int) -> int:
         """Tokens ``child`` shares with ``key[at:]``, in whole pages (its first page is known to match).
 
         One comparison of the whole run first (the common case: the key goes through the node),
@@ -161,7 +161,7 @@ class OracleRadixCache:
         """
         ps, tokens = self._page, child.tokens
         n = min(len(tokens), len(key) - at)  # both whole pages
-        if key[at : at + n] == tokens[:n]:
+        if key[at : at + n] == (tokens if n == len(tokens) else tokens[:n]):
             return n
         low, high = ps, n
         while high - low > ps:
@@ -172,7 +172,7 @@ class OracleRadixCache:
                 high = middle
         return low
 
-    def _walk(self, root: Node, key: tuple[int, ...], touch: int) -> tuple[Node, int]:
+    def _walk(self, root: Node, key: array[int], touch: int) -> tuple[Node, int]:
         """The deepest node whose path is a prefix of ``key``, splitting a node the prefix ends inside.
 
         Returns the node and the matched length (a whole number of pages). ``touch`` stamps the
@@ -180,7 +180,7 @@ class OracleRadixCache:
         """
         ps, node, at = self._page, root, 0
         while at < len(key):
-            child = node.children.get(key[at : at + ps])
+            child = node.children.get(page_key(key, at, ps))
             if child is None:
                 break
             size = len(child.tokens)
@@ -210,9 +210,9 @@ class OracleRadixCache:
             priority=child.priority,
         )
         self._nodes[head.ident] = head
-        parent.children[head.tokens[: self._page]] = head
+        parent.children[page_key(head.tokens, 0, self._page)] = head
         child.tokens, child.slots, child.parent = child.tokens[at:], child.slots[at:], head
-        head.children[child.tokens[: self._page]] = child
+        head.children[page_key(child.tokens, 0, self._page)] = child
         for slot in head.slots:
             self._owner[slot] = head
         return head
@@ -257,15 +257,14 @@ class OracleRadixCache:
         Under a capacity the insert then evicts down to it, by the policy (RADIX-633).
         """
         op = "insert"
-        toks = as_block_id_list(tokens, op=op, arg="tokens")
+        key = as_token_ids(tokens, op=op)
         vals = as_block_id_list(slots, op=op, arg="slots")
-        if len(toks) != len(vals):
-            raise InvalidValueError("ERR-506", f"{op}: {len(toks)} tokens for {len(vals)} slots; they must pair up")
-        if len(toks) % self._page:
+        if len(key) != len(vals):
+            raise InvalidValueError("ERR-506", f"{op}: {len(key)} tokens for {len(vals)} slots; they must pair up")
+        if len(key) % self._page:
             raise InvalidValueError(
-                "RADIX-621", f"{op}: {len(toks)} tokens is not a whole number of pages of {self._page}"
+                "RADIX-621", f"{op}: {len(key)} tokens is not a whole number of pages of {self._page}"
             )
-        key = self._aligned(toks, op)
         prio = as_count(priority, op=op, arg="priority")
         root: Node = self._root(namespace, op)  # type: ignore[assignment]  # made when missing
         _, have = self._peek(root, key)
@@ -288,7 +287,7 @@ class OracleRadixCache:
                 priority=prio,
             )
             self._nodes[leaf.ident] = leaf
-            node.children[leaf.tokens[: self._page]] = leaf
+            node.children[page_key(leaf.tokens, 0, self._page)] = leaf
             for slot in leaf.slots:
                 self._owner[slot] = leaf
             self._leaves.offer(node)  # no longer a leaf
@@ -300,11 +299,11 @@ class OracleRadixCache:
             self.evict(over)
         return have
 
-    def _peek(self, root: Node, key: tuple[int, ...]) -> tuple[Node, int]:
+    def _peek(self, root: Node, key: array[int]) -> tuple[Node, int]:
         """How much of ``key`` is cached, without splitting or touching anything."""
         ps, node, at = self._page, root, 0
         while at < len(key):
-            child = node.children.get(key[at : at + ps])
+            child = node.children.get(page_key(key, at, ps))
             if child is None:
                 break
             same = self._common(child, key, at)
@@ -377,7 +376,7 @@ class OracleRadixCache:
         self.allocator.free(leaf.slots)  # first: slots freed behind the tree's back make it raise here
         self._events.removed(leaf)
         parent: Node = leaf.parent  # type: ignore[assignment]  # never a root
-        del parent.children[leaf.tokens[: self._page]]
+        del parent.children[page_key(leaf.tokens, 0, self._page)]
         leaf.alive = False
         del self._nodes[leaf.ident]
         for slot in leaf.slots:
@@ -418,7 +417,7 @@ class OracleRadixCache:
     def snapshot(self) -> dict[str, Any]:
         """A deep, comparable copy of the tree: every node's key, slots, locks and keys (ERR-501)."""
         nodes = {
-            n.ident: (n.namespace, n.tokens, tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
+            n.ident: (n.namespace, tuple(n.tokens), tuple(n.slots), n.parent.ident if n.parent else None, n.locks)
             for n in self._nodes.values()
         }
         return {
