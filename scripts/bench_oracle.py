@@ -33,8 +33,9 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
-from itertools import count
+from collections.abc import Callable
+from functools import partial
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,9 @@ sys.path.insert(0, str(ROOT))  # the benchmarks' drivers live in tests/bench
 from kvref.contract.hashing import hash_token_blocks  # noqa: E402
 from kvref.contract.manager import FULL_ATTENTION, CacheGroup  # noqa: E402
 from kvref.oracle import OracleBlockPool  # noqa: E402
-from kvref.oracle.radix import OracleSlotAllocator  # noqa: E402
 from tests.bench.test_bench_manager import BLOCK_SIZE, BLOCKS, KvrefChurn, VllmChurn  # noqa: E402
-from tests.bench.test_bench_radix import DEPTH, grown  # noqa: E402
+from tests.bench.test_bench_radix import evict_one_then_insert, grown, insert_a_new_leaf  # noqa: E402
+from tests.bench.test_bench_slots import pair  # noqa: E402
 
 Round = Callable[[], Any]
 #: A workload: its name, the engine it runs beside, and a maker of the two sides' rounds.
@@ -74,9 +75,9 @@ def engine_imports(engine: str) -> bool:
 # ------------------------------------------------------------------ vLLM's block pool
 
 
-def prompt_hashes(prompts: int = 1024) -> Iterator[tuple[list[int], Any]]:
-    """256-token prompts, 1,024 in turn (half open with one of 8 shared system prompts; more blocks than the
-    pool holds, so the rest miss and evict), with each side's hashes."""
+def prompt_hashes(prompts: int = 1024) -> list[tuple[list[int], Any]]:
+    """256-token prompts, 1,024 of them (half open with one of 8 shared system prompts; more blocks than the
+    pool holds, so the rest miss and evict), each with kvref's hashes and vLLM's request (hashed by vLLM)."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request as VllmRequest
 
@@ -85,8 +86,7 @@ def prompt_hashes(prompts: int = 1024) -> Iterator[tuple[list[int], Any]]:
     for rid, tokens in (next(churn.source) for _ in range(prompts)):
         request = VllmRequest(rid, tokens, SamplingParams(max_tokens=1), None, block_hasher=churn.hasher)
         made.append((hash_token_blocks(tokens, BLOCK_SIZE), request))
-    while True:
-        yield from made
+    return made
 
 
 def pool_allocate_free() -> tuple[Round, Round]:
@@ -114,7 +114,8 @@ def pool_request_churn() -> tuple[Round, Round]:
     from vllm.v1.core.block_pool import BlockPool
 
     kvref, vllm = OracleBlockPool(BLOCKS), BlockPool(BLOCKS, True, BLOCK_SIZE)
-    kvref_source, vllm_source = prompt_hashes(), prompt_hashes()
+    prompts = prompt_hashes()
+    kvref_source, vllm_source = cycle(prompts), cycle(prompts)  # the same prompts in the same order
 
     def kvref_round() -> int:
         hashes, _ = next(kvref_source)
@@ -171,20 +172,9 @@ def radix_insert(leaves: int, page: int) -> Callable[[], tuple[Round, Round]]:
 
     def make() -> tuple[Round, Round]:
         spare = 64 + 60_000 // page
-        rounds = []
-        for impl in ("oracle", "sglang"):
-            driver, _ = grown(leaves, impl=impl, page=page, spare=spare)
-            names = count(leaves + 1)
-
-            def round_(driver: Any = driver, names: Iterator[int] = names) -> int:
-                key = [0] * page + [1] * (DEPTH - 1) * page + [next(names)] * page
-                slots = driver.alloc(len(key))
-                have = int(driver.insert(key, slots))
-                driver.free(slots[:have])
-                return have
-
-            rounds.append(round_)
-        return rounds[0], rounds[1]
+        sides = [grown(leaves, impl=impl, page=page, spare=spare) for impl in ("oracle", "sglang")]
+        oracle, sglang = (partial(insert_a_new_leaf, driver, counter, page) for driver, counter in sides)
+        return oracle, sglang
 
     return make
 
@@ -193,46 +183,29 @@ def radix_evict(leaves: int) -> Callable[[], tuple[Round, Round]]:
     """Evict one leaf (lru), then insert a new one, so the tree keeps its size."""
 
     def make() -> tuple[Round, Round]:
-        rounds = []
-        for impl in ("oracle", "sglang"):
-            driver, counter = grown(leaves, impl=impl)
-
-            def round_(driver: Any = driver, counter: list[int] = counter) -> int:
-                freed = int(driver.evict(1))
-                key = [0, counter[0], counter[0], counter[0]]
-                counter[0] += 1
-                slots = driver.alloc(DEPTH)
-                driver.free(slots[: driver.insert(key, slots)])
-                return freed
-
-            rounds.append(round_)
-        return rounds[0], rounds[1]
+        sides = [grown(leaves, impl=impl) for impl in ("oracle", "sglang")]
+        oracle, sglang = (partial(evict_one_then_insert, driver, counter) for driver, counter in sides)
+        return oracle, sglang
 
     return make
 
 
 def slots_alloc_free(n: int, size: int = 100_000) -> Callable[[], tuple[Round, Round]]:
-    """Allocate ``n`` token slots and free them (SGLang's ``TokenToKVPoolAllocator``, page 1)."""
+    """Allocate ``n`` token slots and free them: the oracle's allocator and SGLang's ``TokenToKVPoolAllocator``
+    (page 1), each as ``tests/bench/test_bench_slots.py`` makes it."""
 
     def make() -> tuple[Round, Round]:
-        import torch
-        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        def side(name: str) -> Round:
+            alloc, free = pair(name, size, None)
 
-        kvref, sglang = OracleSlotAllocator(size), TokenToKVPoolAllocator(size, torch.float16, "cpu", None, False)
+            def round_() -> int:
+                got = alloc(n)
+                free(got)
+                return len(got)
 
-        def kvref_round() -> int:
-            got = kvref.alloc(n)
-            if got is None:
-                raise RuntimeError(f"kvref's allocator of {size:,} slots could not give {n}")
-            kvref.free(got)
-            return len(got)
+            return round_
 
-        def sglang_round() -> int:
-            got = sglang.alloc(n)
-            sglang.free(got)
-            return len(got)
-
-        return kvref_round, sglang_round
+        return side("oracle"), side("sglang-direct")
 
     return make
 

@@ -149,8 +149,9 @@ def as_token_ids(values: object, *, op: str, arg: str = "tokens") -> array[int]:
     try:
         return array("Q", items)
     except OverflowError:  # an id below 0 or at 2**64 or beyond
-        if min(items) < 0:
-            raise InvalidValueError("ERR-504", f"{op}: token id {min(items)} is negative") from None
+        lowest = min(items)
+        if lowest < 0:
+            raise InvalidValueError("ERR-504", f"{op}: token id {lowest} is negative") from None
         raise InvalidValueError("ERR-504", f"{op}: token id {max(items)} is not below 2**64") from None
 
 

@@ -145,6 +145,28 @@ def grown(
     return driver, [leaves + 1]
 
 
+def evict_one_then_insert(driver: Any, counter: list[int]) -> int:
+    """One evict round (page 1): evict one leaf, insert the next new leaf so the tree keeps its size;
+    the tokens evicted."""
+    freed = int(driver.evict(1))
+    key = [0, counter[0], counter[0], counter[0]]
+    counter[0] += 1
+    slots = driver.alloc(DEPTH)
+    driver.free(slots[: driver.insert(key, slots)])
+    return freed
+
+
+def insert_a_new_leaf(driver: Any, counter: list[int], page: int = 1) -> int:
+    """One insert round: a new one-page leaf under leaf 1's cached path (splits nothing after the first
+    round); how many of its tokens were cached."""
+    key = [0] * page + [1] * (DEPTH - 1) * page + [counter[0]] * page
+    counter[0] += 1
+    slots = driver.alloc(len(key))
+    have = int(driver.insert(key, slots))
+    driver.free(slots[:have])
+    return have
+
+
 def describe(benchmark: Any, op: str, leaves: int, impl: str) -> None:
     benchmark.extra_info.update(backend=impl, workload=f"radix-{op}", leaves=leaves, blocks_per_round=1)
 
@@ -165,11 +187,7 @@ def test_radix_evict_one_leaf_then_insert_one(
     driver, counter = grown(leaves, policy, impl)
 
     def round_() -> None:
-        freed = driver.evict(1)
-        key = [0, counter[0], counter[0], counter[0]]
-        counter[0] += 1
-        slots = driver.alloc(DEPTH)
-        driver.free(slots[: driver.insert(key, slots)])
+        freed = evict_one_then_insert(driver, counter)
         assert freed == DEPTH - 1, f"{impl}: evict(1) freed {freed} tokens from a tree of 3-token leaves"
 
     describe(benchmark, f"evict-{policy}", leaves, impl)
@@ -221,12 +239,7 @@ def test_radix_insert_a_key_sharing_its_first_pages(benchmark: Any, measuring: b
     cached = [0]
 
     def round_() -> None:
-        key = [0, 1, 1, 1, counter[0]]  # a new one-token leaf under a cached path: splits nothing after round 1
-        counter[0] += 1
-        slots = driver.alloc(len(key))
-        have = driver.insert(key, slots)
-        driver.free(slots[:have])
-        cached[0] = have
+        cached[0] = insert_a_new_leaf(driver, counter)
 
     describe(benchmark, "insert", leaves, impl)
     benchmark.pedantic(round_, rounds=INSERT_ROUNDS if measuring else 1, iterations=1)
