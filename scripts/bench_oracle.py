@@ -381,6 +381,20 @@ def main() -> None:
         "--render", action="store_true", help=f"write {OUT_MARKDOWN.name} from {OUT.name}, measure nothing"
     )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if not args.block_seconds > 0:
+        parser.error(f"--block-seconds must be above 0, got {args.block_seconds}")
+    if args.render and not OUT.exists():
+        parser.error(f"--render needs {OUT}: run the script without --render first")
+    if (
+        not args.render
+        and not any(args.only in name for name, _, _ in workloads())
+        and "mooncake" not in args.only.lower()
+    ):
+        parser.error(
+            f"--only {args.only!r} names no workload; the names are in `{OUT.name}` or the script's workloads()"
+        )
     if args.render:
         OUT_MARKDOWN.write_text(render())
         print(f"wrote {OUT_MARKDOWN}")
