@@ -47,15 +47,15 @@ def violation(check: Callable[[], None], rule_id: str, says: str) -> None:
 # ------------------------------------------------------------- the allocator's self-check
 
 ALLOCATOR_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
-    ("a free page listed twice", lambda a: a._free.append(a._free[0]), "RADIX-611", "a page is listed twice"),
-    ("page 0 among the free", lambda a: a._free.append(0), "RADIX-602", "page 0 or an unknown page"),
-    ("an unknown page among the free", lambda a: a._free.append(99), "RADIX-602", "page 0 or an unknown page"),
-    ("an allocated page also free", lambda a: a._free.append(1), "RADIX-611", "an allocated page is also free"),
-    ("a page lost", lambda a: a._free.pop(), "RADIX-611", "2 allocated + 1 free != 4 pages"),
-    ("page 0 allocated", lambda a: a._allocated.__setitem__(0, 1), "RADIX-602", "page 0, the padding page, is marked"),
+    ("a free page listed twice", lambda a: a._free.extend([*a._free][:1]), "RADIX-611", "a page is listed twice"),
+    ("page 0 among the free", lambda a: a._free.extend([0]), "RADIX-602", "page 0 or an unknown page"),
+    ("an unknown page among the free", lambda a: a._free.extend([99]), "RADIX-602", "page 0 or an unknown page"),
+    ("an allocated page also free", lambda a: a._free.extend([1]), "RADIX-611", "an allocated page is also free"),
+    ("a page lost", lambda a: a._free.take(1), "RADIX-611", "2 allocated + 1 free != 4 pages"),
+    ("page 0 allocated", lambda a: a._allocated.add(0), "RADIX-602", "page 0, the padding page, is marked"),
     (
         "a free page in the open group",
-        lambda a: (a.free_group_begin(), a._group.append(4)),
+        lambda a: (a.free_group_begin(), a._group.update({4: None})),
         "RADIX-607",
         "a page in the open group is not allocated",
     ),
@@ -79,7 +79,7 @@ def test_the_allocators_self_check_names_each_corruption(
 @rule("RADIX-610")
 def test_the_allocators_self_check_finds_a_release_list_without_sort() -> None:
     a = OracleSlotAllocator(4, sort=False)
-    a._released.append(a._free.pop())
+    a._released.extend(a._free.take(1))
     violation(a.check_invariants, "RADIX-610", "pages wait in the release list without sort")
 
 
@@ -184,7 +184,7 @@ TREE_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
     ),
     (
         "a held slot free in the allocator",
-        lambda t: t.allocator._allocated.__setitem__(node(t, [1, 2, 5, 6]).slots[0] // 2, 0),
+        lambda t: t.allocator._allocated.discard(node(t, [1, 2, 5, 6]).slots[0] // 2),
         "RADIX-626",
         "which the allocator counts as free",
     ),
@@ -202,7 +202,7 @@ TREE_CORRUPTIONS: list[tuple[str, Callable[[Any], object], str, str]] = [
     ),
     (
         "the allocator's own state broken",
-        lambda t: t.allocator._free.append(0),
+        lambda t: t.allocator._free.extend([0]),
         "RADIX-602",
         "page 0 or an unknown page",
     ),

@@ -29,12 +29,6 @@ class SlotDoubleFree(OracleSlotAllocator):
         ps = self.page_size
         return list(dict.fromkeys(s // ps for s in slots))
 
-    def _release(self, pages: Any) -> None:
-        target = self._released if self.sort else self._free
-        for p in pages:
-            self._allocated[p] = 0
-            target.append(p)
-
 
 class PaddingSlotFreed(OracleSlotAllocator):
     """``free([0])`` puts the padding page on the free list (SGLang's allocators check nothing)."""

@@ -6,16 +6,20 @@ allocation: page ``p`` holds slots ``p * page_size .. p * page_size + page_size 
 ``page_size = 1`` a page is a slot, as in SGLang's ``TokenToKVPoolAllocator``; larger pages are
 its ``PagedTokenToKVPoolAllocator``.
 
-State: ``_free`` (pages ready to hand out, in order), ``_released`` (pages freed since the last
-merge, in order; only when ``sort`` is on), ``_allocated`` (a flag per page), ``_version`` (per
-slot, bumped by every allocation: a bitmask allocator's staleness check), and the open free group, if any
-(``_group``: pages freed in it, in order, not yet released).
+State: ``_free`` (pages ready to hand out, in order: :class:`FreePages`), ``_released`` (pages
+freed since the last merge, in order; only when ``sort`` is on), ``_allocated`` (the set of pages
+handed out), ``_version`` (per page, bumped by every allocation; a slot's version is its page's,
+since a page's slots are handed out together: a bitmask allocator's staleness check), and the open
+free group, if any (``_group``: pages freed in it, in order, not yet released).
+
+Each call is checked as a whole with set operations before it changes anything; only a call found
+wrong is walked slot by slot, by :func:`kvref.contract.checks.pages_to_free`, to name its first fault.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any, SupportsIndex
 
 from kvref.contract.checks import page_counts, pages_to_free, split_by
@@ -23,7 +27,47 @@ from kvref.contract.errors import BlockIdError, FreeGroupError, InvalidValueErro
 from kvref.contract.extend import decode_prefixes, plan_extend
 from kvref.contract.validate import IntsLike, as_block_id_list, as_count, as_int
 
-__all__ = ["OracleSlotAllocator"]
+__all__ = ["FreePages", "OracleSlotAllocator"]
+
+
+class FreePages:
+    """Pages ready to hand out, in order (RADIX-610): ``take(n)`` from the front, ``extend`` at the back.
+
+    A list read from ``start``: a take slices it and moves ``start`` on, and the taken front is cut
+    off once it is half the list, so taking ``n`` pages costs O(n) at C speed.
+    """
+
+    __slots__ = ("pages", "start")
+
+    def __init__(self, pages: Iterable[int] = ()) -> None:
+        self.pages = list(pages)
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.pages) - self.start
+
+    def __iter__(self) -> Iterator[int]:
+        return islice(self.pages, self.start, None)
+
+    def take(self, n: int) -> list[int]:
+        """The first ``n`` pages, removed from the order (the caller has checked there are ``n``)."""
+        start = self.start
+        taken = self.pages[start : start + n]
+        self.start = start + n
+        if 2 * self.start >= len(self.pages):
+            del self.pages[: self.start]
+            self.start = 0
+        return taken
+
+    def extend(self, pages: Iterable[int]) -> None:
+        """Put ``pages`` at the back, in their order."""
+        self.pages.extend(pages)
+
+    def sort(self) -> None:
+        """Order the pages ascending (RADIX-610's merge with ``sort`` on)."""
+        del self.pages[: self.start]
+        self.start = 0
+        self.pages.sort()
 
 
 class OracleSlotAllocator:
@@ -50,11 +94,11 @@ class OracleSlotAllocator:
         self._page = ps
         self._pages = n // ps
         self._sort = sort
-        self._version = [0] * ((self._pages + 1) * ps)
-        self._allocated = bytearray(self._pages + 1)
-        self._free: deque[int] = deque()
+        self._version = [0] * (self._pages + 1)
+        self._allocated: set[int] = set()
+        self._free = FreePages()
         self._released: list[int] = []
-        self._group: list[int] | None = None
+        self._group: dict[int, None] | None = None
         self.clear()
 
     # ------------------------------------------------------------------ sizes
@@ -110,17 +154,14 @@ class OracleSlotAllocator:
             return None
         if want > len(self._free):
             self._merge()
-        take = self._free.popleft
-        pages = [take() for _ in range(want)]  # a deque: taking from the front costs the pages taken, not the list
-        out: list[int] = []
-        version, allocated = self._version, self._allocated
+        pages = self._free.take(want)
+        self._allocated.update(pages)
+        version = self._version
         for p in pages:
-            allocated[p] = 1
-            first = p * ps
-            for slot in range(first, first + ps):
-                version[slot] += 1
-                out.append(slot)
-        return out
+            version[p] += 1
+        if ps == 1:
+            return pages  # a page is a slot
+        return [slot for p in pages for slot in range(p * ps, p * ps + ps)]
 
     def alloc_many(self, need_sizes: Sequence[SupportsIndex]) -> list[list[int]] | None:
         """One step's allocations: the slots of one ``alloc(sum)``, split per count, or None (RADIX-612)."""
@@ -143,8 +184,8 @@ class OracleSlotAllocator:
         return None if fresh is None else plan.compose(fresh)
 
     def _pages_held(self, slots: list[int]) -> list[bool]:
-        top = (self._pages + 1) * self._page
-        return [0 <= s < top and bool(self._allocated[s // self._page]) for s in slots]
+        top, ps, allocated = (self._pages + 1) * self._page, self._page, self._allocated
+        return [0 <= s < top and s // ps in allocated for s in slots]
 
     def alloc_decode(self, seq_lens: object, last_locs: object) -> list[int] | None:
         """One slot per request, for its token ``seq_len - 1``: ``alloc_extend(seq_lens - 1, seq_lens,
@@ -157,7 +198,7 @@ class OracleSlotAllocator:
         self._free.extend(self._released)
         self._released.clear()
         if self._sort:
-            self._free = deque(sorted(self._free))
+            self._free.sort()
 
     def merge_and_sort_free(self) -> None:
         """Merge released pages into the free list now (SGLang's name; a no-op without released pages)."""
@@ -178,64 +219,71 @@ class OracleSlotAllocator:
         if not pages:
             return
         if self._group is not None:
-            self._group.extend(pages)
+            self._group.update(dict.fromkeys(pages))
         else:
             self._release(pages)
 
     def _pages_of(self, slots: Sequence[int], op: str) -> list[int]:
-        """The distinct pages ``slots`` name, in first-named order, each checked (RADIX-606)."""
-        pending = frozenset(self._group) if self._group else frozenset()
-        allocated = self._allocated
-        return pages_to_free(slots, self._page, self._pages, lambda p: bool(allocated[p]), pending, op)
+        """The distinct pages ``slots`` name, in first-named order (RADIX-606).
 
-    def _release(self, pages: Iterable[int]) -> None:
-        allocated = self._allocated
-        target = self._released if self._sort else self._free
-        for p in pages:
-            allocated[p] = 0
-            target.append(p)
+        All of them allocated and none freed earlier in the open group is the whole check: a slot
+        out of range or in page 0 names a page never allocated. Otherwise :func:`pages_to_free`
+        walks the slots and names the first at fault.
+        """
+        ps, group = self._page, self._group
+        named = slots if ps == 1 else [s // ps for s in slots]
+        distinct = set(named)
+        if distinct <= self._allocated and (group is None or group.keys().isdisjoint(distinct)):
+            return list(named) if len(distinct) == len(named) else list(dict.fromkeys(named))
+        pending = frozenset(group or ())
+        return pages_to_free(slots, ps, self._pages, self._allocated.__contains__, pending, op)
+
+    def _release(self, pages: list[int]) -> None:
+        self._allocated.difference_update(pages)
+        (self._released if self._sort else self._free).extend(pages)
 
     def free_group_begin(self) -> None:
         """Open a free group: later frees are checked at once and released together at its end (RADIX-607)."""
         if self._group is not None:
             raise FreeGroupError("RADIX-607", "free_group_begin: a free group is already open; groups do not nest")
-        self._group = []
+        self._group = {}
 
     def free_group_end(self) -> None:
         """Close the open free group, releasing its pages as one free of their concatenation (RADIX-607)."""
         if self._group is None:
             raise FreeGroupError("RADIX-607", "free_group_end: no free group is open")
         pages, self._group = self._group, None
-        self._release(pages)
+        self._release(list(pages))
 
     def clear(self) -> None:
         """Every page free, in ascending order; no release list, no open group; versions kept (RADIX-609)."""
-        self._free = deque(range(1, self._pages + 1))
+        self._free = FreePages(range(1, self._pages + 1))
         self._released = []
         self._group = None
-        for p in range(len(self._allocated)):
-            self._allocated[p] = 0
+        self._allocated.clear()
 
     # ---------------------------------------------------------------- versions
 
     def version(self, slot: SupportsIndex) -> int:
         """How many times ``slot`` has been handed out (RADIX-608)."""
-        return self._version[self._slot(slot, "version")]
+        return self._version[self._slot(slot, "version") // self._page]
 
     def is_current(self, slot: SupportsIndex, version: SupportsIndex) -> bool:
         """Whether ``(slot, version)`` names the slot's current allocation: allocated, same version (RADIX-608)."""
         s = self._slot(slot, "is_current")
         v = as_count(version, op="is_current", arg="version")
-        return bool(self._allocated[s // self._page]) and self._version[s] == v
+        p = s // self._page
+        return p in self._allocated and self._version[p] == v
 
     def is_allocated(self, slot: SupportsIndex) -> bool:
         """Whether ``slot``'s page is allocated (freed in an open group still counts as allocated)."""
-        return bool(self._allocated[self._slot(slot, "is_allocated") // self._page])
+        return self._slot(slot, "is_allocated") // self._page in self._allocated
 
     def _slot(self, value: object, op: str) -> int:
         s = as_int(value, op=op, arg="slot")
-        if not 0 <= s < len(self._version):
-            raise BlockIdError("RADIX-606", f"{op}: slot {s} outside [0, {len(self._version)})")
+        top = (self._pages + 1) * self._page
+        if not 0 <= s < top:
+            raise BlockIdError("RADIX-606", f"{op}: slot {s} outside [0, {top})")
         return s
 
     # -------------------------------------------------------------- inspection
@@ -250,7 +298,7 @@ class OracleSlotAllocator:
         return {
             "free": list(self._free),
             "released": list(self._released),
-            "allocated": bytes(self._allocated),
+            "allocated": sorted(self._allocated),
             "version": list(self._version),
             "group": None if self._group is None else list(self._group),
         }
@@ -262,11 +310,13 @@ class OracleSlotAllocator:
             raise InvariantViolation("RADIX-611", f"check_invariants: a page is listed twice among free {places}")
         if 0 in places or any(not 1 <= p <= self._pages for p in places):
             raise InvariantViolation("RADIX-602", f"check_invariants: page 0 or an unknown page among free {places}")
-        if any(self._allocated[p] for p in places):
+        if not self._allocated.isdisjoint(places):
             raise InvariantViolation("RADIX-611", "check_invariants: an allocated page is also free")
-        if self._allocated[0]:
+        if 0 in self._allocated:
             raise InvariantViolation("RADIX-602", "check_invariants: page 0, the padding page, is marked allocated")
-        allocated = sum(self._allocated)
+        if any(not 1 <= p <= self._pages for p in self._allocated):
+            raise InvariantViolation("RADIX-602", "check_invariants: an unknown page is marked allocated")
+        allocated = len(self._allocated)
         if allocated + len(places) != self._pages:
             raise InvariantViolation(
                 "RADIX-611",
@@ -274,7 +324,7 @@ class OracleSlotAllocator:
             )
         if self._released and not self._sort:
             raise InvariantViolation("RADIX-610", "check_invariants: pages wait in the release list without sort")
-        if self._group is not None and any(not self._allocated[p] for p in self._group):
+        if self._group is not None and not self._allocated.issuperset(self._group):
             raise InvariantViolation("RADIX-607", "check_invariants: a page in the open group is not allocated")
 
     def __repr__(self) -> str:
