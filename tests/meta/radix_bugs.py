@@ -36,7 +36,7 @@ class PaddingSlotFreed(OracleSlotAllocator):
     def free(self, indices: Any) -> None:
         named = list(indices)
         if any(s < self.page_size for s in named):
-            (self._released if self.sort else self._free).append(0)
+            (self._released if self.sort else self._free).extend([0])
             named = [s for s in named if s >= self.page_size]
         super().free(named)
 
