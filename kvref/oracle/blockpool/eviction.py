@@ -13,7 +13,7 @@ from kvref.contract.errors import InvariantViolation
 from kvref.contract.events import CacheCounters
 from kvref.contract.policies import EvictionPolicy
 from kvref.oracle.blockpool.blocks import BlockLists
-from kvref.oracle.blockpool.orders import CacheOrders
+from kvref.oracle.blockpool.orders import CacheOrders, LeafCandidates
 from kvref.oracle.blockpool.prefix import PrefixIndex
 
 __all__ = ["Eviction"]
@@ -83,49 +83,25 @@ class Eviction:
     def _evict_leaves(self, k: int) -> list[int]:
         """lru-leaf (EVICT-403): ``k`` times, unregister the least recently released block whose
         removal keeps the resident hashes prefix-closed: one that is not its hash's last copy, or
-        whose hash has no resident child. lru-leaf-access (EVICT-411) reads the cached blocks in
-        the order of last access instead, read off the order's heap (:class:`.orders.AccessOrdered`).
-
-        Taken one at a time from the front, since removing a hash's last copy can make its parent
-        a leaf. A pass over the release order does the same in one go: it counts the copies and
-        children its victims take away, so each block is judged as if the victims before it were
-        gone, and it starts over only when a victim's parent may be a block it already passed.
+        whose hash has no resident child. lru-leaf-access (EVICT-411) reads the order of last access
+        instead. Both read the order's heap (:class:`.orders.LeafCandidates`): a block found not to
+        be a leaf leaves the heap until it becomes one, and removing a hash's last copy puts its
+        parent's copies back (:meth:`PrefixIndex.unregister`), so the next pop sees them.
         """
-        evictable, hashes = self.orders.evictable, self.blocks.hash
-        copies, children, parents = self.index.copies, self.index.children, self.index.parent
+        leaves = self.orders.evictable
+        if not isinstance(leaves, LeafCandidates):
+            raise InvariantViolation("EVICT-403", f"check_invariants: {self.policy.value} keeps no leaf heap")
+        hashes, copies, children = self.blocks.hash, self.index.copies, self.index.children
         victims: list[int] = []
         while len(victims) < k:
-            want = k - len(victims)
-            taken: dict[int, int] = {}  # hash -> its copies this pass takes, for hashes of several copies
-            lost: dict[int, int] = {}  # hash -> resident children this pass removes
-            batch: list[int] = []
-            passed = False
-            order = self.orders.by_access() if self.policy.by_access else iter(evictable)
-            for b in order:
-                h: int = hashes[b]  # type: ignore[assignment]
-                copies_of_h = len(copies[h])
-                left = copies_of_h - taken.get(h, 0) if copies_of_h > 1 else 1  # this one and later ones
-                if left == 1 and h in children and children[h] != lost.get(h, 0):
-                    passed = True  # the last copy of a hash with a resident child: not a leaf (yet)
-                    continue
-                if copies_of_h > 1:
-                    taken[h] = copies_of_h - left + 1
-                batch.append(b)
-                if len(batch) == want:
-                    break
-                if left == 1:
-                    parent = parents[h]
-                    if parent is not None:
-                        lost[parent] = lost.get(parent, 0) + 1
-                        if passed:
-                            break  # the parent may be a block passed over: start again
-            close = getattr(order, "close", None)
-            if close is not None:
-                close()  # an access-order read gives back the heap entries it took, before they change
-            if not batch:
+            b = leaves.pop_least()
+            if b is None:
                 raise InvariantViolation(
                     "POOL-106", f"check_invariants: no evictable leaf left after {len(victims)} of {k} victims"
                 )
-            self.index.unregister(batch)
-            victims.extend(batch)
+            h: int = hashes[b]  # type: ignore[assignment]
+            if h in children and len(copies[h]) == 1:
+                continue  # the last copy of a hash with a resident child: not a leaf (yet)
+            self.index.unregister((b,))
+            victims.append(b)
         return victims

@@ -10,7 +10,7 @@ from collections import Counter
 
 from kvref.contract.errors import InvariantViolation
 from kvref.oracle.blockpool.blocks import BlockLists
-from kvref.oracle.blockpool.orders import CacheOrders
+from kvref.oracle.blockpool.orders import CacheOrders, LeafCandidates
 from kvref.oracle.blockpool.prefix import PrefixIndex
 
 __all__ = ["check_pool_invariants"]
@@ -126,6 +126,16 @@ def check_pool_invariants(blocks: BlockLists, orders: CacheOrders, index: Prefix
                     f"resident hash {h:#x} has parent {p:#x} that is not resident (lru-leaf keeps the "
                     "cached set prefix-closed)",
                 )
+        leaves = orders.evictable
+        live = (
+            {b for stamp, b in leaves.heap if b in leaves and leaves.stamps[b] == stamp}
+            if isinstance(leaves, LeafCandidates)
+            else set()
+        )
+        for b in leaves:
+            leaf_hash = hashes[b]
+            if (leaf_hash not in index.children or len(index.copies.get(leaf_hash, ())) > 1) and b not in live:
+                raise _fail("EVICT-403", f"cached leaf block {b} is missing from the eviction heap")
 
     # EVICT-406: under fifo every hashed block is in the registration order, and nothing else.
     if policy.value == "fifo" and len(orders.registered) != hashed:

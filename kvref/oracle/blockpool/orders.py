@@ -5,60 +5,81 @@ in registration order, kept under ``fifo`` only (EVICT-406); ``hashed_in_use``: 
 with references (what lru-leaf's reclaimable count reads); ``access``: each block's last access,
 a position on ``access_clock`` (lru-leaf-access, EVICT-411).
 
-Under ``lru-leaf-access`` the release order also keeps a heap of its blocks by last access
-(:class:`AccessOrdered`): a cached block is never accessed while it stays cached (an access pins
-it, taking it out), so its place in the heap holds until it leaves, and entries of blocks that
-left are dropped when met. The eviction reads the cached blocks in access order from it in
-O(log n) a block instead of sorting them all at every eviction.
+Under ``lru-leaf`` and ``lru-leaf-access`` the release order also keeps a heap of its blocks by the
+order the policy evicts in (:class:`LeafCandidates`): the release order, or the last access (a
+cached block is never accessed while it stays cached: an access pins it, taking it out). Eviction
+pops the heap; a block it finds not to be a leaf is dropped, and pushed again when it becomes one
+(its hash gets a second copy, or its last resident child leaves: :meth:`CacheOrders.may_be_leaves`).
+Each eviction is then O(log n) instead of a pass over every interior block before the first leaf.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from heapq import heapify, heappop, heappush
 
 from kvref.contract.policies import EvictionPolicy
 
-__all__ = ["AccessOrdered", "CacheOrders"]
+__all__ = ["CacheOrders", "LeafCandidates"]
 
 
-class AccessOrdered(OrderedDict[int, None]):
-    """The release order (an ordered dict of block ids) that also keeps its blocks in a heap by
-    ``access[b]``, their last access (EVICT-411): whatever adds a block to the order adds it there."""
+class LeafCandidates(OrderedDict[int, None]):
+    """The release order (an ordered dict of block ids) of a prefix-closed policy, with a heap of
+    ``(stamps[b], b)`` entries for its blocks, least stamp first (EVICT-403, EVICT-411).
 
-    def __init__(self, access: list[int]) -> None:
+    ``stamps`` is the block's place in the release order, set here when a block enters it, or,
+    with ``stamp_on_release`` off, the orders' ``access`` list (the last access). An entry is live
+    while its block is in the order with that stamp; others are dropped when met. Every block of
+    the order that may be a leaf has a live entry (:meth:`requeue` is called when one becomes a leaf).
+    """
+
+    def __init__(self, stamps: list[int], *, stamp_on_release: bool) -> None:
         super().__init__()
-        self.access = access
+        self.stamps = stamps
+        self.stamp_on_release = stamp_on_release
+        self.clock = 0
         self.heap: list[tuple[int, int]] = []
 
     def __setitem__(self, block: int, value: None) -> None:
+        if block in self:
+            return
         super().__setitem__(block, value)
-        heappush(self.heap, (self.access[block], block))
+        if self.stamp_on_release:
+            self.stamps[block] = self.clock
+            self.clock += 1
+        self.push(block)
 
     def clear(self) -> None:
         """Empty the order and its heap."""
         super().clear()
         self.heap.clear()
 
-    def least_recently_accessed(self) -> Iterator[int]:
-        """The blocks in the order, least recently accessed first, read off the heap as far as the
-        caller goes; entries of blocks that left the order, or came back since, are dropped."""
-        heap, access = self.heap, self.access
-        if len(heap) > 2 * len(self) + 64:  # mostly entries of blocks that left: rebuild
-            heap[:] = [(access[b], b) for b in self]
+    def push(self, block: int) -> None:
+        """Push a live entry for ``block``; a heap grown to mostly dead entries is rebuilt instead,
+        with one live entry per block of the order."""
+        heap, stamps = self.heap, self.stamps
+        if len(heap) < 2 * len(self) + 64:
+            heappush(heap, (stamps[block], block))
+        else:
+            heap[:] = [(stamps[b], b) for b in self]
             heapify(heap)
-        taken: list[tuple[int, int]] = []
-        try:
-            while heap:
-                entry = heappop(heap)
-                stamp, block = entry
-                if block in self and access[block] == stamp and (not taken or entry != taken[-1]):
-                    taken.append(entry)
-                    yield block
-        finally:
-            for entry in taken:  # what the caller did not take out of the order is dropped when met
-                heappush(heap, entry)
+
+    def requeue(self, blocks: Iterable[int]) -> None:
+        """Push a live entry for each of ``blocks`` still in the order (one that may have become a leaf)."""
+        for b in blocks:
+            if b in self:
+                self.push(b)
+
+    def pop_least(self) -> int | None:
+        """The block of the least live entry, its entry popped (the block stays in the order); None
+        when no live entry is left."""
+        heap, stamps = self.heap, self.stamps
+        while heap:
+            stamp, block = heappop(heap)
+            if block in self and stamps[block] == stamp:
+                return block
+        return None
 
 
 class CacheOrders:
@@ -68,7 +89,11 @@ class CacheOrders:
         self.policy = policy
         self.access = [-1] * n
         self.access_clock = 0
-        self.evictable: OrderedDict[int, None] = AccessOrdered(self.access) if policy.by_access else OrderedDict()
+        self.evictable: OrderedDict[int, None] = (
+            LeafCandidates(self.access if policy.by_access else [0] * n, stamp_on_release=not policy.by_access)
+            if policy.prefix_closed
+            else OrderedDict()
+        )
         self.registered: OrderedDict[int, None] = OrderedDict()
         self.hashed_in_use: set[int] = set()
 
@@ -82,10 +107,16 @@ class CacheOrders:
                 clock += 1
             self.access_clock = clock
 
-    def by_access(self) -> Iterator[int]:
-        """The cached blocks, least recently accessed first (EVICT-411), as far as the caller reads;
-        ties (never, but for blocks never accessed) in ascending id order."""
+    def by_access(self) -> list[int]:
+        """The cached blocks, least recently accessed first (EVICT-411); ties (never, but for blocks
+        never accessed) in ascending id order."""
+        access = self.access
+        return sorted(self.evictable, key=lambda b: (access[b], b))
+
+    def may_be_leaves(self, blocks: Iterable[int]) -> None:
+        """``blocks`` (the copies of one hash) may have just become leaves: their hash got a second
+        copy, or lost its last resident child. Under lru-leaf and lru-leaf-access, their cached ones
+        go back into the eviction heap (:meth:`LeafCandidates.requeue`)."""
         evictable = self.evictable
-        if isinstance(evictable, AccessOrdered):
-            return evictable.least_recently_accessed()
-        return iter(sorted(evictable, key=lambda b: (self.access[b], b)))
+        if isinstance(evictable, LeafCandidates):
+            evictable.requeue(blocks)

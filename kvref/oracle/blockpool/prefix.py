@@ -84,6 +84,8 @@ class PrefixIndex:
                     self.events.append(BlockStored(h, prev))
             else:
                 copies.append(b)
+                if len(copies) == 2:
+                    self.orders.may_be_leaves(copies[:1])  # no longer its hash's last copy
             if fifo:
                 registered[b] = None
             prev = h
@@ -114,6 +116,7 @@ class PrefixIndex:
                         children[parent] = left
                     else:
                         del children[parent]
+                        self.orders.may_be_leaves(copies.get(parent, ()))  # its last resident child left
                 if events is not None:
                     events.append(BlockRemoved(h))
             evictable.pop(b, None)

@@ -263,6 +263,8 @@ class FusedReplay:
                         events.append(BlockStored(h, prev))
                 else:
                     found.append(b)
+                    if len(found) == 2:
+                        self.orders.may_be_leaves(found[:1])  # no longer its hash's last copy
                 if fifo:
                     registered[b] = None
                 prev = h
