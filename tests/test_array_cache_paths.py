@@ -291,6 +291,29 @@ def test_hash_entry_reads_a_hash_of_any_integer_type_as_the_oracle_does(backend:
     assert seen[backend] == seen["oracle"], f"{backend}: {seen[backend]}; the oracle: {seen['oracle']}"
 
 
+@rule("HASH-207")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hash_entry_of_a_negative_hash_is_none_as_the_oracle_says_even_where_the_table_has_used_slots(
+    backend: str,
+) -> None:
+    """No hash is negative (HASH-207), so none has an entry: not on a fresh pool, and not after a
+    hash was registered, freed, the pool reset and others registered (the table's empty and deleted
+    slots are marked with negative keys; a lookup of one must not find such a slot's leftovers)."""
+    seen = {}
+    for name in ("oracle", backend):
+        pool = pool_on(name, 4)
+        answers = [pool.hash_entry(h) for h in (-1, -2, -(1 << 63))]
+        held = pool.allocate(1, holder="a")
+        pool.register(held, [30])
+        pool.free(held, holder="a")
+        pool.reset()
+        held = pool.allocate(2, holder="a")
+        pool.register(held, [7, 8])
+        answers += [pool.hash_entry(h) for h in (-1, -2, 7, 8)]
+        seen[name] = answers
+    assert seen[backend] == seen["oracle"], f"{backend}: {seen[backend]}; the oracle: {seen['oracle']}"
+
+
 @rule("EVICT-401")
 @pytest.mark.parametrize(
     ("pushed", "moved"), [(20, 16), (24, 19)], ids=["exactly half: all move", "past half: the live move"]

@@ -252,3 +252,19 @@ def test_free_many_refuses_a_value_that_is_no_int_among_plain_lists(bad: Any) ->
         pool.free_many([first[:2], [first[2], bad]], holders=["a", "b"])
     assert caught.value.rule == "ERR-503" and "block_lists[1]" in str(caught.value), f"said {caught.value}"
     assert pool.snapshot() == before
+
+
+@rule("PFX-320")
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_batched_match_of_empty_hash_lists_holds_nothing_and_counts_no_hit(path: str) -> None:
+    """``match_many`` of two empty lists is two empty matches: no block held, no hit counted, as the oracle says."""
+    from kvref.oracle import OracleBlockPool
+
+    seen = []
+    for pool in (ArrayBlockPool(4, ops=PATHS[path]()), OracleBlockPool(4)):
+        held = pool.allocate(1, holder="x")
+        pool.register(held, [5])
+        pool.free(held, holder="x")
+        got = pool.match_many([[], []], holders=["a", "b"])
+        seen.append((got, pool.stats.hits, pool.snapshot()["held"]))
+    assert seen[0] == seen[1], f"match_many([[], []]) gave {seen[0]}; the oracle's {seen[1]}"

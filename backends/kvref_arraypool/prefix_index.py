@@ -71,8 +71,9 @@ class PrefixIndex:
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the index knows of ``block_hash``: resident, its parent, whether it has resident
         children; None without an entry (the explainers' view, :mod:`kvref.contract.checks`). A value
-        outside int64 has none: no hash the index holds is one."""
-        if not -(1 << 63) <= block_hash < 1 << 63:
+        outside [0, 2**63) has none: no hash the index holds is one (HASH-207), and the table's
+        negative keys mark its empty and deleted slots."""
+        if not 0 <= block_hash < 1 << 63:
             return None
         e = int(self.index.find(self.ops.asarray(np.array([block_hash], dtype=np.int64)))[0])
         if e < 0:
