@@ -46,21 +46,11 @@ class Eviction:
         return True
 
     def reclaimable(self) -> int:
-        """How many cached blocks eviction could free now, under the policy (POOL-106)."""
-        evictable = self.orders.evictable
-        if not self.policy.prefix_closed:
-            return len(evictable)
-        # A hash with an in-use copy below it must keep one copy: mark the ancestors of every
-        # in-use hashed block; each marked hash with no in-use copy of its own keeps one.
-        hashes, parents = self.blocks.hash, self.index.parent
-        own_use = {hashes[b] for b in self.orders.hashed_in_use}
-        busy_below: set[int] = set()
-        for h in own_use:
-            p = parents[h]  # type: ignore[index]
-            while p is not None and p not in busy_below:
-                busy_below.add(p)
-                p = parents[p]
-        return len(evictable) - len(busy_below - own_use)
+        """How many cached blocks eviction could free now, under the policy (POOL-106): all of them,
+        but under lru-leaf and lru-leaf-access one copy of each hash with an in-use copy below it
+        and none of its own (:class:`.prefix.KeptHashes`)."""
+        kept = self.index.kept
+        return len(self.orders.evictable) - (0 if kept is None else kept.count)
 
     def victims(self, k: int, *, keep_tree: bool = True) -> list[int]:
         """Evict ``k`` cached blocks by the policy; they come back unhashed, off every list.

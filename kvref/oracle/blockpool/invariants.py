@@ -126,6 +126,19 @@ def check_pool_invariants(blocks: BlockLists, orders: CacheOrders, index: Prefix
                     f"resident hash {h:#x} has parent {p:#x} that is not resident (lru-leaf keeps the "
                     "cached set prefix-closed)",
                 )
+        # POOL-106: the kept hashes, recounted: mark the ancestors of every hash with an in-use copy;
+        # each marked hash with no in-use copy of its own must keep one copy.
+        own_use = {hashes[b] for b in orders.hashed_in_use}
+        busy_below: set[int | None] = set()
+        for used in own_use:
+            up = index.parent[used]  # type: ignore[index]
+            while up is not None and up not in busy_below:
+                busy_below.add(up)
+                up = index.parent[up]
+        kept = len(busy_below - own_use)
+        if index.kept is None or index.kept.count != kept:
+            counted = None if index.kept is None else index.kept.count
+            raise _fail("POOL-106", f"{counted} hashes counted as kept for the in-use blocks below them; {kept} are")
         leaves = orders.evictable
         live = (
             {b for stamp, b in leaves.heap if b in leaves and leaves.stamps[b] == stamp}

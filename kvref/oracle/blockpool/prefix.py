@@ -2,7 +2,8 @@
 
 ``copies`` maps each resident hash to its blocks, oldest first; ``parent`` each resident hash to
 its parent hash (None: the root); ``children`` each hash to the number of resident hashes whose
-parent it is. ``register`` checks the whole call before it changes anything: a plain pass finds
+parent it is. Under lru-leaf and lru-leaf-access, ``kept`` counts the hashes eviction must keep a
+copy of (:class:`KeptHashes`). ``register`` checks the whole call before it changes anything: a plain pass finds
 whether anything is wrong, and the caller's explainer names the first thing (ERR-509).
 """
 
@@ -16,9 +17,79 @@ from kvref.contract.policies import EvictionPolicy
 from kvref.oracle.blockpool.blocks import BlockLists
 from kvref.oracle.blockpool.orders import CacheOrders
 
-__all__ = ["PrefixIndex"]
+__all__ = ["KeptHashes", "PrefixIndex"]
 
 _FIFO = EvictionPolicy.FIFO
+
+
+class KeptHashes:
+    """The resident hashes a prefix-closed policy must keep one copy of: those with no copy in use
+    but a descendant with one (POOL-106), counted step by step.
+
+    A hash is *busy* when it has a copy in use or a busy child; it is *kept* when it is busy only
+    through a child. ``gain(h)`` is called when a copy of ``h`` comes into use, ``lose(h)`` when one
+    goes out of use; each walks up the tree only while a hash changes between busy and not, so a
+    chain pinned from its root or released from its tail costs O(1) a block. ``count`` is how many
+    hashes are kept; ``check_invariants`` recounts it from the in-use blocks.
+    """
+
+    def __init__(self, parent: dict[int, int | None]) -> None:
+        self.parent = parent
+        self.in_use: dict[int, int] = {}  # hash -> its copies in use
+        self.busy_children: dict[int, int] = {}  # hash -> its busy children, when any
+        self.count = 0
+
+    def gain(self, h: int) -> None:
+        """A copy of resident hash ``h`` came into use."""
+        copies = self.in_use.get(h, 0)
+        self.in_use[h] = copies + 1
+        if copies:
+            return
+        if h in self.busy_children:
+            self.count -= 1  # it was kept; now it is busy through its own copy
+        else:
+            self._child_busy(self.parent[h])
+
+    def lose(self, h: int) -> None:
+        """A copy of resident hash ``h`` went out of use."""
+        copies = self.in_use[h] - 1
+        if copies:
+            self.in_use[h] = copies
+            return
+        del self.in_use[h]
+        if h in self.busy_children:
+            self.count += 1  # still busy through a child: kept now
+        else:
+            self._child_idle(self.parent[h])
+
+    def _child_busy(self, p: int | None) -> None:
+        busy_children, in_use, parent = self.busy_children, self.in_use, self.parent
+        while p is not None:
+            busy = busy_children.get(p, 0)
+            busy_children[p] = busy + 1
+            if busy or p in in_use:
+                return  # p was busy already
+            self.count += 1
+            p = parent[p]
+
+    def _child_idle(self, p: int | None) -> None:
+        busy_children, in_use, parent = self.busy_children, self.in_use, self.parent
+        while p is not None:
+            busy = busy_children[p] - 1
+            if busy:
+                busy_children[p] = busy
+                return
+            del busy_children[p]
+            if p in in_use:
+                return  # p stays busy through its own copy
+            self.count -= 1
+            p = parent[p]
+
+    def clear(self) -> None:
+        """Nothing in use: nothing kept."""
+        self.in_use.clear()
+        self.busy_children.clear()
+        self.count = 0
 
 
 class PrefixIndex:
@@ -32,6 +103,7 @@ class PrefixIndex:
         self.children: dict[int, int] = {}
         self.events_on = enable_events
         self.events: list[KVEvent] = []
+        self.kept = KeptHashes(self.parent) if orders.policy.prefix_closed else None
 
     def hash_entry(self, block_hash: int) -> HashEntry | None:
         """What the index knows of ``block_hash``: resident, its parent, whether it has resident
@@ -70,6 +142,7 @@ class PrefixIndex:
             pending.setdefault(h, prev)
             prev = h
         hashed_in_use, registered, fifo = self.orders.hashed_in_use, self.orders.registered, self.orders.policy is _FIFO
+        kept = self.kept
         prev = parent
         for b, h in zip(ids, hs, strict=True):
             hashes[b] = h
@@ -88,6 +161,8 @@ class PrefixIndex:
                     self.orders.may_be_leaves(copies[:1])  # no longer its hash's last copy
             if fifo:
                 registered[b] = None
+            if kept is not None:
+                kept.gain(h)  # registered blocks are in use (PFX-302)
             prev = h
 
     def unregister(self, blocks: Iterable[int], *, keep_tree: bool = True) -> None:
@@ -144,6 +219,8 @@ class PrefixIndex:
         self.copies.clear()
         self.parent.clear()
         self.children.clear()
+        if self.kept is not None:
+            self.kept.clear()
         if self.events_on:
             self.events.append(AllBlocksCleared())
 

@@ -92,6 +92,7 @@ class ReferenceCounts:
         ref, holders, hashes, free = blocks.ref, blocks.holders, blocks.hash, blocks.free
         evictable, hashed_in_use = self.orders.evictable, self.orders.hashed_in_use
         ref_zero = self.orders.policy is _REF_ZERO
+        kept = self.index.kept
         dropped: list[int] = []  # ref-zero: hashed blocks whose last reference goes, in order
         for b in ids:
             held = holders[b]
@@ -108,6 +109,8 @@ class ReferenceCounts:
                     free.append(b)
                     continue
                 hashed_in_use.discard(b)
+                if kept is not None:
+                    kept.lose(hashes[b])  # type: ignore[arg-type]
                 if ref_zero:
                     dropped.append(b)
                     free.append(b)
@@ -131,13 +134,16 @@ class ReferenceCounts:
         """Add one reference for ``holder`` per position of checked ``ids``; a cached block so pinned
         leaves the eviction order (PFX-310)."""
         blocks = self.blocks
-        ref, holders = blocks.ref, blocks.holders
+        ref, holders, hashes = blocks.ref, blocks.holders, blocks.hash
         evictable, hashed_in_use = self.orders.evictable, self.orders.hashed_in_use
+        kept = self.index.kept
         for b in ids:
             r = ref[b]
             if r == 0:
                 del evictable[b]
                 hashed_in_use.add(b)
+                if kept is not None:
+                    kept.gain(hashes[b])  # type: ignore[arg-type]
                 holders[b] = {holder: 1}
             else:
                 held = holders[b]

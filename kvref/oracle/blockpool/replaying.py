@@ -206,6 +206,7 @@ class FusedReplay:
         copies, parents, children = self.index.copies, self.index.parent, self.index.children
         evictable, registered, pinned = self.orders.evictable, self.orders.registered, self.orders.hashed_in_use
         events = self.index.events if self.index.events_on else None
+        kept = self.index.kept
         usable = self.blocks.num_usable
         cached_copies = copies.get
         hits: list[int] = []
@@ -225,6 +226,8 @@ class FusedReplay:
                 if r == 0:
                     del evictable[b]
                     pinned.add(b)
+                    if kept is not None:
+                        kept.gain(h)
                     newly_pinned += 1
                 ref[b] = r + 1
                 hit.append(b)
@@ -278,6 +281,8 @@ class FusedReplay:
                 ref[b] = r
                 if r == 0:
                     pinned.discard(b)
+                    if kept is not None:
+                        kept.lose(hashes[b])  # type: ignore[arg-type]
                     released.append(b)
             if ref_zero:  # EVICT-405: the hashes go with the last reference
                 free.extend(released)
