@@ -141,7 +141,7 @@ def _check_tokens(tokens: object, op: str) -> list[int]:
         out = list(as_list(tokens, op=op, arg="tokens"))
     except InvalidTypeError:
         raise InvalidTypeError("HASH-203", f"{op}: tokens must be a sequence of ints") from None
-    if not all(type(t) is int for t in out):
+    if not set(map(type, out)) <= {int}:  # exact ints, looked at in C; others are converted one by one
         out = [as_int(t, op=op, arg="token") for t in out]
     if out and min(out) < 0:
         raise InvalidValueError("HASH-203", f"{op}: token ids must be >= 0, got {min(out)}")

@@ -29,8 +29,8 @@ class RequestStatus(StrEnum):
 
 
 def _tokens(values: object, *, op: str, arg: str) -> list[int]:
-    if type(values) is list and all(type(t) is int and t >= 0 for t in values):
-        return list(values)
+    if type(values) is list and set(map(type, values)) <= {int} and (not values or min(values) >= 0):
+        return list(values)  # exact ints, none negative, looked at in C
     out = [as_int(t, op=op, arg=arg, rule="REQ-702") for t in as_list(values, op=op, arg=arg)]
     if out and min(out) < 0:
         raise InvalidValueError("REQ-702", f"{op}: token ids must be >= 0, got {min(out)}")

@@ -88,7 +88,7 @@ class _Live:
         req = self.req
         start, stop = self.appended, self.generated
         if stop > start:
-            req.append_output_token_ids([self.spec.output_token(self.index, p) for p in range(start, stop)])
+            req.append_output_token_ids(self.spec.output_token_span(self.index, start, stop))
             self.appended = stop
         return req
 

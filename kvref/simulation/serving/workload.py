@@ -81,6 +81,13 @@ class ServedRequest:
             return self.output_tokens[position]
         return OWN_OUTPUT_TOKEN_BASE + index
 
+    def output_token_span(self, index: int, start: int, stop: int) -> list[int]:
+        """The output tokens at positions ``start .. stop - 1`` of the request numbered ``index``:
+        ``output_token`` of each, taken as one slice."""
+        if self.output_tokens is not None:
+            return list(self.output_tokens[start:stop])
+        return [OWN_OUTPUT_TOKEN_BASE + index] * (stop - start)
+
     def max_computed_tokens(self) -> int:
         """The most tokens the request ever has computed: its prompt and every output token but the last."""
         return self.prompt_length + max(self.output_length - 1, 0)
