@@ -87,7 +87,7 @@ class Config:
     def explain(self, name: str, diff: str) -> str | None:
         """Why the surviving mutant ``name`` (with ``diff``) is equivalent, or None if it is not listed."""
         function = function_of(name)
-        added = [line[2:].strip() for line in diff.splitlines() if line.startswith("+ ")]
+        added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
         for m in self.mutants:
             if m.function == function and m.line in added:
                 return m.reason

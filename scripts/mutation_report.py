@@ -67,7 +67,8 @@ def survivor_diffs(workspace: Path, survivors: list[tuple[str, str]]) -> dict[st
         diffs = {}
         for name, path in survivors:
             text = diff_apply.get_diff_for_mutant(name, path=path)
-            diffs[name] = "\n".join(line for line in text.splitlines() if line[:2] in ("- ", "+ ")).strip()
+            changed = [line for line in text.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+            diffs[name] = "\n".join(changed).strip()  # a def at column 0 has no space after its sign
         return diffs
     finally:
         os.chdir(here)
