@@ -298,8 +298,8 @@ class OracleSlotAllocator:
         return {
             "free": list(self._free),
             "released": list(self._released),
-            "allocated": sorted(self._allocated),
-            "version": list(self._version),
+            "allocated": bytes(p in self._allocated for p in range(self._pages + 1)),  # a flag per page
+            "version": [v for v in self._version for _ in range(self._page)],  # per slot
             "group": None if self._group is None else list(self._group),
         }
 
