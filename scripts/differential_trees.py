@@ -453,6 +453,57 @@ def record_slots(backend: Any, calls_total: int, seed: int, emit: Callable[[dict
     return done
 
 
+def record_slot_lists(backend: Any, calls_total: int, seed: int, emit: Callable[[dict[str, Any]], None]) -> int:
+    """Chapter 06's allocator on the list protocol (``create_slots``): allocations, frees (double,
+    foreign and out-of-range ones among them), free groups, merges, versions and the queries."""
+    rng = random.Random(seed)
+    done = 0
+    per = max(200, calls_total // 4)
+    for page_size, sort in [(1, True), (1, False), (4, True), (16, False)]:
+        size = 64 * page_size
+        emit({"slot_lists": [size, page_size, sort]})
+        slots = backend.create_slots(size, page_size=page_size, sort=sort)
+        for step in range(per):
+            held = [s for s in range(size + page_size) if slots.is_allocated(s)]
+            pick = rng.random()
+            bad = rng.random() < 0.06
+            call: dict[str, Any]
+            if pick < 0.3:
+                call = {
+                    "op": "alloc",
+                    "args": [rng.choice([0, page_size, 3 * page_size, size + page_size, 1 if bad else 2 * page_size])],
+                }
+            elif pick < 0.4:
+                call = {
+                    "op": "alloc_many",
+                    "args": [[rng.choice([0, page_size, 2 * page_size]) for _ in range(rng.randint(0, 3))]],
+                }
+            elif pick < 0.7:
+                ids = rng.sample(held, rng.randint(0, min(len(held), 3 * page_size)))
+                if bad:
+                    ids = [*ids, rng.choice([0, -1, size + page_size, *(ids[:1] or [page_size])])]
+                call = {"op": "free", "args": [ids]}
+            elif pick < 0.8:
+                call = {"op": rng.choice(["free_group_begin", "free_group_end", "merge_and_sort_free"]), "args": []}
+            elif pick < 0.92:
+                slot = rng.randrange(-1 if bad else 0, size + page_size)
+                query = rng.choice(["version", "is_allocated", "is_current"])
+                call = {"op": query, "args": [slot, rng.randrange(3)] if query == "is_current" else [slot]}
+            else:
+                call = {"op": rng.choice(["check_invariants", "free_order", "available_size"]), "args": []}
+            line = {"call": call, **outcome(partial(perform_slot_lists, slots, call))}
+            if step % 25 == 24:
+                line["state"] = digest(slots.snapshot())
+            emit(line)
+            done += 1
+        emit({"end": digest(slots.snapshot())})
+    return done
+
+
+def perform_slot_lists(target: Any, call: dict[str, Any]) -> Any:
+    return getattr(target, call["op"])(*call["args"])
+
+
 def perform_slots(target: Any, call: dict[str, Any]) -> Any:
     args = [materialize(a) for a in call["args"]]
     if call["op"] in ("free", "free_then_alloc", "acquire") and args:
@@ -479,6 +530,7 @@ def record(args: argparse.Namespace) -> None:
         matrix = record_matrix(backend, emit)
         has_surfaces = hasattr(backend, "create_slot_arrays")
         slots = record_slots(backend, args.calls // 10, args.seed + 1, emit) if has_surfaces else 0
+        slots += record_slot_lists(backend, args.calls // 10, args.seed + 2, emit)
     took = time.perf_counter() - started
     print(f"recorded {pools} pool calls, {matrix} bad-input cases, {slots} array-surface calls in {took:.0f} s")
 
@@ -509,6 +561,10 @@ def replay(args: argparse.Namespace) -> int:
             size, page_size, sort = line["slots"]
             target, kind = backend.create_slot_arrays(size, page_size=page_size, sort=sort), "slots"
             continue
+        if "slot_lists" in line:
+            size, page_size, sort = line["slot_lists"]
+            target, kind = backend.create_slots(size, page_size=page_size, sort=sort), "slot_lists"
+            continue
         if "blocks" in line:
             target = backend.create_block_arrays(48, max_requests=8, reserved_ids=tuple(line["blocks"]))
             kind = "slots"
@@ -522,7 +578,7 @@ def replay(args: argparse.Namespace) -> int:
             expected = {k: v for k, v in line.items() if k != "case"}
         else:
             call = line["call"]
-            run = perform if kind == "pool" else perform_slots
+            run = {"pool": perform, "slot_lists": perform_slot_lists}.get(kind, perform_slots)
             got = outcome(partial(run, target, call))
             if "state" in line:
                 got["state"] = digest(target.snapshot())
