@@ -1,8 +1,9 @@
 """Two source trees of kvref, one recorded call list: every answer, error and state the same.
 
 ``record`` drives a backend's pools (the list protocol and its array forms, every policy, events
-on and off, paused holders, bad inputs mixed in, chapter 05's matrix of bad inputs) and its array
-surfaces (chapter 06's token slots, chapter 01's block arrays) with calls drawn from a seeded
+on and off, paused holders, bad inputs mixed in, chapter 05's matrix of bad inputs), chapter 06's
+token slots and radix tree on the list protocol, and its array surfaces (chapter 06's token slots,
+chapter 01's block arrays) with calls drawn from a seeded
 generator, and writes each call with what it answered: the value, or the error's class, rule and
 message, and a digest of the pool's snapshot every few calls. ``replay`` runs the same calls, in a
 separate process over the other tree, and stops at the first call whose answer or state differs.
@@ -500,6 +501,103 @@ def record_slot_lists(backend: Any, calls_total: int, seed: int, emit: Callable[
     return done
 
 
+class RadixWorld:
+    """Chapter 06's radix tree with its allocator, driven as a scheduler drives it: a call names
+    nodes by the idents matches gave and receipts by their place in the list of locks taken."""
+
+    def __init__(self, backend: Any, params: dict[str, Any]) -> None:
+        self.allocator, self.tree = backend.create_radix(params.pop("size"), **params)
+        self.receipts: list[Any] = []
+
+    def cache(self, tokens: list[int], namespace: str, priority: int, spoil: str) -> Any:
+        """Allocate for ``tokens``, insert them, free the slots of the part cached already."""
+        taken = self.allocator.alloc(len(tokens)) if spoil != "unallocated" else None
+        if taken is None and spoil != "unallocated":
+            return None
+        slots = list(range(1, len(tokens) + 1)) if taken is None else list(taken)
+        if spoil == "short":
+            slots = slots[:-1]
+        try:
+            have = self.tree.insert(tokens, slots, namespace=namespace, priority=priority)
+        except Exception:
+            if taken is not None and len(taken):
+                self.allocator.free(taken)
+            raise
+        if have and taken is not None:  # the duplicates this call allocated
+            self.allocator.free(slots[:have])
+        return [have, slots]
+
+    def match(self, tokens: list[int], namespace: str) -> Any:
+        return self.tree.match(tokens, namespace=namespace)
+
+    def lock(self, node: int) -> Any:
+        self.receipts.append(self.tree.lock(node))
+        return len(self.receipts) - 1
+
+    def unlock(self, index: int) -> Any:
+        return self.tree.unlock(self.receipts[index] if index < len(self.receipts) else None)
+
+    def query(self, name: str, *args: Any) -> Any:
+        got = getattr(self.tree, name)
+        return got(*args) if callable(got) else got
+
+    def snapshot(self) -> Any:
+        return [self.tree.snapshot(), self.allocator.snapshot()]
+
+
+def record_radix(backend: Any, calls_total: int, seed: int, emit: Callable[[dict[str, Any]], None]) -> int:
+    """Chapter 06's radix tree over its allocator: caching (inserts of shared prefixes, bad ones
+    among them), matches, locks and unlocks by the nodes matches gave, evictions, resets, events
+    and the queries, under every policy, pages 1 and 4, with and without a capacity."""
+    rng = random.Random(seed)
+    done = 0
+    configs = [
+        (policy, page_size, max_tokens)
+        for policy in ("lru", "lfu", "fifo", "mru", "priority")
+        for page_size, max_tokens in ((1, None), (4, None), (1, 96))
+    ]
+    per = max(100, calls_total // len(configs))
+    for policy, page_size, max_tokens in configs:
+        params = {"size": 256 * page_size, "page_size": page_size, "policy": policy, "max_tokens": max_tokens}
+        params["enable_events"] = rng.random() < 0.5
+        emit({"radix": params})
+        world = RadixWorld(backend, dict(params))
+        stems = [[rng.randrange(50) for _ in range(rng.randint(1, 6) * page_size)] for _ in range(6)]
+        nodes: list[int] = [0]
+        for step in range(per):
+            pick = rng.random()
+            namespace = rng.choice(["a", "a", "b"])
+            tokens = rng.choice(stems) + [rng.randrange(50) for _ in range(rng.randint(0, 4) * page_size)]
+            call: dict[str, Any]
+            if pick < 0.35:
+                spoil = rng.choice(["", "", "", "", "", "", "short", "unallocated"])
+                if spoil == "" and rng.random() < 0.04:
+                    tokens = [*tokens[:-1], -1] if tokens else [-1]
+                call = {"op": "cache", "args": [tokens, namespace, rng.randrange(3), spoil]}
+            elif pick < 0.65:
+                call = {"op": "match", "args": [tokens[: rng.randint(0, len(tokens))], namespace]}
+            elif pick < 0.75:
+                call = {"op": "lock", "args": [rng.choice(nodes)]}
+            elif pick < 0.85:
+                call = {"op": "unlock", "args": [rng.randrange(len(world.receipts))] if world.receipts else [0]}
+            elif pick < 0.92:
+                call = {"op": "query", "args": ["evict", rng.choice([0, 1, page_size * 3, 50])]}
+            else:
+                name = rng.choice(["reset", "take_events", "stats", "check_invariants", "total_size", "protected_size"])
+                call = {"op": "query", "args": [name]}
+            result = outcome(partial(perform_slot_lists, world, call))
+            made = re.search(r"node=(\d+)", str(result.get("value")))
+            if call["op"] == "match" and made:
+                nodes.append(int(made.group(1)))
+            line = {"call": call, **result}
+            if step % 25 == 24:
+                line["state"] = digest(world.snapshot())
+            emit(line)
+            done += 1
+        emit({"end": digest(world.snapshot())})
+    return done
+
+
 def perform_slot_lists(target: Any, call: dict[str, Any]) -> Any:
     return getattr(target, call["op"])(*call["args"])
 
@@ -531,6 +629,7 @@ def record(args: argparse.Namespace) -> None:
         has_surfaces = hasattr(backend, "create_slot_arrays")
         slots = record_slots(backend, args.calls // 10, args.seed + 1, emit) if has_surfaces else 0
         slots += record_slot_lists(backend, args.calls // 10, args.seed + 2, emit)
+        slots += record_radix(backend, args.calls, args.seed + 3, emit)
     took = time.perf_counter() - started
     print(f"recorded {pools} pool calls, {matrix} bad-input cases, {slots} array-surface calls in {took:.0f} s")
 
@@ -560,6 +659,9 @@ def replay(args: argparse.Namespace) -> int:
         if "slots" in line:
             size, page_size, sort = line["slots"]
             target, kind = backend.create_slot_arrays(size, page_size=page_size, sort=sort), "slots"
+            continue
+        if "radix" in line:
+            target, kind = RadixWorld(backend, dict(line["radix"])), "slot_lists"
             continue
         if "slot_lists" in line:
             size, page_size, sort = line["slot_lists"]
