@@ -34,10 +34,7 @@ nox.options.sessions = [
     "peer-vllm",
     "peer-sglang",
     "peer-megatron",
-    # the bug corpus of the engines whose releases are quick to put in place; vLLM's (five 100 MB
-    # wheels) runs as nox -s "corpus(engine='vllm')"
-    "corpus(engine='sglang')",
-    "corpus(engine='megatron')",
+    # the bug corpus installs old releases one by one: its own sessions, nox -s corpus
     "lint",
     "typecheck",
     "spec",

@@ -3,9 +3,9 @@
 ``record`` drives a backend's pools (the list protocol and its array forms, every policy, events
 on and off, paused holders, bad inputs mixed in, chapter 05's matrix of bad inputs), chapter 06's
 token slots and radix tree on the list protocol, and its array surfaces (chapter 06's token slots,
-chapter 01's block arrays) with calls drawn from a seeded
-generator, and writes each call with what it answered: the value, or the error's class, rule and
-message, and a digest of the pool's snapshot every few calls. ``replay`` runs the same calls, in a
+chapter 01's block arrays) with calls drawn from a seeded generator, and writes each call with
+what it answered: the value, or the error's class, rule and message, and a digest of the pool's
+snapshot every few calls. ``replay`` runs the same calls, in a
 separate process over the other tree, and stops at the first call whose answer or state differs.
 
 Each run imports the tree it is given first on ``sys.path``::
