@@ -86,10 +86,11 @@ def install(session: nox.Session, *extras: str, torch: bool = False, editable: b
 
 @ci_session()
 def tests(session: nox.Session) -> None:
-    """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run."""
+    """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run,
+    spread over the machine's cores (pytest-xdist; ``nox -s tests -- -n 0`` runs it in one process)."""
     install(session, "test", "cupy", torch=True)
     env = {"CI": os.environ.get("CI", "1")}
-    session.run("pytest", *session.posargs, env=env)
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs, env=env)
 
 
 #: Extras each backend needs on top of the conformance suite (torch itself comes pinned).
