@@ -29,6 +29,20 @@ def test_the_console_script_runs() -> None:
     assert "oracle" in out.stdout and "yes" in out.stdout
 
 
+@rule("CONF-906")
+def test_the_backends_table_piped_to_a_file_wraps_its_capabilities_and_names_every_one() -> None:
+    from kvref.cli.commands import CAPABILITIES_WIDTH
+    from kvref.config.registry import backend_statuses
+
+    out = subprocess.run([sys.executable, "-m", "kvref.cli", "backends"], capture_output=True, text=True, check=True)
+    widest = max(len(line) for line in out.stdout.splitlines())
+    assert widest <= CAPABILITIES_WIDTH + 80, f"a line of {widest} characters: the capability list was not wrapped"
+    words = set(out.stdout.replace(",", " ").replace("│", " ").split())
+    [oracle] = [status for status in backend_statuses() if status.name == "oracle"]
+    missing = set(oracle.capabilities) - words
+    assert not missing, f"capabilities cut from the table: {sorted(missing)}"
+
+
 @rule("EVICT-405", "TRACE-1011")
 def test_replay_of_the_built_in_workload_reports_hits_for_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--json", "--capacity", "128"]) == 0

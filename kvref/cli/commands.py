@@ -11,7 +11,10 @@ from typing import Any
 
 from kvref.cli.console import print_table
 
-__all__ = ["run_backends", "run_conformance", "run_spec"]
+__all__ = ["CAPABILITIES_WIDTH", "run_backends", "run_conformance", "run_spec"]
+
+#: The widest the backends table's capabilities column gets; its words wrap within it.
+CAPABILITIES_WIDTH = 72
 
 
 def run_backends(args: argparse.Namespace) -> int:
@@ -40,8 +43,10 @@ def run_backends(args: argparse.Namespace) -> int:
         )
         return 0
     table = Table(title="kvref backends")
-    for column in ("backend", "usable", "version", "device", "capabilities / reason"):
+    for column in ("backend", "usable", "version", "device"):
         table.add_column(column)
+    # words, not numbers: wrapped between them, so a pipe or a file gets a table a reader can take in
+    table.add_column("capabilities / reason", max_width=CAPABILITIES_WIDTH, overflow="fold")
     for s in statuses:
         detail = ", ".join(sorted(s.capabilities)) if s.usable else s.reason
         table.add_row(s.name, "yes" if s.usable else "no", s.version, s.device, detail)
