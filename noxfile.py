@@ -84,13 +84,20 @@ def install(session: nox.Session, *extras: str, torch: bool = False, editable: b
         session.install("-c", CONSTRAINTS, "torch==2.13.0")
 
 
+#: The most pytest-xdist workers the tests session starts: each imports torch and CuPy (a few hundred
+#: MB apiece), and the planted-bug tests start a subprocess per core besides.
+TEST_WORKERS = 8
+
+
 @ci_session()
 def tests(session: nox.Session) -> None:
     """The test suite, with torch and CuPy so that both device backends (CPU / NumPy host path) run,
-    spread over the machine's cores (pytest-xdist; ``nox -s tests -- -n 0`` runs it in one process)."""
+    spread over the machine's cores, at most ``TEST_WORKERS`` (pytest-xdist; ``nox -s tests -- -n 0``
+    runs it in one process)."""
     install(session, "test", "cupy", torch=True)
     env = {"CI": os.environ.get("CI", "1")}
-    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs, env=env)
+    workers = min(os.cpu_count() or 1, TEST_WORKERS)
+    session.run("pytest", "-n", str(workers), "--dist", "worksteal", *session.posargs, env=env)
 
 
 #: Extras each backend needs on top of the conformance suite (torch itself comes pinned).
