@@ -1,8 +1,8 @@
 """nox sessions for kvref: thin wrappers over one helper that installs what a session needs.
 
 ``nox`` runs the default sessions (tests, conformance per backend, the peers vLLM, SGLang and
-Megatron-Core, the bug corpus of SGLang and Megatron-Core, lint, typecheck, spec): the test command
-of README.md.
+Megatron-Core, lint, typecheck, spec): the test command of README.md. The bug corpus of old releases
+is its own session, ``nox -s "corpus(engine='sglang')"`` (``'megatron'``, ``'vllm'``).
 ``nox -s "conformance(backend='NAME')"`` runs the suite on one backend, ``nox -s peer-vllm``
 (``peer-sglang``, ``peer-megatron``) on a peer. ``nox -s bench`` (``bench-peers`` with vLLM)
 measures the benchmarks and saves them under ``results/``; ``nox -s gpu`` runs the CUDA paths;
